@@ -1,0 +1,251 @@
+# moefold — one non-recursive Makefile. Objects go to $(BUILD)/obj/<dir>/, binaries to $(BUILD)/bin/.
+# Feature detection runs once here and prints a line per feature. Libraries come from pkg-config;
+# a missing one stops the targets that need it, naming the Debian package to install.
+#
+# The README's two commands: `make demo` (main job) and `make test` (all tests). Both first run
+# scripts/install-deps.sh, which apt-get installs whatever Debian packages are missing.
+
+BUILD    ?= build
+CC       ?= cc
+WERROR   ?= 1
+SAN      ?= 0
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_ARCH ?= 90
+
+OBJ := $(BUILD)/obj
+BIN := $(BUILD)/bin
+LIBDIR := $(BUILD)/lib
+
+# ---------------------------------------------------------------------------------------------
+# Flags
+CSTD_FLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L
+WARN_FLAGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wundef \
+              -Wvla -Wdouble-promotion -Wcast-qual -Wpointer-arith
+ifeq ($(WERROR),1)
+WARN_FLAGS += -Werror
+endif
+ifeq ($(SAN),1)
+OPT_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SAN_LDFLAGS := -fsanitize=address,undefined
+NO_CUDA := 1
+else
+OPT_FLAGS := -O2 -g
+SAN_LDFLAGS :=
+endif
+CPPFLAGS_BASE := -I. -MMD -MP
+CFLAGS_ALL = $(CSTD_FLAGS) $(OPT_FLAGS) $(WARN_FLAGS) $(CPPFLAGS_BASE) $(FEATURE_DEFS) $(PKG_CFLAGS)
+
+# ---------------------------------------------------------------------------------------------
+# Feature detection (once). pkg_ok(name) is "y" when pkg-config knows the package.
+pkg_ok = $(shell pkg-config --exists $(1) 2>/dev/null && echo y)
+HAVE_GSL    := $(call pkg_ok,gsl)
+HAVE_CJSON  := $(call pkg_ok,libcjson)
+HAVE_HWLOC  := $(call pkg_ok,hwloc)
+HAVE_BLAS   := $(call pkg_ok,openblas)
+HAVE_CMOCKA := $(call pkg_ok,cmocka)
+ifneq ($(NO_MPI),1)
+MPI_PKG := $(if $(call pkg_ok,ompi-c),ompi-c,$(if $(call pkg_ok,mpi-c),mpi-c,))
+ifneq ($(MPI_PKG),)
+HAVE_MPI := y
+MPI_CFLAGS := $(shell pkg-config --cflags $(MPI_PKG))
+MPI_LIBS := $(shell pkg-config --libs $(MPI_PKG))
+else ifneq ($(shell command -v mpicc 2>/dev/null),)
+HAVE_MPI := y
+MPI_CFLAGS := $(shell mpicc --showme:compile)
+MPI_LIBS := $(shell mpicc --showme:link)
+endif
+endif
+
+ifneq ($(NO_CUDA),1)
+ifneq ($(NVCC),)
+HAVE_CUDA := y
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(NVCC)))
+ifneq ($(NO_NCCL),1)
+NCCL_HOME ?= $(CUDA_HOME)
+HAVE_NCCL := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),y,)
+endif
+endif
+endif
+
+GSL_CFLAGS   := $(if $(HAVE_GSL),$(shell pkg-config --cflags gsl))
+GSL_LIBS     := $(if $(HAVE_GSL),$(shell pkg-config --libs gsl))
+CJSON_CFLAGS := $(if $(HAVE_CJSON),$(shell pkg-config --cflags libcjson))
+CJSON_LIBS   := $(if $(HAVE_CJSON),$(shell pkg-config --libs libcjson))
+HWLOC_CFLAGS := $(if $(HAVE_HWLOC),$(shell pkg-config --cflags hwloc))
+HWLOC_LIBS   := $(if $(HAVE_HWLOC),$(shell pkg-config --libs hwloc))
+BLAS_CFLAGS  := $(if $(HAVE_BLAS),$(shell pkg-config --cflags openblas))
+BLAS_LIBS    := $(if $(HAVE_BLAS),$(shell pkg-config --libs openblas))
+CMOCKA_CFLAGS := $(if $(HAVE_CMOCKA),$(shell pkg-config --cflags cmocka))
+CMOCKA_LIBS  := $(if $(HAVE_CMOCKA),$(shell pkg-config --libs cmocka))
+PKG_CFLAGS := $(GSL_CFLAGS) $(CJSON_CFLAGS)
+
+FEATURE_DEFS := $(if $(HAVE_CUDA),-DMOE_HAVE_CUDA=1) $(if $(HAVE_NCCL),-DMOE_HAVE_NCCL=1)
+
+ifeq ($(MAKELEVEL),0)
+ifeq ($(filter clean format format-check deps,$(MAKECMDGOALS)),)
+feat = $(info $(if $(1),✓,✗) $(2))
+$(call feat,$(HAVE_GSL),GSL (libgsl-dev))
+$(call feat,$(HAVE_CJSON),cJSON (libcjson-dev))
+$(call feat,$(HAVE_HWLOC),hwloc (libhwloc-dev))
+$(call feat,$(HAVE_BLAS),OpenBLAS (libopenblas-dev))
+$(call feat,$(HAVE_MPI),MPI (libopenmpi-dev openmpi-bin)$(if $(NO_MPI), [NO_MPI=1]))
+$(call feat,$(HAVE_CMOCKA),cmocka (libcmocka-dev))
+$(call feat,$(HAVE_CUDA),CUDA$(if $(HAVE_CUDA), ($(NVCC), sm_$(CUDA_ARCH)), [nvcc not found or NO_CUDA=1: GPU backend skipped]))
+$(call feat,$(HAVE_NCCL),NCCL$(if $(HAVE_NCCL), ($(NCCL_HOME))))
+endif
+endif
+
+# need(var,package): stop with the Debian package name when a library is missing.
+need = $(if $(HAVE_$(1)),,$(error $(1) not found by pkg-config: install Debian package $(2) (or run scripts/install-deps.sh)))
+
+# ---------------------------------------------------------------------------------------------
+# Sources, discovered by directory. Files named *_main.c are program entry points.
+MODEL_SRC    := $(wildcard model/*.c)
+TOPO_SRC     := $(filter-out topologies/hwloc_%.c,$(wildcard topologies/*.c))
+TOPOHW_SRC   := $(wildcard topologies/hwloc_*.c)
+PLANNER_SRC  := $(wildcard planner/*.c)
+KERNELS_SRC  := $(wildcard kernels/*.c kernels/cpu/*.c)
+ENGINE_SRC   := $(filter-out %_main.c,$(wildcard engine/*.c))
+CLI_SRC      := $(filter-out %_main.c,$(wildcard cli/*.c))
+CUDA_SRC     := $(if $(HAVE_CUDA),$(wildcard kernels/cuda/*.cu engine/cuda/*.cu))
+TEST_UTIL_SRC := tests/test_util.c
+
+objs = $(patsubst %.c,$(OBJ)/%.o,$(1))
+LIB_MODEL   := $(LIBDIR)/libmoe_model.a
+LIB_TOPO    := $(LIBDIR)/libmoe_topo.a
+LIB_TOPOHW  := $(LIBDIR)/libmoe_topohw.a
+LIB_PLANNER := $(LIBDIR)/libmoe_planner.a
+LIB_KERNELS := $(LIBDIR)/libmoe_kernels.a
+LIB_ENGINE  := $(LIBDIR)/libmoe_engine.a
+LIB_CLI     := $(LIBDIR)/libmoe_cli.a
+LIB_CUDA    := $(if $(CUDA_SRC),$(LIBDIR)/libmoe_cuda.a)
+
+CUDA_LIBS := $(if $(LIB_CUDA),-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
+             -Wl,-rpath,$(CUDA_HOME)/lib -lcublasLt -lcublas $(if $(HAVE_NCCL),-lnccl) -lcudart -lstdc++)
+
+# Link sets per layer (STYLE.md §1): planner side never sees MPI, hwloc, BLAS or CUDA.
+LINK_MODEL   := $(LIB_MODEL) $(GSL_LIBS) -lm
+LINK_PLANNER := $(LIB_CLI) $(LIB_PLANNER) $(LIB_TOPO) $(LIB_MODEL) $(CJSON_LIBS) $(GSL_LIBS) -lm
+LINK_KERNELS := $(LIB_KERNELS) $(LIB_CUDA) $(LIB_MODEL) $(BLAS_LIBS) $(CUDA_LIBS) $(GSL_LIBS) -lm
+LINK_ENGINE  := $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOPO) $(LIB_MODEL) \
+                $(MPI_LIBS) $(HWLOC_LIBS) $(BLAS_LIBS) $(CJSON_LIBS) $(CUDA_LIBS) $(GSL_LIBS) -lm
+
+# ---------------------------------------------------------------------------------------------
+.PHONY: all planner engine tests test test-run san bench demo deps clean format format-check \
+        layers globals lint compile_commands headers
+.DEFAULT_GOAL := all
+
+all: planner $(if $(HAVE_MPI),engine) tests
+
+planner: $(BIN)/moefold
+engine: $(BIN)/moefold-train $(BIN)/moefold-bench
+
+$(OBJ)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(EXTRA_CFLAGS) -c $< -o $@
+
+# Engine, kernels and topologies-hwloc objects also see MPI/BLAS/hwloc headers.
+$(call objs,$(ENGINE_SRC) $(wildcard engine/*_main.c)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(HWLOC_CFLAGS) $(BLAS_CFLAGS)
+$(call objs,$(KERNELS_SRC)): EXTRA_CFLAGS = $(BLAS_CFLAGS)
+$(call objs,$(TOPOHW_SRC)): EXTRA_CFLAGS = $(HWLOC_CFLAGS)
+
+$(OBJ)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O2 -lineinfo -I. $(FEATURE_DEFS) \
+	    -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
+	    -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100 \
+	    -Werror all-warnings -Xcompiler=-Wall,-Wextra -MMD -MP -c $< -o $@
+
+define make_lib
+$(1): $(call objs,$(2))
+	@mkdir -p $$(dir $$@)
+	@rm -f $$@
+	$$(if $$^,ar rcs $$@ $$^,ar rcs $$@)
+endef
+$(eval $(call make_lib,$(LIB_MODEL),$(MODEL_SRC)))
+$(eval $(call make_lib,$(LIB_TOPO),$(TOPO_SRC)))
+$(eval $(call make_lib,$(LIB_TOPOHW),$(TOPOHW_SRC)))
+$(eval $(call make_lib,$(LIB_PLANNER),$(PLANNER_SRC)))
+$(eval $(call make_lib,$(LIB_KERNELS),$(KERNELS_SRC)))
+$(eval $(call make_lib,$(LIB_ENGINE),$(ENGINE_SRC)))
+$(eval $(call make_lib,$(LIB_CLI),$(CLI_SRC)))
+$(LIB_CUDA): $(patsubst %.cu,$(OBJ)/%.o,$(CUDA_SRC))
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN)/moefold: $(OBJ)/cli/moefold_main.o $(LIB_CLI) $(LIB_PLANNER) $(LIB_TOPO) $(LIB_MODEL)
+	$(call need,GSL,libgsl-dev)$(call need,CJSON,libcjson-dev)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_LDFLAGS) -o $@ $< $(LINK_PLANNER)
+
+$(BIN)/moefold-%: $(OBJ)/engine/%_main.o $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOPO) $(LIB_MODEL)
+	$(call need,MPI,libopenmpi-dev)$(call need,BLAS,libopenblas-dev)$(call need,HWLOC,libhwloc-dev)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_LDFLAGS) -o $@ $< $(LINK_ENGINE)
+
+# ---------------------------------------------------------------------------------------------
+# Tests: one cmocka binary per tests/<dir>/test_<module>.c, linked with its layer's libraries.
+TEST_SRC := $(wildcard tests/*/test_*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BIN)/tests/%,$(TEST_SRC))
+TEST_UTIL_OBJ := $(call objs,$(TEST_UTIL_SRC))
+$(call objs,$(TEST_SRC) $(TEST_UTIL_SRC)): EXTRA_CFLAGS = $(CMOCKA_CFLAGS) $(MPI_CFLAGS) $(BLAS_CFLAGS) $(HWLOC_CFLAGS)
+
+test_link = $(if $(filter model,$(1)),$(LINK_MODEL),$(if $(filter planner topologies cli,$(1)),$(LINK_PLANNER),$(if $(filter kernels,$(1)),$(LINK_KERNELS),$(LINK_ENGINE))))
+test_deps = $(if $(filter model,$(1)),$(LIB_MODEL),$(if $(filter planner topologies cli,$(1)),$(LIB_CLI) $(LIB_PLANNER) $(LIB_TOPO) $(LIB_MODEL),$(if $(filter kernels,$(1)),$(LIB_KERNELS) $(LIB_CUDA) $(LIB_MODEL),$(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOPO) $(LIB_MODEL))))
+
+define test_rule
+$(BIN)/tests/$(1)/%: $(OBJ)/tests/$(1)/%.o $(TEST_UTIL_OBJ) $(call test_deps,$(1))
+	$$(call need,CMOCKA,libcmocka-dev)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(SAN_LDFLAGS) -o $$@ $$< $(TEST_UTIL_OBJ) $(call test_link,$(1)) $$(CMOCKA_LIBS)
+endef
+$(foreach d,$(sort $(patsubst tests/%/,%,$(dir $(TEST_SRC)))),$(eval $(call test_rule,$(d))))
+
+tests: $(TEST_BIN)
+
+# The README's test command. Installs missing Debian packages, then builds and runs everything.
+test: deps
+	@$(MAKE) --no-print-directory test-run
+
+test-run: all
+	@scripts/run-tests.sh $(BUILD)
+	@$(MAKE) --no-print-directory layers globals format-check
+
+san:
+	@$(MAKE) --no-print-directory BUILD=build/san SAN=1 NO_CUDA=1 all
+	@LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ASAN_OPTIONS=detect_leaks=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1 scripts/run-tests.sh build/san
+
+deps:
+	@scripts/install-deps.sh
+
+# ---------------------------------------------------------------------------------------------
+# Hygiene: include layering, writable globals, formatting, static analysis.
+layers:
+	@scripts/check-layers.sh
+
+globals: all
+	@scripts/check-globals.sh $(OBJ)
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+format:
+	@clang-format -i $(FORMAT_FILES)
+format-check:
+	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: ok"
+
+headers:
+	@for h in $$(git ls-files 'model/*.h' 'planner/*.h' 'topologies/*.h' 'kernels/*.h'); do \
+	    echo '#include "'$$h'"' | $(CC) $(CSTD_FLAGS) $(WARN_FLAGS) -I. $(PKG_CFLAGS) -x c -fsyntax-only - || exit 1; done; \
+	    echo "headers: each compiles alone"
+
+compile_commands:
+	@$(MAKE) clean && bear -- $(MAKE) all
+
+lint:
+	@scripts/lint.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

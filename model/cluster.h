@@ -1,0 +1,128 @@
+/*
+ * Cluster description: one GPU type, its NVLink (scale-up) domain, the scale-out network and the
+ * host, plus the achieved fractions and overheads the time model derates peaks with.
+ *
+ * Every figure comes from a cluster file (topologies/*.json, each value with its source) or from
+ * `moefold calibrate` on the local host; model/ never hard-codes hardware. Units are in the field
+ * names: _gbps is 10^9 bytes/s per GPU per direction (nccl-tests' convention), _tflops 10^12 FLOP/s
+ * dense (no sparsity), _us microseconds, _gib 2^30 bytes.
+ */
+#ifndef MOE_MODEL_CLUSTER_H
+#define MOE_MODEL_CLUSTER_H
+
+#include <stdbool.h>
+
+#include "model/config.h"
+#include "model/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tensor-core math precisions a GPU may offer. */
+enum moe_math {
+    MOE_MATH_BF16 = 0,
+    MOE_MATH_FP8 = 1,
+    MOE_MATH_FP4 = 2,
+    MOE_MATH_FP32 = 3, /* plain FP32 (CPU hosts; GPUs use it for the optimizer only) */
+    MOE_NUM_MATH = 4,
+};
+
+/*
+ * Shape-dependent GEMM efficiency: a GEMM of F flops reaches
+ *   eff(F) = max_eff * (1 - exp(-F / half_flops))
+ * of the precision's peak, the saturating curve fitted to square-GEMM sweeps (hardware.md: H100
+ * BF16 0.18 at 1024^3, 0.68 at 2048^3, 0.80 at 4096^3), capped by the HBM roofline separately.
+ * Grouped (MoE) GEMMs apply grouped_eff on top, per expert, at the expert's own token count.
+ */
+struct moe_gemm_eff {
+    double max_eff[MOE_NUM_MATH]; /* asymptotic fraction of peak per math precision */
+    double half_flops;            /* FLOPs at which eff reaches 1-1/e of max (per GEMM) */
+    double grouped_eff;           /* extra factor for grouped GEMMs vs dense (<= 1) */
+};
+
+struct moe_gpu {
+    char name[MOE_NAME_LEN];
+    double hbm_gib;                    /* usable device memory per GPU */
+    double hbm_tbps;                   /* HBM bandwidth, 10^12 B/s */
+    double peak_tflops[MOE_NUM_MATH];  /* dense peak per math precision; 0 = unsupported */
+    bool has_fp8;                      /* FP8 tensorwise/delayed/blockwise recipes */
+    bool has_mx;                       /* MXFP8 / NVFP4 block-scaled formats (Blackwell) */
+    int num_sms;                       /* streaming multiprocessors (GEMMs lose what comm takes) */
+    struct moe_gemm_eff gemm;          /* GEMM efficiency curve */
+    double attn_fwd_eff;               /* fused (flash) attention forward, fraction of BF16 peak */
+    double attn_bwd_eff;               /* fused attention backward, fraction of BF16 peak */
+    double hbm_eff;                    /* achieved fraction of HBM bandwidth, memory-bound kernels */
+    double kernel_launch_us;           /* host time to launch one kernel (no CUDA graph) */
+    double quant_bytes_per_elem;       /* extra HBM bytes per element to quantise for FP8/FP4 */
+};
+
+struct moe_nvlink {
+    int domain_gpus;           /* GPUs sharing one NVSwitch fabric (8, or 72 for NVL72) */
+    double gbps;               /* per GPU per direction, line rate */
+    double eff;                /* achieved bus-bandwidth fraction for ring/a2a collectives */
+    double latency_us;         /* per collective step */
+    bool has_nvls;             /* NVLink SHARP in-switch reduction for all-reduce/reduce-scatter */
+    double nvls_busbw_gbps;    /* achieved all-reduce bus bandwidth with NVLS; 0 = none */
+};
+
+struct moe_scaleout {
+    double nic_gbps;           /* per GPU per direction, line rate (400G CX7 = 50) */
+    double eff;                /* achieved fraction for ring / send-recv */
+    double a2a_eff;            /* achieved fraction for NCCL all-to-all (cannot aggregate NICs) */
+    double latency_us;         /* per message / collective step across the fabric */
+};
+
+struct moe_host {
+    double mem_gib_per_gpu;    /* host DRAM usable per GPU for offload */
+    double link_gbps;          /* GPU<->host per GPU per direction (PCIe or C2C share) */
+    double link_eff;           /* achieved fraction of link_gbps for offload copies */
+};
+
+/* Expert-parallel dispatcher kernels (DeepEP, HybridEP) achieved bandwidth and SM cost. */
+struct moe_dispatch_hw {
+    double deepep_intra_eff;   /* DeepEP NVLink fraction of nvlink.gbps */
+    double deepep_inter_eff;   /* DeepEP RDMA fraction of nic_gbps */
+    double hybridep_intra_eff; /* HybridEP NVLink fraction */
+    double hybridep_inter_eff; /* HybridEP RDMA fraction */
+    int deepep_sms;            /* SMs DeepEP occupies while it runs */
+    int hybridep_sms;          /* SMs HybridEP occupies */
+    double permute_bytes_eff;  /* HBM fraction achieved by permute/unpermute (alltoall path) */
+};
+
+/* Software overheads not tied to one kernel (per layer host work, per step fixed costs). */
+struct moe_overheads {
+    double kernels_per_layer;      /* kernel launches in one layer's forward (backward ~2x) */
+    double moe_host_sync_us;       /* host sync per MoE layer pass for dropless token counts */
+    double step_fixed_ms;          /* per step: data loading, logging, GC, optimizer launch */
+    double overlap_eff;            /* fraction of overlappable comm actually hidden */
+    double a2a_overlap_loss;       /* compute slowdown fraction while EP comm overlaps (SMs) */
+};
+
+struct moe_cluster {
+    char name[MOE_NAME_LEN];
+    char description[160];
+    int gpus_per_node;         /* GPUs per node or tray: --gpus must be a multiple */
+    int max_gpus;              /* largest --gpus accepted */
+    struct moe_gpu gpu;
+    struct moe_nvlink nvlink;
+    struct moe_scaleout net;
+    struct moe_host host;
+    struct moe_dispatch_hw dispatch;
+    struct moe_overheads overheads;
+};
+
+/* Check ranges (positive bandwidths, fractions in (0,1.5], domain divides nodes, ...). */
+MOE_NODISCARD enum moe_status moe_cluster_validate(const struct moe_cluster *cl,
+                                                   struct moe_diag *diag);
+
+/* Check a GPU count against the cluster: positive, multiple of gpus_per_node, <= max_gpus. */
+MOE_NODISCARD enum moe_status moe_cluster_check_gpus(const struct moe_cluster *cl,
+                                                     int num_gpus,
+                                                     struct moe_diag *diag);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_MODEL_CLUSTER_H */

@@ -1,0 +1,143 @@
+/*
+ * The analytic cost model: per-GPU memory by category (worst pipeline stage), step time by phase,
+ * model FLOPs, TFLOPS/GPU and MFU for one model x cluster x layout x options.
+ *
+ * Phase accounting: every field of struct moe_phase_times is time on the critical path of one
+ * training step, so they sum to step_time_s:
+ *   step = compute + expert_gemm + dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm
+ *          + pp_bubble + optimizer + host_overhead
+ * Communication fields hold the *exposed* (not hidden by overlap) part; ep_comm = dispatch + combine
+ * and exposed_comm = the sum of all exposed communication, reported for convenience. Unhidden
+ * totals per collective are in struct moe_comm_totals. The engine measures the same names.
+ *
+ * Pure functions: no I/O, no allocation, no global state. Sources for each formula are cited where
+ * it is implemented (memory.c, comm_cost.c, compute.c, schedule.c).
+ */
+#ifndef MOE_MODEL_COST_H
+#define MOE_MODEL_COST_H
+
+#include <stdbool.h>
+
+#include "model/cluster.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Memory per GPU in bytes, one pipeline stage. */
+struct moe_mem_bytes {
+    double weights;     /* parameters resident on the GPU (BF16 compute copy + FP8 copies) */
+    double grads;       /* main gradients (FP32 or BF16 buffers) */
+    double optimizer;   /* FP32 master weights + Adam moments, sharded by the dist. optimizer */
+    double activations; /* saved activations of all micro-batches in flight */
+    double buffers;     /* dispatcher / comm buffers, logits, workspace, allocator reserve */
+    double total;       /* sum of the above */
+    double capacity;    /* GPU HBM capacity */
+    double host_offload; /* bytes moved to host memory (activation + optimizer offload) */
+};
+
+/* Saved activations of one micro-batch in one layer, bytes per GPU, by module. */
+struct moe_act_bytes {
+    double attn_norm, qkv, core_attn, attn_proj;      /* attention block */
+    double mlp_norm, router, dispatch, expert_fc1, moe_act, expert_fc2, shared, dense_mlp;
+    double total;
+};
+
+/* Step time by phase, seconds (see header comment for the accounting). */
+struct moe_phase_times {
+    double compute;       /* non-expert GEMMs, attention, elementwise, embedding, logits */
+    double expert_gemm;   /* routed + shared expert GEMMs and activation */
+    double dispatch;      /* exposed EP dispatch (incl. permute) */
+    double combine;       /* exposed EP combine (incl. unpermute) */
+    double tp_comm;       /* exposed TP/SP all-gather + reduce-scatter, ETP reductions */
+    double cp_comm;       /* exposed context-parallel K/V exchange */
+    double ep_comm;       /* dispatch + combine */
+    double pp_comm;       /* exposed pipeline send/recv */
+    double dp_comm;       /* exposed DP/EDP grad reduce-scatter + param all-gather */
+    double pp_bubble;     /* pipeline fill/drain idle time */
+    double optimizer;     /* optimizer step (incl. host optimizer when offloaded) */
+    double host_overhead; /* CPU launch/sync time not hidden behind GPU work */
+    double exposed_comm;  /* sum of exposed communication */
+};
+
+/* Unhidden communication time per step (seconds) and bytes sent per GPU per step. */
+struct moe_comm_totals {
+    double tp_s, cp_s, ep_s, pp_s, dp_s, etp_s;
+    double tp_bytes, cp_bytes, ep_bytes, pp_bytes, dp_bytes, etp_bytes;
+    double ep_inter_domain_fraction; /* share of EP bytes leaving the NVLink domain */
+};
+
+enum moe_phase {
+    MOE_PHASE_COMPUTE = 0,
+    MOE_PHASE_EXPERT_GEMM,
+    MOE_PHASE_DISPATCH,
+    MOE_PHASE_COMBINE,
+    MOE_PHASE_TP_COMM,
+    MOE_PHASE_CP_COMM,
+    MOE_PHASE_PP_COMM,
+    MOE_PHASE_DP_COMM,
+    MOE_PHASE_PP_BUBBLE,
+    MOE_PHASE_OPTIMIZER,
+    MOE_PHASE_HOST_OVERHEAD,
+    MOE_NUM_PHASES,
+};
+
+/* How the pipeline schedule is timed. */
+enum moe_schedule_mode {
+    MOE_SCHED_CLOSED_FORM = 0, /* bubble = (pp-1)/(m*vpp) of ideal: the search's hot path */
+    MOE_SCHED_SIMULATE = 1,    /* event simulation of 1F1B / interleaved with uneven stages */
+};
+
+/* Expert-load statistics: max-over-EP-ranks load / mean load (>= 1). */
+struct moe_load_stats {
+    double mean_factor; /* expected max/mean, used for the mean step time */
+    double p50_factor;  /* median over steps */
+    double p99_factor;  /* 99th percentile over steps */
+};
+
+struct moe_prediction {
+    double flops_per_step;          /* model FLOPs of one global batch (Megatron convention) */
+    double executed_flops_per_step; /* incl. recompute */
+    double step_time_s;             /* mean step time */
+    double step_time_p50_s;
+    double step_time_p99_s;
+    double tokens_per_s_per_gpu;
+    double tflops_per_gpu; /* flops_per_step / step_time / GPUs / 1e12 */
+    double mfu;            /* tflops_per_gpu / dense BF16 peak */
+    bool fits;             /* worst stage total <= capacity and host offload fits host memory */
+    int worst_stage;       /* pipeline rank with the largest memory */
+    struct moe_mem_bytes mem;          /* worst stage */
+    struct moe_act_bytes act_layer;    /* one MoE (or dense) layer, one micro-batch, as saved */
+    struct moe_phase_times time;
+    struct moe_comm_totals comm;
+    double load_factor;                /* expert max/mean load used */
+    enum moe_phase bottleneck;         /* largest phase */
+    double stage_time_s[2];            /* fwd+bwd per micro-batch: slowest stage, first stage */
+};
+
+/*
+ * Predict. cfg, cl, opt are validated and lay resolved (moe_layout_resolve) by the caller. load is
+ * the expert-load statistics to use; NULL means opt->moe_imbalance (1 when force-balanced; auto (0)
+ * without load stats is treated as 1). Never fails on resolved input; returns MOE_ERR_INVALID with
+ * diag if the layout is not resolved.
+ */
+MOE_NODISCARD enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
+                                               const struct moe_cluster *cl,
+                                               const struct moe_layout *lay,
+                                               const struct moe_options *opt,
+                                               const struct moe_load_stats *load,
+                                               enum moe_schedule_mode mode,
+                                               struct moe_prediction *out,
+                                               struct moe_diag *diag);
+
+/* Name of a phase as used in JSON ("compute", "expert_gemm", ...). */
+const char *moe_phase_name(enum moe_phase p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_MODEL_COST_H */
