@@ -2,7 +2,7 @@
  * Cluster description: one GPU type, its NVLink (scale-up) domain, the scale-out network and the
  * host, plus the achieved fractions and overheads the time model derates peaks with.
  *
- * Every figure comes from a cluster file (topologies/*.json, each value with its source) or from
+ * Every figure comes from a cluster file (topologies/<name>.json, each value with its source) or from
  * `moefold calibrate` on the local host; model/ never hard-codes hardware. Units are in the field
  * names: _gbps is 10^9 bytes/s per GPU per direction (nccl-tests' convention), _tflops 10^12 FLOP/s
  * dense (no sparsity), _us microseconds, _gib 2^30 bytes.
