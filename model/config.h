@@ -86,7 +86,7 @@ struct moe_model_cfg {
 /* Parameter counts (elements). Embedding and output layer counted separately. */
 struct moe_param_counts {
     double total;         /* every parameter, MTP included, output layer counted once if tied */
-    double active;        /* parameters a token touches: routed experts count K of E */
+    double active;        /* parameters a token touches: routed experts count K of E; MTP included */
     double embedding;     /* V_padded x h (input embedding) */
     double output;        /* V_padded x h when untied, else 0 */
     double attn_per_layer;/* attention block incl. its norms, one layer */
@@ -96,6 +96,7 @@ struct moe_param_counts {
     double router;        /* router of one MoE layer (weights + bias) */
     double mtp_extra;     /* per MTP layer: projections and norms beyond its transformer layer */
     double total_no_mtp;  /* total without MTP layers */
+    double active_no_mtp; /* active without MTP layers (the figure model cards publish) */
 };
 
 /* Number of built-in presets, and preset i (0-based); NULL past the end. */
