@@ -13,12 +13,12 @@
 #ifndef MOE_MODEL_LAYOUT_H
 #define MOE_MODEL_LAYOUT_H
 
-#include <stdbool.h>
-#include <stdint.h>
-
 #include "model/cluster.h"
 #include "model/config.h"
 #include "model/status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,29 +110,29 @@ struct moe_pp_chunk {
     uint16_t num_layers;  /* decoder layers in this chunk */
     uint8_t num_mtp;      /* MTP layers in this chunk */
     uint8_t has_embedding;
-    uint8_t has_loss;     /* output layer + loss */
+    uint8_t has_loss; /* output layer + loss */
     uint8_t pad_;
 };
 
 struct moe_layout {
-    int num_gpus; /* world size = tp*cp*dp*pp */
-    int tp;       /* tensor parallel */
-    int cp;       /* context parallel */
-    int dp;       /* data parallel (attention side) */
-    int pp;       /* pipeline stages */
-    int vpp;      /* virtual stages per pipeline rank (1 = no interleaving) */
-    int ep;       /* expert parallel */
-    int etp;      /* expert tensor parallel */
-    int edp;      /* expert data parallel = tp*cp*dp / (etp*ep) */
-    int mbs;      /* micro-batch size, sequences */
-    int gbs;      /* global batch size, sequences */
+    int num_gpus;         /* world size = tp*cp*dp*pp */
+    int tp;               /* tensor parallel */
+    int cp;               /* context parallel */
+    int dp;               /* data parallel (attention side) */
+    int pp;               /* pipeline stages */
+    int vpp;              /* virtual stages per pipeline rank (1 = no interleaving) */
+    int ep;               /* expert parallel */
+    int etp;              /* expert tensor parallel */
+    int edp;              /* expert data parallel = tp*cp*dp / (etp*ep) */
+    int mbs;              /* micro-batch size, sequences */
+    int gbs;              /* global batch size, sequences */
     int num_microbatches; /* gbs / (mbs*dp) */
     int seq_length;       /* tokens per sequence for this run */
     bool sequence_parallel;
 
     /* Pipeline layout: chunks[pp*vpp] in Megatron's chunk order, filled by moe_layout_resolve. */
-    int first_stage_layers; /* --decoder-first-pipeline-num-layers, 0 = even split */
-    int last_stage_layers;  /* --decoder-last-pipeline-num-layers, 0 = even split */
+    int first_stage_layers;    /* --decoder-first-pipeline-num-layers, 0 = even split */
+    int last_stage_layers;     /* --decoder-last-pipeline-num-layers, 0 = even split */
     bool has_custom_pp_layout; /* chunks[] came from a --pipeline-model-parallel-layout string */
     int num_chunks;            /* pp*vpp once resolved */
     struct moe_pp_chunk chunks[MOE_MAX_PP_CHUNKS];
@@ -140,15 +140,15 @@ struct moe_layout {
 
 struct moe_options {
     enum moe_recipe recipe;
-    bool fp8_param_gather;             /* FP8 (or MX) weights all-gathered for DP */
-    bool use_distributed_optimizer;    /* ZeRO-1 style sharding over DP / EDP */
+    bool fp8_param_gather;          /* FP8 (or MX) weights all-gathered for DP */
+    bool use_distributed_optimizer; /* ZeRO-1 style sharding over DP / EDP */
     bool overlap_grad_reduce;
     bool overlap_param_gather;
-    bool tp_comm_overlap;              /* userbuffers TP overlap */
-    bool overlap_moe_ep_comm;          /* --overlap-moe-expert-parallel-comm (1F1B A2A overlap) */
+    bool tp_comm_overlap;     /* userbuffers TP overlap */
+    bool overlap_moe_ep_comm; /* --overlap-moe-expert-parallel-comm (1F1B A2A overlap) */
     bool delay_wgrad_compute;
     bool moe_grouped_gemm;
-    bool force_load_balancing;         /* --moe-router-force-load-balancing */
+    bool force_load_balancing; /* --moe-router-force-load-balancing */
     bool precision_aware_optimizer;
     bool optimizer_cpu_offload;
     double optimizer_offload_fraction; /* of optimizer state on host when offloaded, (0,1] */
@@ -156,22 +156,22 @@ struct moe_options {
     enum moe_dtype exp_avg_dtype;
     enum moe_dtype exp_avg_sq_dtype;
     enum moe_dispatcher dispatcher;
-    double capacity_factor;            /* 0 = dropless */
+    double capacity_factor; /* 0 = dropless */
 
     enum moe_recompute_granularity recompute;
     enum moe_recompute_method recompute_method;
-    int recompute_num_layers;          /* full: layers per chunk (uniform) or per stage (block) */
-    unsigned recompute_modules;        /* MOE_RC_* for selective */
+    int recompute_num_layers;   /* full: layers per chunk (uniform) or per stage (block) */
+    unsigned recompute_modules; /* MOE_RC_* for selective */
 
-    int cpu_offloading_num_layers;     /* layers whose activations go to host (0 = off) */
-    bool fine_grained_offload;         /* --fine-grained-activation-offloading */
-    unsigned offload_modules;          /* MOE_OFF_* for fine-grained offloading */
+    int cpu_offloading_num_layers; /* layers whose activations go to host (0 = off) */
+    bool fine_grained_offload;     /* --fine-grained-activation-offloading */
+    unsigned offload_modules;      /* MOE_OFF_* for fine-grained offloading */
 
     enum moe_cuda_graph_impl cuda_graph_impl;
-    unsigned cuda_graph_modules;       /* MOE_CGM_* */
+    unsigned cuda_graph_modules; /* MOE_CGM_* */
 
-    double moe_imbalance;              /* max/mean expert load factor >= 1; 0 = auto (Monte Carlo) */
-    int moe_hot_expert_replicas;       /* hottest experts cloned onto other EP ranks (ECHO) */
+    double moe_imbalance;        /* max/mean expert load factor >= 1; 0 = auto (Monte Carlo) */
+    int moe_hot_expert_replicas; /* hottest experts cloned onto other EP ranks (ECHO) */
 };
 
 /* Megatron-LM's defaults: BF16, no overlap, alltoall, no recompute, vpp 1, imbalance 1. */
@@ -183,10 +183,10 @@ void moe_layout_init(struct moe_layout *lay);
 const char *moe_recipe_name(enum moe_recipe r);
 const char *moe_dispatcher_name(enum moe_dispatcher d);
 /* Parse those names; MOE_ERR_PARSE with diag listing the accepted names. */
-MOE_NODISCARD enum moe_status moe_recipe_parse(const char *s, enum moe_recipe *out, struct moe_diag *diag);
-MOE_NODISCARD enum moe_status moe_dispatcher_parse(const char *s,
-                                                   enum moe_dispatcher *out,
-                                                   struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_recipe_parse(const char *s, enum moe_recipe *out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_dispatcher_parse(const char *s, enum moe_dispatcher *out, struct moe_diag *diag);
 /* Math precision the recipe's GEMMs run at (FP8 recipes -> MOE_MATH_FP8, NVFP4 -> FP4). */
 enum moe_math moe_recipe_math(enum moe_recipe r);
 
@@ -215,6 +215,45 @@ MOE_NODISCARD enum moe_status moe_layout_parse_pp_string(const char *s,
 
 /* Write the chunks of lay as a compact layout string into buf[len] (for plans and suggestions). */
 void moe_layout_format_pp_string(const struct moe_layout *lay, char *buf, int len);
+
+/*
+ * Count the chunks (virtual pipeline stages) a layout string describes, as Megatron's
+ * PipelineParallelLayerLayout.get_num_stages_from_str does, so a caller can derive
+ * vpp = chunks / pp before parsing. MOE_ERR_PARSE naming the column on malformed text.
+ */
+MOE_NODISCARD enum moe_status
+moe_layout_count_pp_chunks(const char *s, int *num_chunks, struct moe_diag *diag);
+
+/*
+ * Names of the other option enums, spelled as Megatron-LM's flags spell them: "none" /
+ * "selective" / "full", "uniform" / "block", "fp32" / "bf16" / "fp16" / "fp8", "none" / "local" /
+ * "transformer_engine". The parsers return MOE_ERR_PARSE with diag listing the accepted names.
+ */
+const char *moe_recompute_name(enum moe_recompute_granularity g);
+const char *moe_recompute_method_name(enum moe_recompute_method m);
+const char *moe_dtype_name(enum moe_dtype d);
+const char *moe_cuda_graph_impl_name(enum moe_cuda_graph_impl impl);
+MOE_NODISCARD enum moe_status
+moe_recompute_parse(const char *s, enum moe_recompute_granularity *out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_recompute_method_parse(const char *s, enum moe_recompute_method *out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_dtype_parse(const char *s, enum moe_dtype *out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_cuda_graph_impl_parse(const char *s, enum moe_cuda_graph_impl *out, struct moe_diag *diag);
+
+/* The three module bit sets: --recompute-modules, --offload-modules, --cuda-graph-modules. */
+enum moe_module_set {
+    MOE_MODSET_RECOMPUTE = 0,  /* MOE_RC_* */
+    MOE_MODSET_OFFLOAD = 1,    /* MOE_OFF_* */
+    MOE_MODSET_CUDA_GRAPH = 2, /* MOE_CGM_* */
+};
+/* Megatron's name of one bit of a set ("core_attn", "expert_fc1", "moe_router", ...); NULL if the
+ * value is not a single known bit. */
+const char *moe_module_name(enum moe_module_set set, unsigned bit);
+/* Parse one module name into its bit; MOE_ERR_PARSE listing the accepted names. */
+MOE_NODISCARD enum moe_status
+moe_module_parse(enum moe_module_set set, const char *name, unsigned *bit, struct moe_diag *diag);
 
 /* Rank-mapping coordinates of global rank r (DESIGN.md order). */
 struct moe_rank_coords {
