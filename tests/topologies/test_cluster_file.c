@@ -1,0 +1,439 @@
+/*
+ * Tests for topologies/cluster_file.c: every shipped cluster file loads and validates, published
+ * figures arrive where they belong (H100 989.4 / 1978.9 dense TFLOPS, NVL72's 72-GPU domain),
+ * JSON round trips give the identical struct, and broken files (unknown key, figure without a
+ * source, negative bandwidth, malformed JSON, missing file, unknown name) fail with a message that
+ * names the problem. Broken files are written into a fresh folder under /tmp.
+ */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+/* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
+#include "tests/test_util.h"
+#include "topologies/cluster_file.h"
+#include "topologies/json_util.h"
+
+#include <cmocka.h>
+
+#ifndef PATH_MAX
+#define PATH_MAX 4096
+#endif
+
+/* The clusters the issue asks for; the folder may hold more (e.g. a calibrated local.json). */
+static const char *const shipped[] = {
+    "dgx-b200", "dgx-h100", "dgx-h200", "gb200-nvl72", "gb300-nvl72", "h800", "hgx-b300",
+};
+
+struct fixture {
+    char topo_dir[PATH_MAX]; /* the source tree's topologies/ */
+    char tmp_dir[64];        /* scratch folder for broken files */
+};
+
+/* True when a and b name the same existing directory. */
+static bool same_dir(const char *a, const char *b)
+{
+    struct stat sa;
+    struct stat sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && S_ISDIR(sa.st_mode) &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof(*fx));
+    char rel[PATH_MAX];
+    char cwd[PATH_MAX];
+    if (fx == NULL || moe_test_root_path("topologies", rel, sizeof(rel)) == NULL ||
+        getcwd(cwd, sizeof(cwd)) == NULL) {
+        free(fx);
+        return -1;
+    }
+    /* Run from elsewhere than the repository root: find the folder from the executable. */
+    struct stat st;
+    if (stat(rel, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        (void)unsetenv("MOEFOLD_TOPOLOGIES");
+        if (moe_cluster_dir(rel, sizeof(rel)) == NULL) {
+            free(fx);
+            return -1;
+        }
+    }
+    /* Absolute, so that a test may change the working directory. */
+    if (rel[0] == '/') {
+        (void)snprintf(fx->topo_dir, sizeof(fx->topo_dir), "%s", rel);
+    } else {
+        (void)snprintf(fx->topo_dir, sizeof(fx->topo_dir), "%.2000s/%.2000s", cwd, rel);
+    }
+    (void)snprintf(fx->tmp_dir, sizeof(fx->tmp_dir), "/tmp/moefold-cluster-test-XXXXXX");
+    /* Name lookup goes through the source tree unless a test says otherwise. */
+    if (mkdtemp(fx->tmp_dir) == NULL || setenv("MOEFOLD_TOPOLOGIES", fx->topo_dir, 1) != 0) {
+        free(fx);
+        return -1;
+    }
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+    char cmd[PATH_MAX];
+    (void)snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->tmp_dir);
+    int rc = system(cmd);
+    free(fx);
+    return rc == 0 ? 0 : -1;
+}
+
+/* |got - want| <= tol, with both values printed on failure. */
+static void assert_near(double got, double want, double tol)
+{
+    if (!(fabs(got - want) <= tol)) {
+        print_error("got %.17g, want %.17g (tolerance %g)\n", got, want, tol);
+    }
+    assert_true(fabs(got - want) <= tol);
+}
+
+static void load_ok(const char *name, struct moe_cluster *cl)
+{
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    enum moe_status st = moe_cluster_load(name, cl, &diag);
+    if (st != MOE_OK) {
+        print_error("%s: %s\n", name, diag.message);
+    }
+    assert_int_equal(st, MOE_OK);
+}
+
+static void test_every_shipped_cluster_loads(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < MOE_ARRAY_LEN(shipped); i++) {
+        struct moe_cluster cl;
+        load_ok(shipped[i], &cl);
+        assert_string_equal(cl.name, shipped[i]); /* "name" matches the file name */
+        struct moe_diag diag;
+        memset(&diag, 0, sizeof(diag));
+        assert_int_equal(moe_cluster_validate(&cl, &diag), MOE_OK);
+        assert_true(cl.description[0] != '\0');
+        assert_int_equal(cl.max_gpus, 65536);
+    }
+}
+
+static void test_published_figures(void **state)
+{
+    (void)state;
+    struct moe_cluster cl;
+    load_ok("dgx-h100", &cl);
+    /* NVIDIA H100 SXM5 dense peaks (hardware.md section 2). */
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_BF16], 989.4, 1e-9);
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_FP8], 1978.9, 1e-9);
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_FP4], 0.0, 0.0);
+    assert_true(cl.gpu.has_fp8);
+    assert_false(cl.gpu.has_mx);
+    assert_int_equal(cl.gpu.num_sms, 132);
+    assert_int_equal(cl.gpus_per_node, 8);
+    assert_int_equal(cl.nvlink.domain_gpus, 8);
+    assert_near(cl.nvlink.gbps, 450.0, 0.0);
+    assert_near(cl.net.nic_gbps, 50.0, 0.0); /* 400 Gb/s CX7 */
+
+    load_ok("h800", &cl); /* same die as H100, NVLink 200 GB/s per direction */
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_BF16], 989.4, 1e-9);
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_FP8], 1978.9, 1e-9);
+    assert_near(cl.nvlink.gbps, 200.0, 0.0);
+    assert_int_equal(cl.gpus_per_node, 8);
+
+    load_ok("gb200-nvl72", &cl);
+    assert_int_equal(cl.nvlink.domain_gpus, 72);
+    assert_int_equal(cl.gpus_per_node, 4);
+    assert_true(cl.gpu.has_mx);
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_BF16], 2500.0, 0.0);
+    assert_near(cl.nvlink.gbps, 900.0, 0.0);
+
+    load_ok("gb300-nvl72", &cl);
+    assert_int_equal(cl.nvlink.domain_gpus, 72);
+    assert_near(cl.net.nic_gbps, 100.0, 0.0); /* 800 Gb/s CX8 */
+
+    load_ok("dgx-b200", &cl);
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_FP4], 9000.0, 0.0);
+    assert_int_equal(cl.gpu.num_sms, 148);
+}
+
+/* load -> to_json -> from_json gives the same struct; so does a print/parse of the text. */
+static void test_round_trip(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < MOE_ARRAY_LEN(shipped); i++) {
+        struct moe_cluster a;
+        struct moe_cluster b;
+        struct moe_cluster c;
+        struct moe_diag diag;
+        memset(&diag, 0, sizeof(diag));
+        load_ok(shipped[i], &a);
+        cJSON *json = moe_cluster_to_json(&a, "round-trip test");
+        assert_non_null(json);
+        assert_int_equal(moe_cluster_from_json(json, "round trip", &b, &diag), MOE_OK);
+        assert_memory_equal(&a, &b, sizeof(a));
+        char *text = cJSON_Print(json);
+        assert_non_null(text);
+        cJSON *reparsed = NULL;
+        assert_int_equal(moe_json_parse(text, strlen(text), "printed", &reparsed, &diag), MOE_OK);
+        assert_int_equal(moe_cluster_from_json(reparsed, "printed", &c, &diag), MOE_OK);
+        assert_memory_equal(&a, &c, sizeof(a));
+        /* Every figure carries the given source. */
+        const cJSON *nv = cJSON_GetObjectItemCaseSensitive(json, "nvlink");
+        const cJSON *gbps = cJSON_GetObjectItemCaseSensitive(nv, "gbps");
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(gbps, "source");
+        assert_true(cJSON_IsString(src));
+        assert_string_equal(src->valuestring, "round-trip test");
+        free(text);
+        cJSON_Delete(reparsed);
+        cJSON_Delete(json);
+    }
+}
+
+/* Read dgx-h100.json as a tree to mutate. */
+static cJSON *h100_tree(const struct fixture *fx)
+{
+    char path[PATH_MAX + 32];
+    (void)snprintf(path, sizeof(path), "%s/dgx-h100.json", fx->topo_dir);
+    cJSON *root = NULL;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_json_read_file(path, &root, &diag), MOE_OK);
+    return root;
+}
+
+/* Write root to tmp_dir/file, load it by path, expect status and every needle in the message. */
+static void expect_load_fails(const struct fixture *fx,
+                              const cJSON *root,
+                              const char *file,
+                              enum moe_status want,
+                              const char *needle1,
+                              const char *needle2)
+{
+    char path[128];
+    (void)snprintf(path, sizeof(path), "%s/%s", fx->tmp_dir, file);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_json_write_file(path, root, &diag), MOE_OK);
+    struct moe_cluster cl;
+    enum moe_status st = moe_cluster_load(path, &cl, &diag);
+    if (st != want || strstr(diag.message, needle1) == NULL ||
+        (needle2 != NULL && strstr(diag.message, needle2) == NULL)) {
+        print_error("%s: got %d \"%s\"\n", file, (int)st, diag.message);
+    }
+    assert_int_equal(st, want);
+    assert_non_null(strstr(diag.message, needle1));
+    if (needle2 != NULL) {
+        assert_non_null(strstr(diag.message, needle2));
+    }
+    assert_non_null(strstr(diag.message, file)); /* the file is named */
+}
+
+static void test_unknown_keys(void **state)
+{
+    const struct fixture *fx = *state;
+    cJSON *root = h100_tree(fx);
+    cJSON *gpu = cJSON_GetObjectItemCaseSensitive(root, "gpu");
+    cJSON_AddItemToObject(gpu, "xyz", cJSON_CreateNumber(1));
+    expect_load_fails(fx, root, "unknown-gpu-key.json", MOE_ERR_INVALID, "cluster.gpu.xyz",
+                      "unknown key");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx); /* nested two levels down */
+    cJSON *peaks = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "gpu"),
+                                                    "peak_tflops");
+    cJSON_AddItemToObject(peaks, "int8", cJSON_CreateNumber(1979));
+    expect_load_fails(fx, root, "unknown-peak-key.json", MOE_ERR_INVALID,
+                      "cluster.gpu.peak_tflops.int8", NULL);
+    cJSON_Delete(root);
+
+    root = h100_tree(fx); /* a typo at the top level */
+    cJSON_AddItemToObject(root, "gpus_per_nod", cJSON_CreateNumber(8));
+    expect_load_fails(fx, root, "unknown-top-key.json", MOE_ERR_INVALID, "cluster.gpus_per_nod",
+                      NULL);
+    cJSON_Delete(root);
+
+    root = h100_tree(fx); /* a required key missing */
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "scaleout"),
+                                            "a2a_eff");
+    expect_load_fails(fx, root, "missing-key.json", MOE_ERR_INVALID, "cluster.scaleout",
+                      "\"a2a_eff\"");
+    cJSON_Delete(root);
+}
+
+static void test_figure_needs_source(void **state)
+{
+    const struct fixture *fx = *state;
+    cJSON *root = h100_tree(fx);
+    cJSON *hbm =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "gpu"), "hbm_gib");
+    cJSON_DeleteItemFromObjectCaseSensitive(hbm, "source");
+    expect_load_fails(fx, root, "no-source.json", MOE_ERR_INVALID, "cluster.gpu.hbm_gib", "source");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx); /* a bare number instead of a figure */
+    cJSON *nv = cJSON_GetObjectItemCaseSensitive(root, "nvlink");
+    cJSON_ReplaceItemInObjectCaseSensitive(nv, "gbps", cJSON_CreateNumber(450));
+    expect_load_fails(fx, root, "bare-number.json", MOE_ERR_INVALID, "cluster.nvlink.gbps",
+                      "\"source\"");
+    cJSON_Delete(root);
+}
+
+static void set_value(cJSON *root, const char *section, const char *key, double v)
+{
+    cJSON *fig =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, section), key);
+    assert_non_null(fig);
+    cJSON_ReplaceItemInObjectCaseSensitive(fig, "value", cJSON_CreateNumber(v));
+}
+
+static void test_bad_values(void **state)
+{
+    const struct fixture *fx = *state;
+    cJSON *root = h100_tree(fx);
+    set_value(root, "nvlink", "gbps", -450);
+    expect_load_fails(fx, root, "negative-bw.json", MOE_ERR_INVALID, "cluster.nvlink.gbps", "-450");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx); /* passes the loose range, fails validation */
+    set_value(root, "scaleout", "nic_gbps", 0);
+    expect_load_fails(fx, root, "zero-nic.json", MOE_ERR_INVALID, "scaleout.nic_gbps = 0",
+                      "must be in (0");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx);
+    set_value(root, "nvlink", "domain_gpus", 8.5);
+    expect_load_fails(fx, root, "fractional-int.json", MOE_ERR_INVALID,
+                      "cluster.nvlink.domain_gpus", "whole number");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx);
+    set_value(root, "nvlink", "domain_gpus", 6);
+    expect_load_fails(fx, root, "bad-domain.json", MOE_ERR_INVALID, "nvlink.domain_gpus = 6",
+                      "one must divide the other");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx);
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "version", cJSON_CreateNumber(2));
+    expect_load_fails(fx, root, "newer.json", MOE_ERR_UNSUPPORTED, "version 2", "upgrade");
+    cJSON_Delete(root);
+
+    root = h100_tree(fx);
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "format", cJSON_CreateString("moefold-model"));
+    expect_load_fails(fx, root, "wrong-format.json", MOE_ERR_INVALID, "moefold-cluster", NULL);
+    cJSON_Delete(root);
+}
+
+static void test_malformed_and_missing(void **state)
+{
+    const struct fixture *fx = *state;
+    char path[128];
+    (void)snprintf(path, sizeof(path), "%s/malformed.json", fx->tmp_dir);
+    const char *text = "{\n  \"format\": \"moefold-cluster\",\n  \"version\": 1,\n  \"name\": \n";
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_file_write_atomic(path, text, strlen(text), &diag), MOE_OK);
+    struct moe_cluster cl;
+    assert_int_equal(moe_cluster_load(path, &cl, &diag), MOE_ERR_PARSE);
+    assert_non_null(strstr(diag.message, "malformed JSON"));
+    assert_non_null(strstr(diag.message, "malformed.json"));
+    assert_true(diag.line >= 4);
+
+    memset(&diag, 0, sizeof(diag));
+    (void)snprintf(path, sizeof(path), "%s/no-such-file.json", fx->tmp_dir);
+    assert_int_equal(moe_cluster_load(path, &cl, &diag), MOE_ERR_IO);
+    assert_non_null(strstr(diag.message, "no-such-file.json"));
+    assert_non_null(strstr(diag.message, "cannot open"));
+
+    /* An unknown name lists the known ones. */
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_cluster_load("dgx-h1000", &cl, &diag), MOE_ERR_NOT_FOUND);
+    assert_non_null(strstr(diag.message, "unknown cluster \"dgx-h1000\""));
+    assert_non_null(strstr(diag.message, "dgx-h100, dgx-h200"));
+    assert_string_equal(diag.source, "--cluster");
+
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_cluster_load("", &cl, &diag), MOE_ERR_INVALID);
+    assert_int_equal(moe_cluster_load("..", &cl, &diag), MOE_ERR_NOT_FOUND);
+}
+
+static void test_list_and_dir(void **state)
+{
+    const struct fixture *fx = *state;
+    char names[32][MOE_NAME_LEN];
+    size_t n = 0;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_cluster_list(names, 32, &n, &diag), MOE_OK);
+    assert_true(n >= MOE_ARRAY_LEN(shipped));
+    for (size_t i = 1; i < n; i++) {
+        assert_true(strcmp(names[i - 1], names[i]) < 0); /* sorted */
+    }
+    for (size_t i = 0; i < MOE_ARRAY_LEN(shipped); i++) {
+        bool found = false;
+        for (size_t j = 0; j < n && !found; j++) {
+            found = strcmp(names[j], shipped[i]) == 0;
+        }
+        assert_true(found);
+    }
+    assert_int_equal(moe_cluster_list(names, 2, &n, &diag), MOE_OK); /* capped, first in order */
+    assert_int_equal(n, 2);
+    assert_string_equal(names[0], "dgx-b200");
+    assert_string_equal(names[1], "dgx-h100");
+
+    /* $MOEFOLD_TOPOLOGIES: a folder with one copied cluster and a file that is not JSON. */
+    char dir[128];
+    (void)snprintf(dir, sizeof(dir), "%s/alt", fx->tmp_dir);
+    char cmd[PATH_MAX * 2];
+    (void)snprintf(cmd, sizeof(cmd),
+                   "mkdir -p '%s' && cp '%s/h800.json' '%s/mine.json' && "
+                   "touch '%s/README.md'",
+                   dir, fx->topo_dir, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(setenv("MOEFOLD_TOPOLOGIES", dir, 1), 0);
+    char got[PATH_MAX];
+    assert_string_equal(moe_cluster_dir(got, sizeof(got)), dir);
+    assert_int_equal(moe_cluster_list(names, 32, &n, &diag), MOE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(names[0], "mine");
+    struct moe_cluster cl;
+    load_ok("mine", &cl);
+    assert_string_equal(cl.name, "h800"); /* the file's own name stays */
+
+    /* Without the variable the folder is found from the executable, whatever the cwd. */
+    assert_int_equal(unsetenv("MOEFOLD_TOPOLOGIES"), 0);
+    char cwd[PATH_MAX];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_int_equal(chdir("/"), 0);
+    const char *found = moe_cluster_dir(got, sizeof(got));
+    load_ok("dgx-h100", &cl);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(setenv("MOEFOLD_TOPOLOGIES", fx->topo_dir, 1), 0);
+    assert_non_null(found);
+    assert_true(found[0] == '/'); /* from /proc/self/exe, not the "./topologies" fallback */
+    assert_true(same_dir(found, fx->topo_dir));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_shipped_cluster_loads),
+        cmocka_unit_test(test_published_figures),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_figure_needs_source),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_malformed_and_missing),
+        cmocka_unit_test(test_list_and_dir),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

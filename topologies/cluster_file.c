@@ -1,0 +1,615 @@
+/*
+ * Cluster files: topologies/<name>.json ("format": "moefold-cluster", version 1) read into and
+ * written from model/'s struct moe_cluster.
+ *
+ * One flat table (cluster_fields below) names every key, the object it belongs to, its place in the
+ * struct, its kind and a loose sanity range; reading, writing and the known-key check all walk that
+ * table, so the file format and the struct cannot drift apart. Every number is a figure {"value":
+ * x, "source": "...", "note":
+ * "..."} whose source must be non-empty; flags are plain booleans, names plain strings. Every key
+ * is required and an unknown key is an error naming its full path (cluster.gpu.xyz) and the file.
+ * The finer rules (positive bandwidths, fractions, node/domain shape) are moe_cluster_validate's,
+ * which runs on every cluster read.
+ *
+ * Name lookup (moe_cluster_dir): $MOEFOLD_TOPOLOGIES; else the nearest folder named topologies/
+ * holding *.json files, looking in the running executable's folder and up to six folders above it
+ * (so build/bin/moefold, build/san/bin/moefold and build/bin/tests/<dir>/test_x all find the
+ * source tree's topologies/); else ./topologies.
+ */
+#include "topologies/cluster_file.h"
+
+#include "topologies/json_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef PATH_MAX
+#define PATH_MAX 4096
+#endif
+
+/* How many folders above the executable's own folder are searched for topologies/. */
+#define MOE_CLUSTER_DIR_LEVELS 6
+
+enum field_kind {
+    FIELD_REAL,   /* figure -> double */
+    FIELD_INT,    /* figure -> int (value must be integral) */
+    FIELD_BOOL,   /* plain JSON boolean */
+    FIELD_STRING, /* plain JSON string, buffer of size `hi` */
+    FIELD_OBJECT, /* nested object: the section `offset` names */
+};
+
+/* The objects of a cluster file; each table row belongs to one (its parent). */
+enum field_section {
+    SEC_ROOT,
+    SEC_GPU,
+    SEC_PEAK,
+    SEC_GEMM,
+    SEC_MAX_EFF,
+    SEC_NVLINK,
+    SEC_SCALEOUT,
+    SEC_HOST,
+    SEC_DISPATCH,
+    SEC_OVERHEADS,
+};
+
+/* One key. Pointer-free (key is an array, sections are ids), so the table is read-only data. */
+struct cluster_field {
+    enum field_section parent;
+    char key[24];
+    enum field_kind kind;
+    size_t offset; /* byte offset in struct moe_cluster; FIELD_OBJECT: the child section */
+    double lo;     /* loose sanity range for numbers; finer rules in moe_cluster_validate */
+    double hi;     /* for FIELD_STRING: buffer size */
+};
+
+/* Loose ranges: catch a sign or unit slip (GB/s given in bits, MB for GB) at load time. */
+#define BW_MAX   1.0e6 /* GB/s */
+#define PEAK_MAX 1.0e6 /* TFLOPS */
+#define FRAC_MAX 1.5   /* achieved fraction (NVLS busbw exceeds line rate) */
+#define US_MAX   1.0e6 /* microseconds */
+
+/* The table reads best one entry per line, in file order. */
+/* clang-format off */
+#define OFF(member) offsetof(struct moe_cluster, member)
+#define FIG_REAL(sec, key, member, lo, hi) {sec, key, FIELD_REAL, OFF(member), lo, hi}
+#define FIG_INT(sec, key, member, lo, hi)  {sec, key, FIELD_INT, OFF(member), lo, hi}
+#define FLAG(sec, key, member)             {sec, key, FIELD_BOOL, OFF(member), 0, 0}
+#define TEXT(sec, key, member)             {sec, key, FIELD_STRING, OFF(member), 0, \
+                                            sizeof(((struct moe_cluster *)0)->member)}
+#define SECTION(sec, key, child)           {sec, key, FIELD_OBJECT, child, 0, 0}
+
+/* Top level; "format" and "version" are checked first, by moe_json_check_format. */
+static const struct cluster_field cluster_fields[] = {
+    TEXT(SEC_ROOT, "name", name),
+    TEXT(SEC_ROOT, "description", description),
+    FIG_INT(SEC_ROOT, "gpus_per_node", gpus_per_node, 1, 1.0e6),
+    FIG_INT(SEC_ROOT, "max_gpus", max_gpus, 1, (double)INT_MAX),
+    SECTION(SEC_ROOT, "gpu", SEC_GPU),
+    SECTION(SEC_ROOT, "gemm", SEC_GEMM),
+    SECTION(SEC_ROOT, "nvlink", SEC_NVLINK),
+    SECTION(SEC_ROOT, "scaleout", SEC_SCALEOUT),
+    SECTION(SEC_ROOT, "host", SEC_HOST),
+    SECTION(SEC_ROOT, "dispatch", SEC_DISPATCH),
+    SECTION(SEC_ROOT, "overheads", SEC_OVERHEADS),
+
+    TEXT(SEC_GPU, "name", gpu.name),
+    FIG_REAL(SEC_GPU, "hbm_gib", gpu.hbm_gib, 0, 1.0e5),
+    FIG_REAL(SEC_GPU, "hbm_tbps", gpu.hbm_tbps, 0, 1.0e3),
+    SECTION(SEC_GPU, "peak_tflops", SEC_PEAK),
+    FLAG(SEC_GPU, "has_fp8", gpu.has_fp8),
+    FLAG(SEC_GPU, "has_mx", gpu.has_mx),
+    FIG_INT(SEC_GPU, "num_sms", gpu.num_sms, 1, 1.0e5),
+    FIG_REAL(SEC_GPU, "attn_fwd_eff", gpu.attn_fwd_eff, 0, 1),
+    FIG_REAL(SEC_GPU, "attn_bwd_eff", gpu.attn_bwd_eff, 0, 1),
+    FIG_REAL(SEC_GPU, "hbm_eff", gpu.hbm_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_GPU, "kernel_launch_us", gpu.kernel_launch_us, 0, US_MAX),
+    FIG_REAL(SEC_GPU, "quant_bytes_per_elem", gpu.quant_bytes_per_elem, 0, 64),
+
+    FIG_REAL(SEC_PEAK, "bf16", gpu.peak_tflops[MOE_MATH_BF16], 0, PEAK_MAX),
+    FIG_REAL(SEC_PEAK, "fp8", gpu.peak_tflops[MOE_MATH_FP8], 0, PEAK_MAX),
+    FIG_REAL(SEC_PEAK, "fp4", gpu.peak_tflops[MOE_MATH_FP4], 0, PEAK_MAX),
+    FIG_REAL(SEC_PEAK, "fp32", gpu.peak_tflops[MOE_MATH_FP32], 0, PEAK_MAX),
+
+    SECTION(SEC_GEMM, "max_eff", SEC_MAX_EFF),
+    FIG_REAL(SEC_GEMM, "half_flops", gpu.gemm.half_flops, 0, 1.0e18),
+    FIG_REAL(SEC_GEMM, "grouped_eff", gpu.gemm.grouped_eff, 0, 1),
+    FIG_REAL(SEC_GEMM, "grouped_tile_m", gpu.gemm.grouped_tile_m, 0, 1.0e5),
+
+    FIG_REAL(SEC_MAX_EFF, "bf16", gpu.gemm.max_eff[MOE_MATH_BF16], 0, 1),
+    FIG_REAL(SEC_MAX_EFF, "fp8", gpu.gemm.max_eff[MOE_MATH_FP8], 0, 1),
+    FIG_REAL(SEC_MAX_EFF, "fp4", gpu.gemm.max_eff[MOE_MATH_FP4], 0, 1),
+    FIG_REAL(SEC_MAX_EFF, "fp32", gpu.gemm.max_eff[MOE_MATH_FP32], 0, 1),
+
+    FIG_INT(SEC_NVLINK, "domain_gpus", nvlink.domain_gpus, 1, 1.0e6),
+    FIG_REAL(SEC_NVLINK, "gbps", nvlink.gbps, 0, BW_MAX),
+    FIG_REAL(SEC_NVLINK, "eff", nvlink.eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_NVLINK, "latency_us", nvlink.latency_us, 0, US_MAX),
+    FLAG(SEC_NVLINK, "has_nvls", nvlink.has_nvls),
+    FIG_REAL(SEC_NVLINK, "nvls_busbw_gbps", nvlink.nvls_busbw_gbps, 0, BW_MAX),
+
+    FIG_REAL(SEC_SCALEOUT, "nic_gbps", net.nic_gbps, 0, BW_MAX),
+    FIG_REAL(SEC_SCALEOUT, "eff", net.eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_SCALEOUT, "a2a_eff", net.a2a_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_SCALEOUT, "latency_us", net.latency_us, 0, US_MAX),
+
+    FIG_REAL(SEC_HOST, "mem_gib_per_gpu", host.mem_gib_per_gpu, 0, 1.0e6),
+    FIG_REAL(SEC_HOST, "link_gbps", host.link_gbps, 0, BW_MAX),
+    FIG_REAL(SEC_HOST, "link_eff", host.link_eff, 0, FRAC_MAX),
+
+    FIG_REAL(SEC_DISPATCH, "deepep_intra_eff", dispatch.deepep_intra_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_DISPATCH, "deepep_inter_eff", dispatch.deepep_inter_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_DISPATCH, "hybridep_intra_eff", dispatch.hybridep_intra_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_DISPATCH, "hybridep_inter_eff", dispatch.hybridep_inter_eff, 0, FRAC_MAX),
+    FIG_INT(SEC_DISPATCH, "deepep_sms", dispatch.deepep_sms, 0, 1.0e5),
+    FIG_INT(SEC_DISPATCH, "hybridep_sms", dispatch.hybridep_sms, 0, 1.0e5),
+    FIG_REAL(SEC_DISPATCH, "permute_bytes_eff", dispatch.permute_bytes_eff, 0, FRAC_MAX),
+
+    FIG_REAL(SEC_OVERHEADS, "kernels_per_layer", overheads.kernels_per_layer, 0, 1.0e5),
+    FIG_REAL(SEC_OVERHEADS, "moe_host_sync_us", overheads.moe_host_sync_us, 0, US_MAX),
+    FIG_REAL(SEC_OVERHEADS, "step_fixed_ms", overheads.step_fixed_ms, 0, 1.0e6),
+    FIG_REAL(SEC_OVERHEADS, "overlap_eff", overheads.overlap_eff, 0, 1),
+    FIG_REAL(SEC_OVERHEADS, "a2a_overlap_loss", overheads.a2a_overlap_loss, 0, 1),
+    FIG_REAL(SEC_OVERHEADS, "context_gib", overheads.context_gib, 0, 1.0e4),
+    FIG_REAL(SEC_OVERHEADS, "alloc_reserve_frac", overheads.alloc_reserve_frac, 0, 1),
+    FIG_REAL(SEC_OVERHEADS, "flex_buffer_gib", overheads.flex_buffer_gib, 0, 1.0e4),
+};
+/* clang-format on */
+
+/* Prefix diag->message with "source: " unless it already names the source. */
+static enum moe_status in_file(enum moe_status st, const char *source, struct moe_diag *diag)
+{
+    if (st == MOE_OK || diag == NULL) {
+        return st;
+    }
+    moe_diag_source(diag, source);
+    if (strstr(diag->message, source) == NULL) {
+        char msg[sizeof(diag->message) + 256];
+        (void)snprintf(msg, sizeof(msg), "%s: %s", source, diag->message);
+        size_t n = strnlen(msg, sizeof(diag->message) - 1);
+        memcpy(diag->message, msg, n);
+        diag->message[n] = '\0';
+    }
+    return st;
+}
+
+/* Unknown keys (named with their full path) and duplicates are errors. */
+static enum moe_status
+check_known_keys(const cJSON *obj, enum field_section sec, const char *where, struct moe_diag *diag)
+{
+    const char *names[32];
+    size_t num_names = 0;
+    for (size_t i = 0; i < MOE_ARRAY_LEN(cluster_fields) && num_names < MOE_ARRAY_LEN(names); i++) {
+        if (cluster_fields[i].parent == sec) {
+            names[num_names++] = cluster_fields[i].key;
+        }
+    }
+    if (sec == SEC_ROOT && num_names + 2 <= MOE_ARRAY_LEN(names)) {
+        names[num_names++] = "format";
+        names[num_names++] = "version";
+    }
+    for (const cJSON *it = obj->child; it != NULL; it = it->next) {
+        const char *k = it->string != NULL ? it->string : "";
+        bool is_known = false;
+        for (size_t i = 0; i < num_names && !is_known; i++) {
+            is_known = strcmp(names[i], k) == 0;
+        }
+        if (!is_known) {
+            char list[384] = "";
+            size_t used = 0;
+            for (size_t i = 0; i < num_names && used + 2 < sizeof(list); i++) {
+                int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", names[i]);
+                used += w > 0 ? (size_t)w : 0;
+            }
+            return moe_diag_set(diag, MOE_ERR_INVALID, "unknown key %s.%s (known keys in %s: %s)",
+                                where, k, where, list);
+        }
+    }
+    return moe_json_check_keys(obj, names, num_names, where, diag); /* duplicates */
+}
+
+static enum moe_status read_number(const cJSON *obj,
+                                   const struct cluster_field *f,
+                                   const char *where,
+                                   unsigned char *base,
+                                   struct moe_diag *diag)
+{
+    double v = 0.0;
+    MOE_TRY(moe_json_get_figure(obj, f->key, true, f->lo, f->hi, &v, where, diag));
+    if (f->kind == FIELD_REAL) {
+        memcpy(base + f->offset, &v, sizeof(v));
+        return MOE_OK;
+    }
+    int iv = (int)v;
+    if ((double)iv != v) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s.%s.value = %g must be a whole number", where,
+                            f->key, v);
+    }
+    memcpy(base + f->offset, &iv, sizeof(iv));
+    return MOE_OK;
+}
+
+static enum moe_status read_fields(const cJSON *obj,
+                                   enum field_section sec,
+                                   const char *where,
+                                   unsigned char *base,
+                                   struct moe_diag *diag)
+{
+    if (!cJSON_IsObject(obj)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: expected a JSON object", where);
+    }
+    MOE_TRY(check_known_keys(obj, sec, where, diag));
+    for (size_t i = 0; i < MOE_ARRAY_LEN(cluster_fields); i++) {
+        const struct cluster_field *f = &cluster_fields[i];
+        if (f->parent != sec) {
+            continue;
+        }
+        switch (f->kind) {
+        case FIELD_REAL:
+        case FIELD_INT:
+            MOE_TRY(read_number(obj, f, where, base, diag));
+            break;
+        case FIELD_BOOL: {
+            bool b = false;
+            MOE_TRY(moe_json_get_bool(obj, f->key, true, &b, where, diag));
+            memcpy(base + f->offset, &b, sizeof(b));
+            break;
+        }
+        case FIELD_STRING: {
+            char *buf = (char *)(base + f->offset);
+            MOE_TRY(moe_json_get_string(obj, f->key, true, buf, (size_t)f->hi, where, diag));
+            break;
+        }
+        case FIELD_OBJECT: {
+            const cJSON *sub = cJSON_GetObjectItemCaseSensitive(obj, f->key);
+            if (sub == NULL) {
+                return moe_diag_set(diag, MOE_ERR_INVALID, "%s: missing required section \"%s\"",
+                                    where, f->key);
+            }
+            char sub_where[128];
+            (void)snprintf(sub_where, sizeof(sub_where), "%s.%s", where, f->key);
+            MOE_TRY(read_fields(sub, (enum field_section)f->offset, sub_where, base, diag));
+            break;
+        }
+        }
+    }
+    return MOE_OK;
+}
+
+enum moe_status moe_cluster_from_json(const cJSON *root,
+                                      const char *source,
+                                      struct moe_cluster *out,
+                                      struct moe_diag *diag)
+{
+    const char *src = source != NULL ? source : "(cluster)";
+    moe_diag_source(diag, src);
+    enum moe_status st =
+        moe_json_check_format(root, MOE_CLUSTER_FILE_FORMAT, MOE_CLUSTER_FILE_VERSION, src, diag);
+    if (st != MOE_OK) {
+        return in_file(st, src, diag);
+    }
+    struct moe_cluster cl;
+    memset(&cl, 0, sizeof(cl));
+    st = read_fields(root, SEC_ROOT, "cluster", (unsigned char *)&cl, diag);
+    if (st == MOE_OK) {
+        st = moe_cluster_validate(&cl, diag);
+    }
+    if (st != MOE_OK) {
+        return in_file(st, src, diag);
+    }
+    *out = cl;
+    return MOE_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Writing */
+
+static cJSON *figure_json(double v, const char *source)
+{
+    cJSON *fig = cJSON_CreateObject();
+    if (fig == NULL) {
+        return NULL;
+    }
+    if (cJSON_AddNumberToObject(fig, "value", v) == NULL ||
+        cJSON_AddStringToObject(fig, "source", source) == NULL) {
+        cJSON_Delete(fig);
+        return NULL;
+    }
+    return fig;
+}
+
+static cJSON *field_json(const struct cluster_field *f, const unsigned char *base, const char *src);
+
+static bool
+add_fields(cJSON *obj, enum field_section sec, const unsigned char *base, const char *source)
+{
+    for (size_t i = 0; i < MOE_ARRAY_LEN(cluster_fields); i++) {
+        const struct cluster_field *f = &cluster_fields[i];
+        if (f->parent != sec) {
+            continue;
+        }
+        cJSON *item = field_json(f, base, source);
+        if (item == NULL || !cJSON_AddItemToObject(obj, f->key, item)) {
+            cJSON_Delete(item);
+            return false;
+        }
+    }
+    return true;
+}
+
+static cJSON *field_json(const struct cluster_field *f, const unsigned char *base, const char *src)
+{
+    switch (f->kind) {
+    case FIELD_REAL: {
+        double v;
+        memcpy(&v, base + f->offset, sizeof(v));
+        return figure_json(v, src);
+    }
+    case FIELD_INT: {
+        int v;
+        memcpy(&v, base + f->offset, sizeof(v));
+        return figure_json((double)v, src);
+    }
+    case FIELD_BOOL: {
+        bool b;
+        memcpy(&b, base + f->offset, sizeof(b));
+        return cJSON_CreateBool(b);
+    }
+    case FIELD_STRING:
+        return cJSON_CreateString((const char *)(base + f->offset));
+    case FIELD_OBJECT: {
+        cJSON *obj = cJSON_CreateObject();
+        if (obj != NULL && !add_fields(obj, (enum field_section)f->offset, base, src)) {
+            cJSON_Delete(obj);
+            return NULL;
+        }
+        return obj;
+    }
+    }
+    return NULL;
+}
+
+cJSON *moe_cluster_to_json(const struct moe_cluster *cl, const char *source)
+{
+    const char *src = source != NULL && source[0] != '\0' ? source : "moefold";
+    cJSON *root = cJSON_CreateObject();
+    if (root == NULL) {
+        return NULL;
+    }
+    if (cJSON_AddStringToObject(root, "format", MOE_CLUSTER_FILE_FORMAT) == NULL ||
+        cJSON_AddNumberToObject(root, "version", MOE_CLUSTER_FILE_VERSION) == NULL ||
+        !add_fields(root, SEC_ROOT, (const unsigned char *)cl, src)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Lookup */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s);
+    size_t m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* A cluster folder: a directory holding at least one visible *.json file. */
+static bool is_cluster_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        return false;
+    }
+    bool found = false;
+    for (const struct dirent *e = readdir(d); e != NULL && !found; e = readdir(d)) {
+        found = e->d_name[0] != '.' && ends_with(e->d_name, ".json");
+    }
+    (void)closedir(d);
+    return found;
+}
+
+static const char *copy_out(const char *path, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0) {
+        return NULL;
+    }
+    int w = snprintf(buf, len, "%s", path);
+    if (w < 0 || (size_t)w >= len) {
+        buf[0] = '\0';
+    }
+    return buf;
+}
+
+/* Search the executable's folder and its ancestors for topologies/ with *.json files. */
+static bool dir_from_exe(char *found, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        return false;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash == NULL) {
+        return false;
+    }
+    *slash = '\0'; /* exe is now the executable's folder */
+    for (int level = 0; level <= MOE_CLUSTER_DIR_LEVELS && exe[0] != '\0'; level++) {
+        char cand[PATH_MAX + 16];
+        (void)snprintf(cand, sizeof(cand), "%s/topologies", exe);
+        if (is_cluster_dir(cand)) {
+            /* /proc/self/exe is already canonical and only whole components were cut. */
+            return copy_out(cand, found, len) != NULL && found[0] != '\0';
+        }
+        slash = strrchr(exe, '/');
+        if (slash == NULL) {
+            break;
+        }
+        *slash = '\0';
+    }
+    return false;
+}
+
+const char *moe_cluster_dir(char *buf, size_t len)
+{
+    const char *env = getenv("MOEFOLD_TOPOLOGIES");
+    if (env != NULL && env[0] != '\0') {
+        return copy_out(env, buf, len);
+    }
+    if (buf != NULL && len > 0 && dir_from_exe(buf, len)) {
+        return buf;
+    }
+    return copy_out("./topologies", buf, len);
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* Collect the cluster names of dir into a malloc'd array (sorted); *out_n gets the count. */
+static enum moe_status
+scan_dir(const char *dir, char (**out)[MOE_NAME_LEN], size_t *out_n, struct moe_diag *diag)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return moe_diag_set(diag, MOE_ERR_IO,
+                            "cannot open the cluster folder %s: %s (set MOEFOLD_TOPOLOGIES to the "
+                            "folder holding the cluster files)",
+                            dir, strerror(errno));
+    }
+    char(*names)[MOE_NAME_LEN] = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+    enum moe_status st = MOE_OK;
+    for (const struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || !ends_with(e->d_name, ".json") || len - 5 >= MOE_NAME_LEN ||
+            len == 5) {
+            continue;
+        }
+        if (n == cap) {
+            size_t new_cap = cap == 0 ? 16 : cap * 2;
+            char(*grown)[MOE_NAME_LEN] = realloc(names, new_cap * sizeof(*names));
+            if (grown == NULL) {
+                st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory listing %s", dir);
+                break;
+            }
+            names = grown;
+            cap = new_cap;
+        }
+        memcpy(names[n], e->d_name, len - 5);
+        names[n][len - 5] = '\0';
+        n++;
+    }
+    (void)closedir(d);
+    if (st != MOE_OK) {
+        free(names);
+        return st;
+    }
+    if (n > 1) {
+        qsort(names, n, sizeof(*names), compare_names);
+    }
+    *out = names;
+    *out_n = n;
+    return MOE_OK;
+}
+
+enum moe_status
+moe_cluster_list(char (*names)[MOE_NAME_LEN], size_t max, size_t *count, struct moe_diag *diag)
+{
+    char dir[PATH_MAX];
+    if (moe_cluster_dir(dir, sizeof(dir)) == NULL || dir[0] == '\0') {
+        return moe_diag_set(diag, MOE_ERR_IO, "the cluster folder path is too long");
+    }
+    char(*all)[MOE_NAME_LEN] = NULL;
+    size_t n = 0;
+    MOE_TRY(scan_dir(dir, &all, &n, diag));
+    size_t keep = n < max ? n : max;
+    if (keep > 0) {
+        memcpy(names, all, keep * sizeof(*all));
+    }
+    free(all);
+    *count = keep;
+    return MOE_OK;
+}
+
+/* "known clusters: a, b, c" for a not-found message; empty when the folder cannot be listed. */
+static void known_list(const char *dir, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    char(*all)[MOE_NAME_LEN] = NULL;
+    size_t n = 0;
+    if (scan_dir(dir, &all, &n, NULL) != MOE_OK) {
+        return;
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < n && used + 2 < len; i++) {
+        int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", all[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    free(all);
+}
+
+static bool is_plain_name(const char *s)
+{
+    if (s[0] == '\0' || s[0] == '.') {
+        return false;
+    }
+    for (const char *p = s; *p != '\0'; p++) {
+        bool ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                  (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static enum moe_status load_path(const char *path, struct moe_cluster *out, struct moe_diag *diag)
+{
+    cJSON *root = NULL;
+    MOE_TRY(moe_json_read_file(path, &root, diag));
+    enum moe_status st = moe_cluster_from_json(root, path, out, diag);
+    cJSON_Delete(root);
+    return st;
+}
+
+enum moe_status
+moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_diag *diag)
+{
+    if (name_or_path == NULL || name_or_path[0] == '\0') {
+        moe_diag_source(diag, "--cluster");
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "no cluster given: pass a name (see `moefold clusters`) or a file");
+    }
+    if (strchr(name_or_path, '/') != NULL || ends_with(name_or_path, ".json")) {
+        return load_path(name_or_path, out, diag);
+    }
+    char dir[PATH_MAX];
+    if (moe_cluster_dir(dir, sizeof(dir)) == NULL || dir[0] == '\0') {
+        return moe_diag_set(diag, MOE_ERR_IO, "the cluster folder path is too long");
+    }
+    char path[PATH_MAX + MOE_NAME_LEN + 8];
+    int w = snprintf(path, sizeof(path), "%s/%s.json", dir, name_or_path);
+    struct stat st;
+    if (!is_plain_name(name_or_path) || w < 0 || (size_t)w >= sizeof(path) ||
+        stat(path, &st) != 0) {
+        char known[512];
+        known_list(dir, known, sizeof(known));
+        moe_diag_source(diag, "--cluster");
+        return moe_diag_set(diag, MOE_ERR_NOT_FOUND,
+                            "unknown cluster \"%s\" (looked in %s); known clusters: %s. Pass a "
+                            "cluster file path or set MOEFOLD_TOPOLOGIES",
+                            name_or_path, dir, known[0] != '\0' ? known : "(none found)");
+    }
+    return load_path(path, out, diag);
+}
