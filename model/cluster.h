@@ -39,6 +39,7 @@ struct moe_gemm_eff {
     double max_eff[MOE_NUM_MATH]; /* asymptotic fraction of peak per math precision */
     double half_flops;            /* FLOPs at which eff reaches 1-1/e of max (per GEMM) */
     double grouped_eff;           /* extra factor for grouped GEMMs vs dense (<= 1) */
+    double grouped_tile_m;        /* rows per tile: each expert's token count is padded to it */
 };
 
 struct moe_gpu {
@@ -97,6 +98,9 @@ struct moe_overheads {
     double step_fixed_ms;          /* per step: data loading, logging, GC, optimizer launch */
     double overlap_eff;            /* fraction of overlappable comm actually hidden */
     double a2a_overlap_loss;       /* compute slowdown fraction while EP comm overlaps (SMs) */
+    double context_gib;            /* per GPU: CUDA context, cuBLAS/NCCL workspaces and buffers */
+    double alloc_reserve_frac;     /* allocator fragmentation reserve, fraction of dynamic memory */
+    double flex_buffer_gib;        /* DeepEP / HybridEP communication buffers per GPU */
 };
 
 struct moe_cluster {

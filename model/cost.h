@@ -17,6 +17,7 @@
 #define MOE_MODEL_COST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "model/cluster.h"
 #include "model/config.h"
@@ -118,11 +119,15 @@ struct moe_prediction {
     double stage_time_s[2];            /* fwd+bwd per micro-batch: slowest stage, first stage */
 };
 
+/* Workspace bytes moe_cost_predict needs for MOE_SCHED_SIMULATE (0 for the closed form). */
+size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode);
+
 /*
  * Predict. cfg, cl, opt are validated and lay resolved (moe_layout_resolve) by the caller. load is
  * the expert-load statistics to use; NULL means opt->moe_imbalance (1 when force-balanced; auto (0)
- * without load stats is treated as 1). Never fails on resolved input; returns MOE_ERR_INVALID with
- * diag if the layout is not resolved.
+ * without load stats is treated as 1). ws/ws_bytes: caller memory for the schedule simulation
+ * (moe_cost_workspace_bytes; may be NULL for the closed form). Allocates nothing. Returns
+ * MOE_ERR_INVALID with diag if the layout is not resolved or the workspace is too small.
  */
 MOE_NODISCARD enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                                const struct moe_cluster *cl,
@@ -130,6 +135,8 @@ MOE_NODISCARD enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                                const struct moe_options *opt,
                                                const struct moe_load_stats *load,
                                                enum moe_schedule_mode mode,
+                                               void *ws,
+                                               size_t ws_bytes,
                                                struct moe_prediction *out,
                                                struct moe_diag *diag);
 

@@ -286,7 +286,7 @@ enum moe_status moe_json_get_figure(const cJSON *obj,
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "%s: expected {\"value\": number, \"source\": \"...\"}", sub);
     }
-    static const char *const keys[] = {"value", "source", "note"};
+    const char *const keys[] = {"value", "source", "note"};
     MOE_TRY(moe_json_check_keys(it, keys, MOE_ARRAY_LEN(keys), sub, diag));
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(it, "source");
     if (!cJSON_IsString(src) || src->valuestring == NULL || src->valuestring[0] == '\0') {

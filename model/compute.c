@@ -1,0 +1,555 @@
+/*
+ * Per-layer compute and communication times (model/compute.h).
+ *
+ * Compute: each GEMM is a roofline of 2mnk FLOPs at the precision's dense peak times the
+ * shape-dependent efficiency eff(F) = max_eff * (1 - exp(-F / half_flops)) (cluster file, fitted
+ * to square-GEMM sweeps), against its bytes at achieved HBM bandwidth. The efficiency curve is in
+ * time, so half_flops scales with the precision's peak. Grouped expert GEMMs run as one kernel over
+ * all local experts, each expert's rows padded to the kernel's tile; without --moe-grouped-gemm each
+ * expert is its own GEMM. FP8/FP4 recipes add a quantisation pass over every GEMM input (forward)
+ * and output gradient (backward). Elementwise work (norms, residuals, RoPE, activations, permutes,
+ * router) is bytes over achieved HBM bandwidth.
+ *
+ * Communication per layer: sequence-parallel all-gather + reduce-scatter around attention, dense
+ * MLP and shared experts (Korthikanti et al. 2022); ETP all-gather/reduce-scatter of expert tokens;
+ * CP ring exchange of K/V (forward once, backward twice for dK/dV); EP dispatch and combine in both
+ * passes. Kernel-launch counts per module are those of Megatron-Core's layer with Transformer
+ * Engine, listed in kernel_counts below; the host time per launch comes from the cluster file.
+ */
+#include "model/compute.h"
+
+#include <math.h>
+
+#include "model/comm_cost.h"
+
+#define TFLOPS 1e12
+#define TBPS   1e12
+#define GIBPS  1e9
+
+/* Kernels launched per forward pass of each module (Megatron-Core + Transformer Engine). */
+struct kernel_counts {
+    double attn;       /* norm, QKV, 2 RoPE, attention, output proj, residual */
+    double mla_extra;  /* MLA: second down proj, two latent norms, up proj, concat */
+    double dense_mlp;  /* norm, fc1, activation, fc2, residual */
+    double router;     /* norm, router GEMM, score fn, top-k, normalise, aux loss */
+    double preprocess; /* routing map, token counts, permutation indices, count exchange, sort */
+    double experts;    /* permute, dispatch, grouped fc1, activation, grouped fc2, combine, unpermute */
+    double shared;     /* fc1, activation, fc2 */
+};
+static const struct kernel_counts kernel_counts = {7.0, 5.0, 5.0, 6.0, 5.0, 7.0, 3.0};
+
+double moe_compute_gemm_s(const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k,
+                          double in_bytes)
+{
+    if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
+        return 0.0;
+    }
+    double peak = gpu->peak_tflops[math] * TFLOPS;
+    double bf16 = gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
+    double flops = 2.0 * m * n * k;
+    double half = gpu->gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0);
+    double eff = gpu->gemm.max_eff[math] * (1.0 - exp(-flops / half));
+    double t_math = flops / (peak * eff);
+    double bytes = (m * k + k * n) * in_bytes + m * n * 2.0;
+    double t_mem = bytes / (gpu->hbm_tbps * TBPS * gpu->hbm_eff);
+    return t_math > t_mem ? t_math : t_mem;
+}
+
+/* Shared per-call context. */
+struct cctx {
+    const struct moe_gpu *gpu;
+    const struct moe_cluster *cl;
+    enum moe_math math;
+    double in_bytes;   /* bytes per GEMM input element at the recipe's precision */
+    double quant_s;    /* seconds per element quantised (0 for BF16) */
+    double hbm;        /* achieved bytes/s */
+};
+
+static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
+{
+    c->gpu = &cl->gpu;
+    c->cl = cl;
+    c->math = moe_recipe_math(opt->recipe);
+    if (cl->gpu.peak_tflops[c->math] <= 0.0) {
+        c->math = MOE_MATH_BF16;
+    }
+    c->in_bytes = c->math == MOE_MATH_FP8 ? 1.0 : (c->math == MOE_MATH_FP4 ? 0.5 : 2.0);
+    c->hbm = cl->gpu.hbm_tbps * TBPS * cl->gpu.hbm_eff;
+    c->quant_s = opt->recipe == MOE_RECIPE_BF16 ? 0.0 : cl->gpu.quant_bytes_per_elem / c->hbm;
+}
+
+/* Forward GEMM incl. quantising its activation input. */
+static double gemm_f(const struct cctx *c, double m, double n, double k)
+{
+    return moe_compute_gemm_s(c->gpu, c->math, m, n, k, c->in_bytes) + m * k * c->quant_s;
+}
+
+/* Backward (dgrad + wgrad) incl. quantising the output gradient. */
+static double gemm_b(const struct cctx *c, double m, double n, double k)
+{
+    return 2.0 * moe_compute_gemm_s(c->gpu, c->math, m, n, k, c->in_bytes) + m * n * c->quant_s;
+}
+
+static double elem(const struct cctx *c, double bytes)
+{
+    return bytes / c->hbm;
+}
+
+/* Collective groups of the folding (DESIGN.md rank order). */
+static void place_tp(const struct moe_cluster *cl, const struct moe_layout *lay, struct moe_group_place *g)
+{
+    moe_comm_group_place(lay->tp, 1, cl->nvlink.domain_gpus, g);
+}
+
+static double graph_keep(const struct moe_options *opt, unsigned module)
+{
+    if (opt->cuda_graph_impl == MOE_CG_NONE) {
+        return 1.0;
+    }
+    if (opt->cuda_graph_modules & (MOE_CGM_FULL_ITERATION | module)) {
+        return 0.0;
+    }
+    return 1.0;
+}
+
+struct attn_parts {
+    double gemm_f, gemm_b, up_f, core_f, core_b, elem_bytes, ag_bytes, cp_kv_bytes, kernels;
+};
+
+static void attention(const struct cctx *c,
+                      const struct moe_model_cfg *cfg,
+                      const struct moe_layout *lay,
+                      bool windowed,
+                      double t,
+                      double t_sp,
+                      struct attn_parts *p)
+{
+    *p = (struct attn_parts){0};
+    double h = cfg->hidden_size;
+    double tp = lay->tp;
+    double a_loc = cfg->num_attention_heads / tp;
+    double d_qk;
+    double d_v;
+    p->kernels = kernel_counts.attn;
+    if (cfg->is_mla) {
+        double rope = cfg->qk_pos_emb_head_dim;
+        double qk = cfg->qk_head_dim + rope;
+        double ql = cfg->q_lora_rank;
+        double kvl = cfg->kv_lora_rank;
+        double q_up = 0.0;
+        double q_up_b = 0.0;
+        if (ql > 0.0) {
+            p->gemm_f += gemm_f(c, t_sp, ql, h);
+            p->gemm_b += gemm_b(c, t_sp, ql, h);
+            q_up = gemm_f(c, t, a_loc * qk, ql);
+            q_up_b = gemm_b(c, t, a_loc * qk, ql);
+        } else {
+            p->gemm_f += gemm_f(c, t, a_loc * qk, h);
+            p->gemm_b += gemm_b(c, t, a_loc * qk, h);
+        }
+        p->gemm_f += gemm_f(c, t_sp, kvl + rope, h);
+        p->gemm_b += gemm_b(c, t_sp, kvl + rope, h);
+        double kv_up = gemm_f(c, t, a_loc * (cfg->qk_head_dim + cfg->v_head_dim), kvl);
+        double kv_up_b = gemm_b(c, t, a_loc * (cfg->qk_head_dim + cfg->v_head_dim), kvl);
+        p->up_f = q_up + kv_up;
+        p->gemm_f += p->up_f + gemm_f(c, t, h, a_loc * cfg->v_head_dim);
+        p->gemm_b += q_up_b + kv_up_b + gemm_b(c, t, h, a_loc * cfg->v_head_dim);
+        d_qk = qk;
+        d_v = cfg->v_head_dim;
+        p->ag_bytes = t * (ql + kvl + rope) * 2.0; /* latents gathered after the duplicated down proj */
+        p->elem_bytes += t * (ql + kvl) * 2.0 * 2.0 + t * a_loc * rope * 2.0 * 2.0 * 2.0 +
+                         t * a_loc * (qk + d_v) * 2.0 * 2.0; /* latent norms, RoPE, q/k concat */
+        p->cp_kv_bytes = t * a_loc * (qk + d_v) * 2.0;
+        p->kernels += kernel_counts.mla_extra;
+    } else {
+        double d = cfg->kv_channels;
+        double g_loc = cfg->num_query_groups / tp;
+        p->gemm_f = gemm_f(c, t, (a_loc + 2.0 * g_loc) * d, h) + gemm_f(c, t, h, a_loc * d);
+        p->gemm_b = gemm_b(c, t, (a_loc + 2.0 * g_loc) * d, h) + gemm_b(c, t, h, a_loc * d);
+        d_qk = d;
+        d_v = d;
+        p->ag_bytes = t * h * c->in_bytes;
+        p->elem_bytes += t * (a_loc + g_loc) * d * 2.0 * 2.0 * (cfg->has_qk_layernorm ? 2.0 : 1.0);
+        p->cp_kv_bytes = t * 2.0 * g_loc * d * 2.0;
+    }
+    double s = lay->seq_length;
+    double kv_avg = s / 2.0; /* causal: a query sees half the keys on average */
+    if (windowed && cfg->window_size > 0 && cfg->window_size < kv_avg) {
+        kv_avg = cfg->window_size;
+    }
+    double flops = 2.0 * t * kv_avg * a_loc * (d_qk + d_v);
+    double peak = c->gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
+    p->core_f = flops / (peak * c->gpu->attn_fwd_eff);
+    p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff);
+    p->elem_bytes += t_sp * h * 2.0 * 5.0; /* RMSNorm read+write, residual add */
+}
+
+struct mlp_parts {
+    double f, b, act_f, elem_bytes, kernels, tp_f, tp_b;
+};
+
+static void dense_mlp(const struct cctx *c,
+                      const struct moe_model_cfg *cfg,
+                      const struct moe_layout *lay,
+                      double ffn,
+                      double t,
+                      struct mlp_parts *p)
+{
+    double h = cfg->hidden_size;
+    double mats = cfg->is_swiglu ? 2.0 : 1.0;
+    double f_loc = ffn / lay->tp;
+    p->f = gemm_f(c, t, f_loc * mats, h) + gemm_f(c, t, h, f_loc);
+    p->b = gemm_b(c, t, f_loc * mats, h) + gemm_b(c, t, h, f_loc);
+    p->act_f = elem(c, t * f_loc * (mats + 1.0) * 2.0);
+    p->f += p->act_f;
+    p->b += 2.0 * p->act_f;
+}
+
+/* Sequence-parallel AG + RS (or all-reduce without SP) of t x h around one TP block. */
+static double tp_block_comm(const struct moe_cluster *cl,
+                            const struct moe_layout *lay,
+                            double ag_bytes,
+                            double rs_bytes,
+                            double *bytes)
+{
+    if (lay->tp <= 1) {
+        return 0.0;
+    }
+    struct moe_group_place g;
+    place_tp(cl, lay, &g);
+    double n = lay->tp;
+    if (lay->sequence_parallel) {
+        *bytes += (ag_bytes + rs_bytes) * (n - 1.0) / n;
+        return moe_comm_allgather_s(cl, &g, ag_bytes) + moe_comm_reducescatter_s(cl, &g, rs_bytes);
+    }
+    *bytes += rs_bytes * 2.0 * (n - 1.0) / n;
+    return moe_comm_allreduce_s(cl, &g, rs_bytes);
+}
+
+static void moe_block(const struct cctx *c,
+                      const struct moe_model_cfg *cfg,
+                      const struct moe_layout *lay,
+                      const struct moe_options *opt,
+                      double t,
+                      double t_sp,
+                      double load,
+                      struct moe_layer_cost *out,
+                      double *expert_act_f,
+                      double *shared_f_out,
+                      double *moe_comm_f)
+{
+    const struct moe_cluster *cl = c->cl;
+    double h = cfg->hidden_size;
+    double e = cfg->num_experts;
+    double k = cfg->moe_router_topk;
+    double mats = cfg->is_swiglu ? 2.0 : 1.0;
+    double e_loc = e / lay->ep;
+    double fe_loc = (double)cfg->moe_ffn_hidden_size / lay->etp;
+    double r = t_sp * k * lay->etp * load; /* tokens the busiest rank's experts process */
+    bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
+
+    /* Router (BF16 GEMM to E logits) and its elementwise score / top-k work. */
+    double router_f = moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, t_sp, e, h, 2.0) +
+                      elem(c, t_sp * e * 4.0 * 6.0);
+    /* Experts: one grouped kernel over local experts with rows padded to the tile. */
+    double m_e = r / e_loc;
+    double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
+    double m_pad = ceil(m_e / tile) * tile;
+    double exp_f;
+    double exp_b;
+    if (opt->moe_grouped_gemm) {
+        double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
+        double rows = m_pad * e_loc;
+        exp_f = (moe_compute_gemm_s(c->gpu, c->math, rows, fe_loc * mats, h, c->in_bytes) +
+                 moe_compute_gemm_s(c->gpu, c->math, rows, h, fe_loc, c->in_bytes)) / ge;
+        exp_b = 2.0 * exp_f;
+    } else {
+        exp_f = e_loc * (moe_compute_gemm_s(c->gpu, c->math, m_e, fe_loc * mats, h, c->in_bytes) +
+                         moe_compute_gemm_s(c->gpu, c->math, m_e, h, fe_loc, c->in_bytes));
+        exp_b = 2.0 * exp_f;
+    }
+    exp_f += r * (h + fe_loc) * c->quant_s;
+    exp_b += r * (h + fe_loc * mats) * c->quant_s;
+    *expert_act_f = elem(c, r * fe_loc * (mats + 1.0) * 2.0);
+    exp_f += *expert_act_f;
+    exp_b += 2.0 * *expert_act_f;
+
+    double shared_f = 0.0;
+    double shared_b = 0.0;
+    double shared_tp = 0.0;
+    double fs = cfg->moe_shared_expert_intermediate_size;
+    if (fs > 0.0) {
+        struct mlp_parts sp = {0};
+        dense_mlp(c, cfg, lay, fs, t, &sp);
+        shared_f = sp.f;
+        shared_b = sp.b;
+        shared_tp = tp_block_comm(cl, lay, t * h * c->in_bytes, t * h * 2.0, &out->tp_bytes);
+    }
+    *shared_f_out = shared_f;
+    out->fwd_expert += exp_f + shared_f;
+    out->bwd_expert += exp_b + shared_b;
+    out->fwd_compute += router_f + elem(c, t_sp * h * 2.0 * 5.0);
+    out->bwd_compute += 2.0 * router_f + elem(c, t_sp * h * 2.0 * 5.0 * 2.0);
+
+    /* ETP: gather expert tokens inside the ETP group, reduce-scatter the outputs. */
+    double etp_comm = 0.0;
+    if (lay->etp > 1) {
+        struct moe_group_place g;
+        moe_comm_group_place(lay->etp, 1, cl->nvlink.domain_gpus, &g);
+        etp_comm = moe_comm_allgather_s(cl, &g, r * h * 2.0) + moe_comm_reducescatter_s(cl, &g, r * h * 2.0);
+        out->tp_bytes += 2.0 * 2.0 * r * h * 2.0 * (lay->etp - 1.0) / lay->etp;
+    }
+    out->fwd_tp += shared_tp + etp_comm;
+    out->bwd_tp += shared_tp + etp_comm;
+
+    /* EP dispatch / combine. */
+    struct moe_group_place g;
+    moe_comm_group_place(lay->ep, lay->etp, cl->nvlink.domain_gpus, &g);
+    double permute_f = 0.0;
+    double unpermute_f = 0.0;
+    if (!flex) {
+        double pe = cl->dispatch.permute_bytes_eff > 0.0 ? cl->dispatch.permute_bytes_eff : 1.0;
+        permute_f = (t_sp * k * h * 2.0 * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
+        unpermute_f = (r * h * 2.0 * 2.0 + t_sp * h * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
+    }
+    double disp_bytes = (flex && opt->recipe != MOE_RECIPE_BF16) ? c->in_bytes + 0.03 : 2.0;
+    double d_f = 0.0;
+    double comb = 0.0;
+    double d_b = 0.0;
+    if (lay->ep > 1) {
+        struct moe_ep_traffic tr_disp;
+        struct moe_ep_traffic tr_comb;
+        if (opt->dispatcher == MOE_DISPATCH_ALLGATHER) {
+            double gathered = t_sp * h * 2.0 * lay->ep;
+            d_f = moe_comm_allgather_s(cl, &g, gathered);
+            comb = moe_comm_reducescatter_s(cl, &g, gathered);
+            tr_disp.inter_bytes = gathered * (g.size - g.local) / g.size;
+            tr_disp.intra_bytes = gathered * (g.local - 1.0) / g.size;
+            tr_comb = tr_disp;
+        } else {
+            double reach = moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk,
+                                                     g.num_domains, cfg->moe_router_num_groups,
+                                                     cfg->moe_router_group_topk);
+            double ie = cl->nvlink.eff;
+            double xe = cl->net.a2a_eff;
+            if (opt->dispatcher == MOE_DISPATCH_DEEPEP) {
+                ie = cl->dispatch.deepep_intra_eff;
+                xe = cl->dispatch.deepep_inter_eff;
+            } else if (opt->dispatcher == MOE_DISPATCH_HYBRIDEP) {
+                ie = cl->dispatch.hybridep_intra_eff;
+                xe = cl->dispatch.hybridep_inter_eff;
+            }
+            moe_comm_ep_traffic(cl, &g, t_sp, h * disp_bytes, cfg->moe_router_topk, reach, flex, ie,
+                                xe, &tr_disp);
+            moe_comm_ep_traffic(cl, &g, t_sp, h * 2.0, cfg->moe_router_topk, reach, flex, ie, xe,
+                                &tr_comb);
+            d_f = tr_disp.time_s;
+            comb = tr_comb.time_s;
+            /* Backward dispatch carries BF16 gradients. */
+            d_b = tr_comb.time_s;
+        }
+        if (d_b == 0.0) {
+            d_b = d_f;
+        }
+        /* The busiest rank receives load x the mean. */
+        d_f *= load;
+        comb *= load;
+        d_b *= load;
+        double bytes = tr_disp.intra_bytes + tr_disp.inter_bytes + 3.0 * (tr_comb.intra_bytes + tr_comb.inter_bytes);
+        out->ep_bytes += bytes;
+        out->ep_inter_bytes += tr_disp.inter_bytes + 3.0 * tr_comb.inter_bytes;
+    }
+    out->fwd_dispatch += d_f + permute_f;
+    out->fwd_combine += comb + unpermute_f;
+    out->bwd_dispatch += d_b + unpermute_f; /* gradient of combine: dispatch-like */
+    out->bwd_combine += comb + permute_f;
+    *moe_comm_f = d_f + comb + etp_comm + shared_tp;
+}
+
+static double host_kernels_moe(const struct moe_model_cfg *cfg,
+                               const struct moe_layout *lay,
+                               const struct moe_options *opt)
+{
+    double k = kernel_counts.router * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE) +
+               kernel_counts.preprocess * graph_keep(opt, MOE_CGM_MOE_PREPROCESS | MOE_CGM_MOE);
+    double experts = kernel_counts.experts;
+    if (!opt->moe_grouped_gemm) {
+        experts += 2.0 * (double)cfg->num_experts / lay->ep;
+    }
+    k += experts * graph_keep(opt, MOE_CGM_MOE);
+    if (cfg->moe_shared_expert_intermediate_size > 0) {
+        k += kernel_counts.shared * graph_keep(opt, MOE_CGM_MOE);
+    }
+    return k;
+}
+
+void moe_compute_layer(const struct moe_model_cfg *cfg,
+                       const struct moe_cluster *cl,
+                       const struct moe_layout *lay,
+                       const struct moe_options *opt,
+                       struct moe_layer_kind kind,
+                       double load_factor,
+                       double offload_bytes,
+                       struct moe_layer_cost *out)
+{
+    *out = (struct moe_layer_cost){0};
+    struct cctx c;
+    cctx_init(&c, cl, opt);
+    double h = cfg->hidden_size;
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
+    unsigned rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE ? opt->recompute_modules : 0u;
+    bool full = opt->recompute == MOE_RECOMPUTE_FULL;
+
+    struct attn_parts at;
+    attention(&c, cfg, lay, kind.is_windowed, t, t_sp, &at);
+    double attn_tp = tp_block_comm(cl, lay, at.ag_bytes, t * h * 2.0, &out->tp_bytes);
+    double attn_elem = elem(&c, at.elem_bytes);
+    out->fwd_compute = at.gemm_f + at.core_f + attn_elem;
+    out->bwd_compute = at.gemm_b + at.core_b + 2.0 * attn_elem;
+    out->attn_core_fwd = at.core_f;
+    out->attn_core_bwd = at.core_b;
+    out->fwd_tp = attn_tp;
+    out->bwd_tp = attn_tp;
+    double kernels = at.kernels * graph_keep(opt, MOE_CGM_ATTN);
+
+    /* Context parallel: ring exchange of K/V, (cp-1) steps; backward also returns dK/dV. */
+    if (lay->cp > 1) {
+        struct moe_group_place g;
+        moe_comm_group_place(lay->cp, lay->tp, cl->nvlink.domain_gpus, &g);
+        double step = moe_comm_p2p_s(cl, g.num_domains == 1, at.cp_kv_bytes);
+        out->fwd_cp = step * (lay->cp - 1.0);
+        out->bwd_cp = 2.0 * step * (lay->cp - 1.0);
+        out->cp_bytes = 3.0 * at.cp_kv_bytes * (lay->cp - 1.0);
+    }
+
+    double moe_fwd_total = 0.0; /* for moe recompute */
+    double expert_act = 0.0;
+    double shared_f = 0.0;
+    double mlp_recompute = 0.0;
+    double mlp_recompute_comm = 0.0;
+    double norm_f = elem(&c, t_sp * h * 2.0 * 2.0) + t_sp * h * c.quant_s;
+    if (kind.is_moe) {
+        double fwd_before = out->fwd_compute;
+        double moe_comm = 0.0;
+        moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &expert_act, &shared_f, &moe_comm);
+        moe_fwd_total = out->fwd_compute - fwd_before + out->fwd_expert;
+        kernels += host_kernels_moe(cfg, lay, opt);
+        if (rc & MOE_RC_MOE) {
+            mlp_recompute = moe_fwd_total;
+            mlp_recompute_comm = out->fwd_dispatch + out->fwd_combine + moe_comm;
+        } else {
+            mlp_recompute += (rc & MOE_RC_MOE_ACT) ? expert_act : 0.0;
+            mlp_recompute += (rc & MOE_RC_SHARED_EXPERTS) ? shared_f : 0.0;
+        }
+    } else {
+        struct mlp_parts mp = {0};
+        dense_mlp(&c, cfg, lay, cfg->ffn_hidden_size, t, &mp);
+        double mlp_tp = tp_block_comm(cl, lay, t * h * c.in_bytes, t * h * 2.0, &out->tp_bytes);
+        double mlp_elem = elem(&c, t_sp * h * 2.0 * 5.0);
+        out->fwd_compute += mp.f + mlp_elem;
+        out->bwd_compute += mp.b + 2.0 * mlp_elem;
+        out->fwd_tp += mlp_tp;
+        out->bwd_tp += mlp_tp;
+        kernels += kernel_counts.dense_mlp * graph_keep(opt, MOE_CGM_MLP);
+        if (rc & MOE_RC_MLP) {
+            mlp_recompute = mp.f;
+            mlp_recompute_comm = mlp_tp / 2.0; /* the input all-gather again */
+        }
+    }
+    out->tp_bytes *= 2.0; /* forward and backward move the same volume */
+
+    if (full) {
+        out->recompute = out->fwd_compute + out->fwd_expert;
+        out->recompute_comm = out->fwd_tp + out->fwd_cp + out->fwd_dispatch + out->fwd_combine;
+    } else {
+        out->recompute = mlp_recompute;
+        out->recompute_comm = mlp_recompute_comm;
+        out->recompute += (rc & MOE_RC_CORE_ATTN) ? at.core_f : 0.0;
+        out->recompute += (rc & MOE_RC_LAYERNORM) ? 2.0 * norm_f : 0.0;
+        out->recompute += (rc & MOE_RC_MLA_UP_PROJ) ? at.up_f : 0.0;
+    }
+
+    if (offload_bytes > 0.0) {
+        double link = cl->host.link_gbps * GIBPS * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
+        out->offload_copy = offload_bytes / link;
+    }
+
+    /* Host: launches per pass (backward launches about twice as many kernels). */
+    kernels += cl->overheads.kernels_per_layer;
+    if (opt->recipe != MOE_RECIPE_BF16) {
+        kernels *= 1.3; /* one quantise kernel per GEMM input: about 3 of every 10 launches */
+    }
+    if (opt->cuda_graph_impl != MOE_CG_NONE && (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION)) {
+        kernels = 0.0;
+    }
+    out->host_fwd = kernels * cl->gpu.kernel_launch_us * 1e-6;
+    out->host_bwd = 2.0 * out->host_fwd;
+    bool dropless_sync = kind.is_moe && lay->ep > 1 && opt->capacity_factor <= 0.0 &&
+                         !(opt->cuda_graph_impl != MOE_CG_NONE &&
+                           (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION));
+    out->host_sync = dropless_sync ? cl->overheads.moe_host_sync_us * 1e-6 : 0.0;
+}
+
+void moe_compute_loss(const struct moe_model_cfg *cfg,
+                      const struct moe_cluster *cl,
+                      const struct moe_layout *lay,
+                      const struct moe_options *opt,
+                      struct moe_layer_cost *out)
+{
+    *out = (struct moe_layer_cost){0};
+    struct cctx c;
+    cctx_init(&c, cl, opt);
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double v_loc = (double)moe_cfg_padded_vocab(cfg, lay->tp) / lay->tp;
+    double h = cfg->hidden_size;
+    /* The output layer runs in BF16 (Megatron keeps the LM head out of FP8). */
+    double g = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, t, v_loc, h, 2.0);
+    double ce = elem(&c, t * v_loc * (2.0 + 4.0 + 4.0)); /* logits read, FP32 softmax, grad write */
+    out->fwd_compute = g + ce + elem(&c, t * h * 2.0 * 2.0);
+    out->bwd_compute = 2.0 * g + ce;
+    double dummy = 0.0;
+    out->fwd_tp = tp_block_comm(cl, lay, t * h * 2.0, 0.0, &dummy);
+    out->bwd_tp = out->fwd_tp;
+    out->tp_bytes = 2.0 * dummy;
+    out->host_fwd = 8.0 * cl->gpu.kernel_launch_us * 1e-6;
+    out->host_bwd = out->host_fwd;
+}
+
+void moe_compute_mtp_extra(const struct moe_model_cfg *cfg,
+                           const struct moe_cluster *cl,
+                           const struct moe_layout *lay,
+                           const struct moe_options *opt,
+                           struct moe_layer_cost *out)
+{
+    *out = (struct moe_layer_cost){0};
+    struct cctx c;
+    cctx_init(&c, cl, opt);
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double h = cfg->hidden_size;
+    /* eh_proj: [embedding ; hidden] (2h) -> h, column-parallel over TP; two norms and an embedding. */
+    out->fwd_compute = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, t, h / lay->tp, 2.0 * h, 2.0) +
+                       elem(&c, t * h * 2.0 * 6.0);
+    out->bwd_compute = 2.0 * out->fwd_compute;
+    out->host_fwd = 6.0 * cl->gpu.kernel_launch_us * 1e-6;
+    out->host_bwd = out->host_fwd;
+}
+
+void moe_compute_embedding(const struct moe_model_cfg *cfg,
+                           const struct moe_cluster *cl,
+                           const struct moe_layout *lay,
+                           struct moe_layer_cost *out)
+{
+    *out = (struct moe_layer_cost){0};
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double hbm = cl->gpu.hbm_tbps * TBPS * cl->gpu.hbm_eff;
+    out->fwd_compute = t * cfg->hidden_size * 2.0 * 2.0 / hbm;
+    out->bwd_compute = 2.0 * out->fwd_compute;
+    if (lay->tp > 1) {
+        /* Vocab-parallel embedding: partial rows reduced (reduce-scatter with SP) over TP. */
+        struct moe_group_place g;
+        moe_comm_group_place(lay->tp, 1, cl->nvlink.domain_gpus, &g);
+        out->fwd_tp = moe_comm_reducescatter_s(cl, &g, t * cfg->hidden_size * 2.0);
+        out->bwd_tp = out->fwd_tp;
+    }
+}

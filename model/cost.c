@@ -1,0 +1,575 @@
+/*
+ * moe_cost_predict: composes the per-layer costs (compute.c), the memory model (memory.c), the
+ * collective table (comm_cost.c) and the pipeline schedule (schedule.c) into one step.
+ *
+ * Step = pipeline time (chunks' forward/backward with exposed per-layer communication, through the
+ * 1F1B / interleaved schedule) + exposed DP/EDP gradient and parameter communication + optimizer +
+ * fixed per-step host work. What overlaps (each cited in Megatron-LM's docs for the option):
+ * - --overlap-grad-reduce: gradient reduce-scatter runs during the last micro-batch's backward;
+ *   --overlap-param-gather: parameter all-gather during the first micro-batch's forward.
+ * - --tp-comm-overlap: TP all-gather / reduce-scatter pipelined with the adjacent GEMMs.
+ * - --overlap-moe-expert-parallel-comm: one micro-batch's dispatch/combine runs behind another's
+ *   forward/backward compute (1F1B A2A overlap), taking the dispatcher's SMs from the GEMMs.
+ * - Context-parallel ring exchange overlaps the attention blocks it feeds.
+ * - Host launch time is hidden while the GPU has queued work; it is exposed when a pass launches
+ *   more host time than it runs on the GPU, and after each dropless token-count synchronisation.
+ * The fraction of overlappable communication actually hidden is the cluster's overheads.overlap_eff.
+ */
+#include "model/cost.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "model/comm_cost.h"
+#include "model/compute.h"
+#include "model/flops.h"
+#include "model/memory.h"
+#include "model/schedule.h"
+
+#define GIB 1073741824.0
+
+static const char *const phase_names[MOE_NUM_PHASES] = {
+    "compute",  "expert_gemm", "dispatch",  "combine",   "tp_comm",       "cp_comm",
+    "pp_comm",  "dp_comm",     "pp_bubble", "optimizer", "host_overhead",
+};
+
+const char *moe_phase_name(enum moe_phase p)
+{
+    if ((int)p < 0 || p >= MOE_NUM_PHASES) {
+        return "unknown";
+    }
+    return phase_names[p];
+}
+
+/* Exposed time of one layer pass, split by phase (seconds, one micro-batch). */
+struct pass_phases {
+    double compute, expert, dispatch, combine, tp, cp, pp, host;
+};
+
+static double pos(double x)
+{
+    return x > 0.0 ? x : 0.0;
+}
+
+static void phases_add(struct pass_phases *a, const struct pass_phases *b, double scale)
+{
+    a->compute += b->compute * scale;
+    a->expert += b->expert * scale;
+    a->dispatch += b->dispatch * scale;
+    a->combine += b->combine * scale;
+    a->tp += b->tp * scale;
+    a->cp += b->cp * scale;
+    a->pp += b->pp * scale;
+    a->host += b->host * scale;
+}
+
+static double phases_sum(const struct pass_phases *p)
+{
+    return p->compute + p->expert + p->dispatch + p->combine + p->tp + p->cp + p->pp + p->host;
+}
+
+/* Exposed forward and backward phases of one layer with the options' overlaps applied. */
+static void layer_exposed(const struct moe_cluster *cl,
+                          const struct moe_options *opt,
+                          const struct moe_layer_cost *lc,
+                          struct pass_phases *fwd,
+                          struct pass_phases *bwd)
+{
+    double ov = cl->overheads.overlap_eff;
+    *fwd = (struct pass_phases){0};
+    *bwd = (struct pass_phases){0};
+    fwd->compute = lc->fwd_compute;
+    fwd->expert = lc->fwd_expert;
+    bwd->compute = lc->bwd_compute + lc->recompute;
+    bwd->expert = lc->bwd_expert;
+
+    double tp_keep = opt->tp_comm_overlap ? 1.0 - ov : 1.0;
+    fwd->tp = lc->fwd_tp * tp_keep;
+    bwd->tp = (lc->bwd_tp + lc->recompute_comm) * tp_keep;
+    fwd->cp = pos(lc->fwd_cp - ov * lc->attn_core_fwd);
+    bwd->cp = pos(lc->bwd_cp - ov * lc->attn_core_bwd);
+
+    double ep_f = lc->fwd_dispatch + lc->fwd_combine;
+    double ep_b = lc->bwd_dispatch + lc->bwd_combine;
+    if (opt->overlap_moe_ep_comm && ep_f + ep_b > 0.0) {
+        /* A forward of one micro-batch pairs with the backward of another: their EP traffic hides
+         * behind the pair's compute, which loses the dispatcher's SMs while it runs. */
+        double compute = fwd->compute + fwd->expert + bwd->compute + bwd->expert;
+        double slowdown = cl->overheads.a2a_overlap_loss * compute;
+        double exposed = pos(ep_f + ep_b - ov * compute);
+        double share_f = ep_f / (ep_f + ep_b);
+        fwd->dispatch = exposed * share_f * (lc->fwd_dispatch / (ep_f > 0.0 ? ep_f : 1.0));
+        fwd->combine = exposed * share_f - fwd->dispatch;
+        bwd->dispatch = exposed * (1.0 - share_f) * (lc->bwd_dispatch / (ep_b > 0.0 ? ep_b : 1.0));
+        bwd->combine = exposed * (1.0 - share_f) - bwd->dispatch;
+        fwd->expert += slowdown * 0.5;
+        bwd->expert += slowdown * 0.5;
+    } else {
+        fwd->dispatch = lc->fwd_dispatch;
+        fwd->combine = lc->fwd_combine;
+        bwd->dispatch = lc->bwd_dispatch;
+        bwd->combine = lc->bwd_combine;
+    }
+    /* Activation offload copies run on their own stream behind the pass's compute. */
+    fwd->compute += pos(lc->offload_copy - (fwd->compute + fwd->expert));
+    bwd->compute += pos(lc->offload_copy - (bwd->compute + bwd->expert));
+
+    double gpu_f = phases_sum(fwd);
+    double gpu_b = phases_sum(bwd);
+    fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
+    bwd->host = pos(lc->host_bwd - gpu_b);
+}
+
+/* Everything predict needs per call, computed once. */
+struct pctx {
+    const struct moe_model_cfg *cfg;
+    const struct moe_cluster *cl;
+    const struct moe_layout *lay;
+    const struct moe_options *opt;
+    double load;
+    struct pass_phases kind_f[2][2]; /* [is_moe][is_windowed] */
+    struct pass_phases kind_b[2][2];
+    bool kind_ready[2][2];
+    struct pass_phases loss_f, loss_b, mtp_f, mtp_b, emb_f, emb_b;
+    double p2p_s;
+    double ep_bytes_layer, ep_inter_layer, tp_bytes_layer, cp_bytes_layer;
+    double ep_s_layer, tp_s_layer, cp_s_layer;
+};
+
+static double offload_bytes_for(const struct pctx *x, bool is_moe)
+{
+    const struct moe_options *opt = x->opt;
+    if (!opt->fine_grained_offload && opt->cpu_offloading_num_layers <= 0) {
+        return 0.0;
+    }
+    struct moe_act_bytes rc;
+    struct moe_act_bytes both;
+    moe_mem_layer_activations(x->cfg, x->lay, opt, is_moe, x->load, MOE_MEM_APPLY_RECOMPUTE, &rc);
+    double bytes = 0.0;
+    if (opt->fine_grained_offload) {
+        moe_mem_layer_activations(x->cfg, x->lay, opt, is_moe, x->load,
+                                  MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD, &both);
+        bytes += rc.total - both.total;
+    }
+    if (opt->cpu_offloading_num_layers > 0) {
+        bytes += rc.total; /* whole layers are offloaded (an upper bound per offloaded layer) */
+    }
+    return bytes;
+}
+
+static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
+{
+    if (x->kind_ready[is_moe][windowed]) {
+        return;
+    }
+    struct moe_layer_cost lc;
+    struct moe_layer_kind kind = {is_moe, windowed};
+    moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load, offload_bytes_for(x, is_moe), &lc);
+    layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed]);
+    x->kind_ready[is_moe][windowed] = true;
+    if (is_moe || x->ep_bytes_layer == 0.0) {
+        x->ep_bytes_layer = is_moe ? lc.ep_bytes : x->ep_bytes_layer;
+        x->ep_inter_layer = is_moe ? lc.ep_inter_bytes : x->ep_inter_layer;
+    }
+    if (is_moe) {
+        x->ep_s_layer = lc.fwd_dispatch + lc.fwd_combine + lc.bwd_dispatch + lc.bwd_combine;
+    }
+    x->tp_bytes_layer = lc.tp_bytes;
+    x->tp_s_layer = lc.fwd_tp + lc.bwd_tp;
+    x->cp_bytes_layer = lc.cp_bytes;
+    x->cp_s_layer = lc.fwd_cp + lc.bwd_cp;
+}
+
+static void extras_init(struct pctx *x)
+{
+    struct moe_layer_cost lc;
+    moe_compute_loss(x->cfg, x->cl, x->lay, x->opt, &lc);
+    layer_exposed(x->cl, x->opt, &lc, &x->loss_f, &x->loss_b);
+    moe_compute_mtp_extra(x->cfg, x->cl, x->lay, x->opt, &lc);
+    layer_exposed(x->cl, x->opt, &lc, &x->mtp_f, &x->mtp_b);
+    moe_compute_embedding(x->cfg, x->cl, x->lay, &lc);
+    layer_exposed(x->cl, x->opt, &lc, &x->emb_f, &x->emb_b);
+
+    /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
+    const struct moe_layout *lay = x->lay;
+    x->p2p_s = 0.0;
+    if (lay->pp > 1) {
+        int stage_ranks = lay->tp * lay->cp * lay->dp;
+        struct moe_group_place g;
+        moe_comm_group_place(lay->pp, stage_ranks, x->cl->nvlink.domain_gpus, &g);
+        double t = (double)lay->mbs * lay->seq_length / lay->cp;
+        double t_sp = lay->sequence_parallel ? t / lay->tp : t;
+        x->p2p_s = moe_comm_p2p_s(x->cl, g.num_domains == 1, t_sp * x->cfg->hidden_size * 2.0);
+    }
+}
+
+/* Forward/backward phases of chunk c for one micro-batch. */
+static void chunk_phases(struct pctx *x, int c, struct pass_phases *f, struct pass_phases *b)
+{
+    const struct moe_model_cfg *cfg = x->cfg;
+    const struct moe_pp_chunk *ch = &x->lay->chunks[c];
+    *f = (struct pass_phases){0};
+    *b = (struct pass_phases){0};
+    for (int i = ch->first_layer; i < ch->first_layer + ch->num_layers && i < MOE_MAX_LAYERS; i++) {
+        bool is_moe = (cfg->layer_flags[i] & MOE_LAYER_MOE) != 0;
+        bool win = (cfg->layer_flags[i] & MOE_LAYER_WINDOWED) != 0;
+        ensure_kind(x, is_moe, win);
+        phases_add(f, &x->kind_f[is_moe][win], 1.0);
+        phases_add(b, &x->kind_b[is_moe][win], 1.0);
+    }
+    if (ch->num_mtp > 0 && cfg->num_layers > 0) {
+        uint8_t last = cfg->layer_flags[cfg->num_layers - 1];
+        bool is_moe = (last & MOE_LAYER_MOE) != 0;
+        bool win = (last & MOE_LAYER_WINDOWED) != 0;
+        ensure_kind(x, is_moe, win);
+        double n = ch->num_mtp;
+        phases_add(f, &x->kind_f[is_moe][win], n);
+        phases_add(b, &x->kind_b[is_moe][win], n);
+        phases_add(f, &x->mtp_f, n);
+        phases_add(b, &x->mtp_b, n);
+        phases_add(f, &x->loss_f, n);
+        phases_add(b, &x->loss_b, n);
+    }
+    if (ch->has_embedding) {
+        phases_add(f, &x->emb_f, 1.0);
+        phases_add(b, &x->emb_b, 1.0);
+    }
+    if (ch->has_loss) {
+        phases_add(f, &x->loss_f, 1.0);
+        phases_add(b, &x->loss_b, 1.0);
+    }
+    /* Non-interleaved 1F1B blocks on its sends and receives; interleaving overlaps them. */
+    int last = x->lay->num_chunks - 1;
+    if (x->lay->pp > 1) {
+        double keep = x->lay->vpp > 1 ? 1.0 - x->cl->overheads.overlap_eff : 1.0;
+        f->pp += (c < last ? x->p2p_s : 0.0) * keep;
+        b->pp += (c > 0 ? x->p2p_s : 0.0) * keep;
+    }
+}
+
+/* DP / EDP communication and optimizer of one stage; exposed seconds. */
+struct stage_tail {
+    double dp_exposed, dp_total, dp_bytes, optimizer;
+};
+
+static void stage_tail(const struct pctx *x, int stage, double fwd_window, double bwd_window,
+                       struct stage_tail *out)
+{
+    const struct moe_layout *lay = x->lay;
+    const struct moe_options *opt = x->opt;
+    const struct moe_cluster *cl = x->cl;
+    struct moe_stage_contents sc;
+    struct moe_gpu_params p;
+    moe_mem_stage_contents(x->cfg, lay, stage, &sc);
+    moe_mem_gpu_params(x->cfg, lay, &sc, &p);
+
+    double grad_b = moe_dtype_bytes(opt->main_grads_dtype);
+    double param_b = opt->fp8_param_gather ? 1.0 : 2.0;
+    struct moe_group_place gd;
+    struct moe_group_place ge;
+    moe_comm_group_place(lay->dp * lay->cp, lay->tp, cl->nvlink.domain_gpus, &gd);
+    moe_comm_group_place(lay->edp, lay->etp * lay->ep, cl->nvlink.domain_gpus, &ge);
+    double rs;
+    double ag = 0.0;
+    if (opt->use_distributed_optimizer) {
+        rs = moe_comm_reducescatter_s(cl, &gd, p.dense * grad_b) +
+             moe_comm_reducescatter_s(cl, &ge, p.expert * grad_b);
+        ag = moe_comm_allgather_s(cl, &gd, p.dense * param_b) +
+             moe_comm_allgather_s(cl, &ge, p.expert * param_b);
+    } else {
+        rs = moe_comm_allreduce_s(cl, &gd, p.dense * grad_b) + moe_comm_allreduce_s(cl, &ge, p.expert * grad_b);
+    }
+    double ov = cl->overheads.overlap_eff;
+    out->dp_total = rs + ag;
+    out->dp_exposed = (opt->overlap_grad_reduce ? pos(rs - ov * bwd_window) : rs) +
+                      (opt->overlap_param_gather ? pos(ag - ov * fwd_window) : ag);
+    double nd = (double)gd.size;
+    double ne = (double)ge.size;
+    out->dp_bytes = (p.dense * grad_b + (opt->use_distributed_optimizer ? p.dense * param_b : p.dense * grad_b)) *
+                        (nd - 1.0) / nd +
+                    (p.expert * grad_b + (opt->use_distributed_optimizer ? p.expert * param_b : p.expert * grad_b)) *
+                        (ne - 1.0) / ne;
+
+    /* Adam over the local shard: read/write master, two moments, grad and the BF16 weight. */
+    double shard = opt->use_distributed_optimizer ? p.dense / nd + p.expert / ne : p.dense + p.expert;
+    double state_b = 4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
+    double per_param = 2.0 * state_b + grad_b + param_b;
+    double hbm = cl->gpu.hbm_tbps * 1e12 * cl->gpu.hbm_eff;
+    double zero_grads = (p.dense + p.expert) * grad_b / hbm;
+    double opt_s = shard * per_param / hbm + zero_grads;
+    if (opt->optimizer_cpu_offload) {
+        double frac = opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
+        double link = cl->host.link_gbps * 1e9 * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
+        /* Gradients down and weights up over the host link; the CPU Adam pass itself streams the
+         * same state at host-link speed or better, so the link bounds it. */
+        double moved = shard * frac * (grad_b + param_b + per_param);
+        opt_s = shard * (1.0 - frac) * per_param / hbm + zero_grads + moved / link;
+    }
+    out->optimizer = opt_s;
+}
+
+size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode)
+{
+    size_t chunks = (size_t)lay->pp * (size_t)lay->vpp;
+    size_t arrays = 2 * chunks * sizeof(double);
+    if (mode == MOE_SCHED_CLOSED_FORM) {
+        return arrays;
+    }
+    return arrays + moe_sched_workspace_bytes(lay->pp, lay->vpp, lay->num_microbatches);
+}
+
+struct step_time {
+    double total;
+    struct moe_phase_times t;
+    double stage_max_s, stage0_s;
+    double dp_bytes, dp_total;
+};
+
+/* Time of one step at expert load factor `load`. fwd/bwd are caller arrays [num_chunks]. */
+static enum moe_status step_time(struct pctx *x,
+                                 enum moe_schedule_mode mode,
+                                 double *fwd,
+                                 double *bwd,
+                                 void *sim_ws,
+                                 size_t sim_ws_bytes,
+                                 struct step_time *st)
+{
+    const struct moe_layout *lay = x->lay;
+    int pp = lay->pp;
+    int chunks = lay->num_chunks;
+    struct pass_phases stage_sum = {0};
+    int slow = 0;
+    double slow_s = -1.0;
+    double fwd_window_slow = 0.0;
+    double bwd_window_slow = 0.0;
+    /* Per stage totals; the slowest stage's phase mix is what the step repeats m times. */
+    for (int p = 0; p < pp; p++) {
+        struct pass_phases acc = {0};
+        double fw = 0.0;
+        double bw = 0.0;
+        for (int c = p; c < chunks; c += pp) {
+            struct pass_phases f;
+            struct pass_phases b;
+            chunk_phases(x, c, &f, &b);
+            fwd[c] = phases_sum(&f);
+            bwd[c] = phases_sum(&b);
+            fw += fwd[c];
+            bw += bwd[c];
+            phases_add(&acc, &f, 1.0);
+            phases_add(&acc, &b, 1.0);
+        }
+        if (fw + bw > slow_s) {
+            slow_s = fw + bw;
+            slow = p;
+            stage_sum = acc;
+            fwd_window_slow = fw;
+            bwd_window_slow = bw;
+        }
+        if (p == 0) {
+            st->stage0_s = fw + bw;
+        }
+    }
+    (void)slow;
+    struct moe_sched_input in = {pp, lay->vpp, lay->num_microbatches, fwd, bwd, x->p2p_s};
+    struct moe_sched_result res;
+    if (mode == MOE_SCHED_SIMULATE) {
+        enum moe_status s = moe_sched_simulate(&in, sim_ws, sim_ws_bytes, &res);
+        if (s != MOE_OK) {
+            return s;
+        }
+    } else {
+        moe_sched_closed_form(&in, &res);
+    }
+    double m = lay->num_microbatches;
+
+    /* DP tail and optimizer: the stage that finishes last sets the step. */
+    double tail_max = 0.0;
+    struct stage_tail worst = {0};
+    for (int p = 0; p < pp; p++) {
+        double fw = 0.0;
+        double bw = 0.0;
+        for (int c = p; c < chunks; c += pp) {
+            fw += fwd[c];
+            bw += bwd[c];
+        }
+        struct stage_tail tail;
+        stage_tail(x, p, fw, bw, &tail);
+        if (tail.dp_exposed + tail.optimizer > tail_max || p == 0) {
+            tail_max = tail.dp_exposed + tail.optimizer;
+            worst = tail;
+        }
+        st->dp_bytes = tail.dp_bytes > st->dp_bytes ? tail.dp_bytes : st->dp_bytes;
+        st->dp_total = tail.dp_total > st->dp_total ? tail.dp_total : st->dp_total;
+    }
+    (void)fwd_window_slow;
+    (void)bwd_window_slow;
+
+    struct moe_phase_times *t = &st->t;
+    *t = (struct moe_phase_times){0};
+    double busy = m * slow_s;
+    double scale = slow_s > 0.0 ? res.busy_max_s / busy : 1.0; /* simulate may differ slightly */
+    t->compute = stage_sum.compute * m * scale;
+    t->expert_gemm = stage_sum.expert * m * scale;
+    t->dispatch = stage_sum.dispatch * m * scale;
+    t->combine = stage_sum.combine * m * scale;
+    t->tp_comm = stage_sum.tp * m * scale;
+    t->cp_comm = stage_sum.cp * m * scale;
+    t->pp_comm = stage_sum.pp * m * scale;
+    t->host_overhead = stage_sum.host * m * scale + x->cl->overheads.step_fixed_ms * 1e-3;
+    t->pp_bubble = pos(res.total_s - res.busy_max_s);
+    t->dp_comm = worst.dp_exposed;
+    t->optimizer = worst.optimizer;
+    t->ep_comm = t->dispatch + t->combine;
+    t->exposed_comm = t->ep_comm + t->tp_comm + t->cp_comm + t->pp_comm + t->dp_comm;
+    st->total = t->compute + t->expert_gemm + t->ep_comm + t->tp_comm + t->cp_comm + t->pp_comm +
+                t->dp_comm + t->pp_bubble + t->optimizer + t->host_overhead;
+    st->stage_max_s = slow_s;
+    return MOE_OK;
+}
+
+static double load_factor(const struct moe_options *opt, const struct moe_load_stats *load, int which)
+{
+    if (opt->force_load_balancing) {
+        return 1.0;
+    }
+    if (load != NULL) {
+        double f = which == 0 ? load->mean_factor : (which == 1 ? load->p50_factor : load->p99_factor);
+        return f >= 1.0 ? f : 1.0;
+    }
+    return opt->moe_imbalance >= 1.0 ? opt->moe_imbalance : 1.0;
+}
+
+/* Hot-expert replication lowers the busiest rank's load: the r hottest experts' excess is shared. */
+static double replicated_load(const struct moe_model_cfg *cfg, const struct moe_layout *lay,
+                              const struct moe_options *opt, double f)
+{
+    if (opt->moe_hot_expert_replicas <= 0 || f <= 1.0 || lay->ep <= 1) {
+        return f;
+    }
+    double per_rank = (double)cfg->num_experts / lay->ep;
+    double spread = (double)opt->moe_hot_expert_replicas / per_rank; /* ranks' worth of clones */
+    if (spread > lay->ep - 1) {
+        spread = lay->ep - 1;
+    }
+    /* The excess (f - 1) of the hottest rank is split over 1 + spread ranks. */
+    return 1.0 + (f - 1.0) / (1.0 + spread);
+}
+
+enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
+                                 const struct moe_cluster *cl,
+                                 const struct moe_layout *lay,
+                                 const struct moe_options *opt,
+                                 const struct moe_load_stats *load,
+                                 enum moe_schedule_mode mode,
+                                 void *ws,
+                                 size_t ws_bytes,
+                                 struct moe_prediction *out,
+                                 struct moe_diag *diag)
+{
+    if (lay->num_chunks != lay->pp * lay->vpp || lay->num_chunks <= 0 || lay->num_microbatches <= 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "layout is not resolved (call moe_layout_resolve before predicting)");
+    }
+    size_t need = moe_cost_workspace_bytes(lay, mode);
+    if (ws == NULL || ws_bytes < need) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "predict needs %zu bytes of workspace, got %zu", need, ws_bytes);
+    }
+    memset(out, 0, sizeof(*out));
+    double *fwd = ws;
+    double *bwd = fwd + lay->num_chunks;
+    void *sim_ws = bwd + lay->num_chunks;
+    size_t sim_bytes = ws_bytes - 2 * (size_t)lay->num_chunks * sizeof(double);
+
+    struct pctx x;
+    memset(&x, 0, sizeof(x));
+    x.cfg = cfg;
+    x.cl = cl;
+    x.lay = lay;
+    x.opt = opt;
+    x.load = moe_cfg_is_moe(cfg) ? replicated_load(cfg, lay, opt, load_factor(opt, load, 0)) : 1.0;
+    extras_init(&x);
+
+    struct step_time st = {0};
+    MOE_TRY(step_time(&x, mode, fwd, bwd, sim_ws, sim_bytes, &st));
+    out->time = st.t;
+    out->step_time_s = st.total;
+    out->load_factor = x.load;
+    out->stage_time_s[0] = st.stage_max_s;
+    out->stage_time_s[1] = st.stage0_s;
+    out->comm.dp_bytes = st.dp_bytes;
+    out->comm.dp_s = st.dp_total;
+    out->comm.ep_bytes = x.ep_bytes_layer;
+    out->comm.ep_inter_domain_fraction = x.ep_bytes_layer > 0.0 ? x.ep_inter_layer / x.ep_bytes_layer : 0.0;
+    out->comm.tp_bytes = x.tp_bytes_layer;
+    out->comm.cp_bytes = x.cp_bytes_layer;
+    out->comm.ep_s = x.ep_s_layer;
+    out->comm.tp_s = x.tp_s_layer;
+    out->comm.cp_s = x.cp_s_layer;
+    out->comm.pp_s = x.p2p_s;
+
+    /* p50 / p99 step times from the load distribution (same model, other load factors). */
+    out->step_time_p50_s = out->step_time_s;
+    out->step_time_p99_s = out->step_time_s;
+    if (load != NULL && !opt->force_load_balancing && moe_cfg_is_moe(cfg)) {
+        for (int which = 1; which <= 2; which++) {
+            struct pctx y = x;
+            memset(y.kind_ready, 0, sizeof(y.kind_ready));
+            y.load = replicated_load(cfg, lay, opt, load_factor(opt, load, which));
+            struct step_time sq = {0};
+            MOE_TRY(step_time(&y, mode, fwd, bwd, sim_ws, sim_bytes, &sq));
+            if (which == 1) {
+                out->step_time_p50_s = sq.total;
+            } else {
+                out->step_time_p99_s = sq.total;
+            }
+        }
+    }
+
+    /* Memory: worst pipeline stage. */
+    out->mem.total = -1.0;
+    for (int p = 0; p < lay->pp; p++) {
+        struct moe_mem_bytes mb;
+        moe_mem_stage(cfg, cl, lay, opt, p, x.load, &mb);
+        if (mb.total > out->mem.total) {
+            out->mem = mb;
+            out->worst_stage = p;
+        }
+    }
+    moe_mem_layer_activations(cfg, lay, opt, moe_cfg_is_moe(cfg), x.load,
+                              MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD, &out->act_layer);
+    double host_cap = cl->host.mem_gib_per_gpu * GIB;
+    out->fits = out->mem.total <= out->mem.capacity && out->mem.host_offload <= host_cap;
+
+    /* Throughput. */
+    out->flops_per_step = moe_flops_per_step(cfg, lay->seq_length, lay->gbs, lay->tp);
+    double compute_s = out->time.compute + out->time.expert_gemm;
+    out->executed_flops_per_step = out->flops_per_step;
+    if (opt->recompute != MOE_RECOMPUTE_NONE && compute_s > 0.0) {
+        /* Recompute repeats forward work: about a third of the executed compute per layer. */
+        struct moe_layer_cost lc;
+        struct moe_layer_kind kind = {moe_cfg_is_moe(cfg), false};
+        moe_compute_layer(cfg, cl, lay, opt, kind, x.load, 0.0, &lc);
+        double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
+        if (base > 0.0) {
+            out->executed_flops_per_step *= 1.0 + lc.recompute / base;
+        }
+    }
+    double tokens = (double)lay->gbs * lay->seq_length;
+    out->tokens_per_s_per_gpu = tokens / out->step_time_s / lay->num_gpus;
+    out->tflops_per_gpu = out->flops_per_step / out->step_time_s / lay->num_gpus / 1e12;
+    out->mfu = out->tflops_per_gpu / cl->gpu.peak_tflops[MOE_MATH_BF16];
+
+    double phase_s[MOE_NUM_PHASES] = {
+        out->time.compute,  out->time.expert_gemm, out->time.dispatch,  out->time.combine,
+        out->time.tp_comm,  out->time.cp_comm,     out->time.pp_comm,   out->time.dp_comm,
+        out->time.pp_bubble, out->time.optimizer,  out->time.host_overhead,
+    };
+    out->bottleneck = MOE_PHASE_COMPUTE;
+    for (int i = 1; i < MOE_NUM_PHASES; i++) {
+        if (phase_s[i] > phase_s[out->bottleneck]) {
+            out->bottleneck = (enum moe_phase)i;
+        }
+    }
+    return MOE_OK;
+}

@@ -1,0 +1,435 @@
+/*
+ * Memory model (model/memory.h). Sources:
+ * - Bytes per parameter: Megatron-LM mixed precision keeps BF16 weights, FP32 main gradients, and
+ *   FP32 master weights + two Adam moments (18 B/param); the distributed optimizer shards the 12 B
+ *   of optimizer state over the data-parallel group (DP x CP for dense, EDP for experts) --
+ *   Megatron-LM docs, distributed optimizer; DESIGN.md "Megatron's own estimator".
+ * - Transformer Engine FP8/MX training caches quantised copies of each GEMM weight (row- and
+ *   column-wise) between micro-batches; FP8 parameter gather stores the weights themselves in FP8.
+ * - Activations: Korthikanti et al. 2022 (arXiv:2205.05198), with sequence parallelism sharding the
+ *   norm/residual tensors over TP; FlashAttention keeps q, k, v, output and the log-sum-exp;
+ *   GEMM inputs are saved in the recipe's storage precision; MoE tensors scale with the tokens the
+ *   busiest EP rank receives (tokens x top-k x ETP x load factor).
+ * - Micro-batches in flight: Megatron's schedules.py warm-up counts: 1F1B holds pp - p micro-batches
+ *   on stage p; interleaved holds (pp - p - 1) * 2 + (vpp - 1) * pp + 1 chunk-micro-batches.
+ * Not modelled: activation memory of the embedding and dropout masks (MoE recipes train without
+ * dropout), NCCL's lazily grown buffers beyond the cluster's context figure.
+ */
+#include "model/memory.h"
+
+#include <math.h>
+
+#define GIB 1073741824.0
+
+double moe_dtype_bytes(enum moe_dtype d)
+{
+    switch (d) {
+    case MOE_DTYPE_FP32:
+        return 4.0;
+    case MOE_DTYPE_BF16:
+    case MOE_DTYPE_FP16:
+        return 2.0;
+    case MOE_DTYPE_FP8:
+        return 1.0;
+    }
+    return 4.0;
+}
+
+static int count_moe(const struct moe_model_cfg *cfg, int first, int n, int flag)
+{
+    int c = 0;
+    for (int i = first; i < first + n && i < MOE_MAX_LAYERS; i++) {
+        c += (cfg->layer_flags[i] & flag) != 0;
+    }
+    return c;
+}
+
+void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
+                            const struct moe_layout *lay,
+                            int stage,
+                            struct moe_stage_contents *out)
+{
+    *out = (struct moe_stage_contents){0};
+    for (int v = 0; v < lay->vpp; v++) {
+        int c = v * lay->pp + stage;
+        if (c >= lay->num_chunks) {
+            break;
+        }
+        const struct moe_pp_chunk *ch = &lay->chunks[c];
+        int moe = count_moe(cfg, ch->first_layer, ch->num_layers, MOE_LAYER_MOE);
+        out->num_moe += moe;
+        out->num_dense += ch->num_layers - moe;
+        out->num_windowed += count_moe(cfg, ch->first_layer, ch->num_layers, MOE_LAYER_WINDOWED);
+        out->num_mtp += ch->num_mtp;
+        out->has_embedding = out->has_embedding || ch->has_embedding;
+        out->has_loss = out->has_loss || ch->has_loss;
+        out->num_chunks++;
+        int layers = ch->num_layers + ch->num_mtp;
+        if (layers > out->max_chunk_layers) {
+            out->max_chunk_layers = layers;
+        }
+    }
+    /* Output weight: untied models own one; tied models keep a copy on the last stage when the
+     * embedding lives elsewhere (Megatron's shared-embedding group); MTP reuses it there. */
+    out->has_output_weight =
+        out->has_loss && (cfg->is_untied_embeddings || !out->has_embedding);
+}
+
+static double mlp_mats(const struct moe_model_cfg *cfg)
+{
+    return cfg->is_swiglu ? 3.0 : 2.0;
+}
+
+/* Attention block parameters on one GPU: gemm part (TP-split or duplicated) and the rest. */
+static void attn_params(const struct moe_model_cfg *cfg, int tp, double *gemm, double *other)
+{
+    double h = cfg->hidden_size;
+    double a = cfg->num_attention_heads;
+    double t = tp;
+    if (cfg->is_mla) {
+        double qk = cfg->qk_head_dim + cfg->qk_pos_emb_head_dim;
+        double q;
+        if (cfg->q_lora_rank > 0) {
+            /* Down projections are duplicated over TP (Megatron MLA parallel_mode="duplicated"). */
+            q = h * cfg->q_lora_rank + cfg->q_lora_rank * a * qk / t;
+            *other = cfg->q_lora_rank;
+        } else {
+            q = h * a * qk / t;
+            *other = 0.0;
+        }
+        double kv = h * (cfg->kv_lora_rank + cfg->qk_pos_emb_head_dim) +
+                    cfg->kv_lora_rank * a * (cfg->qk_head_dim + cfg->v_head_dim) / t;
+        double o = a * cfg->v_head_dim * h / t;
+        *gemm = q + kv + o;
+        *other += cfg->kv_lora_rank + h;
+        return;
+    }
+    double d = cfg->kv_channels;
+    double g = cfg->num_query_groups;
+    *gemm = (h * a * d + 2.0 * h * g * d + a * d * h) / t;
+    *other = h + (cfg->has_qk_layernorm ? 2.0 * d : 0.0);
+    if (cfg->has_linear_bias) {
+        *other += (a * d + 2.0 * g * d) / t + h;
+    }
+}
+
+void moe_mem_gpu_params(const struct moe_model_cfg *cfg,
+                        const struct moe_layout *lay,
+                        const struct moe_stage_contents *sc,
+                        struct moe_gpu_params *out)
+{
+    double h = cfg->hidden_size;
+    double tp = lay->tp;
+    double attn_gemm;
+    double attn_other;
+    attn_params(cfg, lay->tp, &attn_gemm, &attn_other);
+    double bias = cfg->has_linear_bias ? 1.0 : 0.0;
+    double dense_mlp = h * cfg->ffn_hidden_size * mlp_mats(cfg) / tp;
+    double shared = h * cfg->moe_shared_expert_intermediate_size * mlp_mats(cfg) / tp;
+    double router = (double)cfg->num_experts * h + (cfg->has_router_expert_bias ? cfg->num_experts : 0);
+    double local_experts = lay->ep > 0 ? (double)cfg->num_experts / lay->ep : 0.0;
+    double expert_one = h * cfg->moe_ffn_hidden_size * mlp_mats(cfg) / lay->etp;
+    double expert_bias = bias * (cfg->moe_ffn_hidden_size * (mlp_mats(cfg) - 1.0) / lay->etp + h);
+    /* MTP layers are layers of the last decoder layer's kind plus eh_proj and three norms. */
+    int last_moe = cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE);
+    double n_moe = sc->num_moe + (last_moe ? sc->num_mtp : 0);
+    double n_dense = sc->num_dense + (last_moe ? 0 : sc->num_mtp);
+    double n_layers = n_moe + n_dense;
+
+    double gemm_dense = n_layers * attn_gemm + n_dense * dense_mlp + n_moe * shared;
+    double other = n_layers * (attn_other + h) + n_moe * router + n_dense * bias * h;
+    double vp = moe_cfg_padded_vocab(cfg, lay->tp);
+    double embed = 0.0;
+    if (sc->has_embedding) {
+        embed += vp * h / tp;
+    }
+    if (sc->has_output_weight) {
+        embed += vp * h / tp;
+    }
+    if (sc->has_loss) {
+        other += h; /* final norm */
+    }
+    gemm_dense += sc->num_mtp * 2.0 * h * h / tp;
+    other += sc->num_mtp * 3.0 * h;
+
+    out->expert = n_moe * local_experts * (expert_one + expert_bias);
+    out->dense = gemm_dense + other + embed;
+    out->gemm = gemm_dense + n_moe * local_experts * expert_one;
+}
+
+/* Bytes per element of a GEMM input saved for backward, in the recipe's storage format. */
+static double saved_gemm_input_bytes(enum moe_recipe r)
+{
+    switch (r) {
+    case MOE_RECIPE_BF16:
+        return 2.0;
+    case MOE_RECIPE_FP8_TENSORWISE:
+    case MOE_RECIPE_FP8_DELAYED:
+        return 1.0;
+    case MOE_RECIPE_FP8_BLOCKWISE:
+        return 1.0 + 4.0 / 128.0; /* FP32 scale per 1x128 block */
+    case MOE_RECIPE_MXFP8:
+        return 1.0 + 1.0 / 32.0; /* E8M0 scale per 32 elements */
+    case MOE_RECIPE_NVFP4:
+        return 0.5 + 1.0 / 16.0; /* E2M1 + E4M3 scale per 16 elements */
+    case MOE_NUM_RECIPES:
+        break;
+    }
+    return 2.0;
+}
+
+/* Extra bytes per GEMM weight for the quantised copies Transformer Engine caches. */
+static double weight_cache_bytes(const struct moe_options *opt)
+{
+    if (opt->recipe == MOE_RECIPE_BF16) {
+        return 0.0;
+    }
+    double one = saved_gemm_input_bytes(opt->recipe);
+    /* Row-wise and column-wise (transposed) copies; with FP8 parameters the row-wise copy is the
+     * parameter itself. */
+    return opt->fp8_param_gather ? one : 2.0 * one;
+}
+
+void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
+                               const struct moe_layout *lay,
+                               const struct moe_options *opt,
+                               bool is_moe,
+                               double load_factor,
+                               unsigned apply,
+                               struct moe_act_bytes *out)
+{
+    *out = (struct moe_act_bytes){0};
+    const double b = 2.0; /* BF16 activations */
+    double bq = saved_gemm_input_bytes(opt->recipe);
+    bool fp8 = opt->recipe != MOE_RECIPE_BF16;
+    double h = cfg->hidden_size;
+    double tp = lay->tp;
+    double t = (double)lay->mbs * lay->seq_length / lay->cp; /* tokens per CP rank */
+    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / tp : t;
+    double a_loc = cfg->num_attention_heads / tp;
+    unsigned rc = (apply & MOE_MEM_APPLY_RECOMPUTE) && opt->recompute == MOE_RECOMPUTE_SELECTIVE ? opt->recompute_modules
+                                                                              : 0u;
+
+    out->attn_norm = t_sp * h * b;
+    out->qkv = (rc & MOE_RC_LAYERNORM) ? 0.0 : t_sp * h * bq;
+    double lse = t * a_loc * 4.0;
+    double o_elems;
+    if (cfg->is_mla) {
+        double qk = cfg->qk_head_dim + cfg->qk_pos_emb_head_dim;
+        double latents = 0.0;
+        if (cfg->q_lora_rank > 0) {
+            latents += t * cfg->q_lora_rank * (b + bq);
+        }
+        latents += t * cfg->kv_lora_rank * (b + bq) + t * cfg->qk_pos_emb_head_dim * b;
+        double qkv_heads = t * a_loc * (2.0 * qk + cfg->v_head_dim) * b;
+        out->qkv += latents + ((rc & MOE_RC_MLA_UP_PROJ) ? 0.0 : qkv_heads);
+        o_elems = t * a_loc * cfg->v_head_dim;
+    } else {
+        double d = cfg->kv_channels;
+        double g_loc = cfg->num_query_groups / tp;
+        out->qkv += t * (a_loc + 2.0 * g_loc) * d * b;
+        o_elems = t * a_loc * d;
+    }
+    out->core_attn = (rc & MOE_RC_CORE_ATTN) ? 0.0 : o_elems * b + lse;
+    out->attn_proj = fp8 ? o_elems * bq : ((rc & MOE_RC_CORE_ATTN) ? o_elems * b : 0.0);
+    out->mlp_norm = t_sp * h * b;
+
+    double mats_act = cfg->is_swiglu ? 2.0 : 1.0; /* fc1 output width in units of ffn */
+    if (!is_moe) {
+        double f = cfg->ffn_hidden_size / tp;
+        double fc1_in = (rc & MOE_RC_LAYERNORM) ? 0.0 : t_sp * h * bq;
+        double inner = t * f * (mats_act * b + bq);
+        out->dense_mlp = (rc & MOE_RC_MLP) ? fc1_in : fc1_in + inner;
+    } else {
+        double e = cfg->num_experts;
+        double k = cfg->moe_router_topk;
+        double fe = (double)cfg->moe_ffn_hidden_size / lay->etp;
+        double r = t_sp * k * lay->etp * load_factor; /* tokens this rank's experts process */
+        out->router = ((rc & MOE_RC_LAYERNORM) ? 0.0 : t_sp * h * b) + t_sp * e * 9.0;
+        out->dispatch = t_sp * k * 8.0; /* routing map and probabilities */
+        out->expert_fc1 = r * h * bq;
+        out->moe_act = r * fe * mats_act * b;
+        out->expert_fc2 = (rc & MOE_RC_MOE_ACT) ? 0.0 : r * fe * bq;
+        if (cfg->moe_shared_expert_intermediate_size > 0) {
+            double fs = cfg->moe_shared_expert_intermediate_size / tp;
+            out->shared = (rc & MOE_RC_SHARED_EXPERTS) ? 0.0
+                                                        : t_sp * h * bq + t * fs * (mats_act * b + bq);
+        }
+        if (rc & MOE_RC_MOE) {
+            out->router = 0.0;
+            out->dispatch = 0.0;
+            out->expert_fc1 = 0.0;
+            out->moe_act = 0.0;
+            out->expert_fc2 = 0.0;
+            out->shared = 0.0;
+        }
+    }
+    if ((apply & MOE_MEM_APPLY_OFFLOAD) && opt->fine_grained_offload) {
+        unsigned off = opt->offload_modules;
+        out->attn_norm *= (off & MOE_OFF_ATTN_NORM) ? 0.0 : 1.0;
+        out->qkv *= (off & MOE_OFF_QKV_LINEAR) ? 0.0 : 1.0;
+        out->core_attn *= (off & MOE_OFF_CORE_ATTN) ? 0.0 : 1.0;
+        out->attn_proj *= (off & MOE_OFF_ATTN_PROJ) ? 0.0 : 1.0;
+        out->mlp_norm *= (off & MOE_OFF_MLP_NORM) ? 0.0 : 1.0;
+        out->expert_fc1 *= (off & MOE_OFF_EXPERT_FC1) ? 0.0 : 1.0;
+        out->moe_act *= (off & MOE_OFF_MOE_ACT) ? 0.0 : 1.0;
+    }
+    out->total = out->attn_norm + out->qkv + out->core_attn + out->attn_proj + out->mlp_norm +
+                 out->router + out->dispatch + out->expert_fc1 + out->moe_act + out->expert_fc2 +
+                 out->shared + out->dense_mlp;
+}
+
+int moe_mem_inflight(const struct moe_layout *lay, int stage)
+{
+    int m = lay->num_microbatches;
+    if (lay->vpp <= 1) {
+        int n = lay->pp - stage;
+        return n < m ? n : m;
+    }
+    int warmup = (lay->pp - stage - 1) * 2 + (lay->vpp - 1) * lay->pp;
+    int total = m * lay->vpp;
+    return warmup + 1 < total ? warmup + 1 : total;
+}
+
+/* Activation bytes of all layers of the stage for one micro-batch, and the offloaded share. */
+static void stage_activations(const struct moe_model_cfg *cfg,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              const struct moe_stage_contents *sc,
+                              double load_factor,
+                              double *gpu_bytes,
+                              double *host_bytes,
+                              double *transient)
+{
+    struct moe_act_bytes dense_full;
+    struct moe_act_bytes moe_full;
+    struct moe_act_bytes dense_rc; /* after recompute, before offload */
+    struct moe_act_bytes moe_rc;
+    struct moe_act_bytes dense_opt; /* after recompute and offload */
+    struct moe_act_bytes moe_opt;
+    const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
+    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, 0u, &dense_full);
+    moe_mem_layer_activations(cfg, lay, opt, true, load_factor, 0u, &moe_full);
+    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, MOE_MEM_APPLY_RECOMPUTE, &dense_rc);
+    moe_mem_layer_activations(cfg, lay, opt, true, load_factor, MOE_MEM_APPLY_RECOMPUTE, &moe_rc);
+    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, all, &dense_opt);
+    moe_mem_layer_activations(cfg, lay, opt, true, load_factor, all, &moe_opt);
+
+    int last_moe = cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE);
+    double n_moe = sc->num_moe + (last_moe ? sc->num_mtp : 0);
+    double n_dense = sc->num_dense + (last_moe ? 0 : sc->num_mtp);
+    double n_layers = n_moe + n_dense;
+    double per_layer_opt = n_layers > 0 ? (n_moe * moe_opt.total + n_dense * dense_opt.total) / n_layers
+                                        : 0.0;
+    double per_layer_full =
+        n_layers > 0 ? (n_moe * moe_full.total + n_dense * dense_full.total) / n_layers : 0.0;
+    double layer_input = dense_full.attn_norm; /* checkpointed input of a recomputed layer */
+    double chunks = sc->num_chunks > 0 ? sc->num_chunks : 1;
+    double layers_per_chunk = n_layers / chunks;
+
+    double saved;
+    double max_layer = moe_full.total > dense_full.total ? moe_full.total : dense_full.total;
+    *transient = 0.0;
+    if (opt->recompute == MOE_RECOMPUTE_FULL) {
+        double n_rc = opt->recompute_num_layers > 0 ? opt->recompute_num_layers : 1;
+        if (opt->recompute_method == MOE_RECOMPUTE_UNIFORM) {
+            double units = ceil(layers_per_chunk / n_rc) * chunks;
+            saved = units * layer_input;
+            *transient = (n_rc < layers_per_chunk ? n_rc : layers_per_chunk) * per_layer_full;
+        } else {
+            double rc_layers = (n_rc < layers_per_chunk ? n_rc : layers_per_chunk) * chunks;
+            saved = rc_layers * layer_input + (n_layers - rc_layers) * per_layer_opt;
+            *transient = max_layer;
+        }
+    } else {
+        saved = n_layers * per_layer_opt;
+        if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
+            *transient = max_layer - (moe_opt.total < dense_opt.total ? moe_opt.total : dense_opt.total);
+        }
+    }
+    /* Whole-layer CPU offloading moves that many layers per chunk to host memory. */
+    double host = 0.0;
+    if (opt->cpu_offloading_num_layers > 0 && n_layers > 0) {
+        double off_layers = opt->cpu_offloading_num_layers * chunks;
+        if (off_layers > n_layers) {
+            off_layers = n_layers;
+        }
+        host = saved * off_layers / n_layers;
+        saved -= host;
+    }
+    if (opt->fine_grained_offload && opt->recompute != MOE_RECOMPUTE_FULL) {
+        host += n_moe * (moe_rc.total - moe_opt.total) + n_dense * (dense_rc.total - dense_opt.total);
+    }
+    *gpu_bytes = saved;
+    *host_bytes = host;
+}
+
+void moe_mem_stage(const struct moe_model_cfg *cfg,
+                   const struct moe_cluster *cl,
+                   const struct moe_layout *lay,
+                   const struct moe_options *opt,
+                   int stage,
+                   double load_factor,
+                   struct moe_mem_bytes *out)
+{
+    *out = (struct moe_mem_bytes){0};
+    struct moe_stage_contents sc;
+    moe_mem_stage_contents(cfg, lay, stage, &sc);
+    struct moe_gpu_params p;
+    moe_mem_gpu_params(cfg, lay, &sc, &p);
+
+    /* Hot-expert clones: each EP rank hosts its share of the replicas (weights + grads). */
+    double replica_params = 0.0;
+    if (opt->moe_hot_expert_replicas > 0 && cfg->num_experts > 0 && sc.num_moe > 0) {
+        double per_rank = ceil((double)opt->moe_hot_expert_replicas / lay->ep);
+        double expert_one = (double)cfg->hidden_size * cfg->moe_ffn_hidden_size *
+                            (cfg->is_swiglu ? 3.0 : 2.0) / lay->etp;
+        replica_params = per_rank * expert_one * sc.num_moe;
+    }
+
+    double params = p.dense + p.expert + replica_params;
+    double w_bytes = opt->fp8_param_gather ? 1.0 : 2.0;
+    out->weights = (params - p.gemm) * 2.0 + (p.gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
+    out->grads = params * moe_dtype_bytes(opt->main_grads_dtype);
+    double per_param_opt = 4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
+    double dense_shard = opt->use_distributed_optimizer ? (double)lay->dp * lay->cp : 1.0;
+    double expert_shard = opt->use_distributed_optimizer ? (double)lay->edp : 1.0;
+    double opt_bytes = per_param_opt * (p.dense / dense_shard + p.expert / expert_shard);
+    if (opt->optimizer_cpu_offload) {
+        double frac = opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
+        out->host_offload += opt_bytes * frac;
+        opt_bytes *= 1.0 - frac;
+    }
+    out->optimizer = opt_bytes;
+
+    double act_per_mb;
+    double host_per_mb;
+    double transient;
+    stage_activations(cfg, lay, opt, &sc, load_factor, &act_per_mb, &host_per_mb, &transient);
+    double inflight = moe_mem_inflight(lay, stage);
+    double chunk_share = lay->vpp > 1 ? 1.0 / lay->vpp : 1.0; /* chunk-micro-batches hold 1/vpp */
+    out->activations = act_per_mb * inflight * chunk_share;
+    out->host_offload += host_per_mb * inflight * chunk_share;
+
+    /* Buffers: logits (BF16 saved + FP32 loss workspace) on the loss stage, EP buffers, context. */
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double buffers = transient;
+    if (sc.has_loss) {
+        double vp = moe_cfg_padded_vocab(cfg, lay->tp);
+        double logits = t * vp / lay->tp;
+        buffers += logits * (2.0 * (1.0 + sc.num_mtp) + 4.0);
+    }
+    if (sc.num_moe > 0 && lay->ep > 1) {
+        if (opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP) {
+            buffers += cl->overheads.flex_buffer_gib * GIB;
+        } else {
+            double t_sp = t / lay->tp;
+            buffers += 2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * 2.0;
+        }
+    }
+    double dynamic = out->activations + buffers;
+    buffers += dynamic * cl->overheads.alloc_reserve_frac + cl->overheads.context_gib * GIB;
+    out->buffers = buffers;
+    out->total = out->weights + out->grads + out->optimizer + out->activations + out->buffers;
+    out->capacity = cl->gpu.hbm_gib * GIB;
+}

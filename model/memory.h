@@ -1,0 +1,98 @@
+/*
+ * Per-GPU memory by category for one pipeline stage: weights, gradients, optimizer states,
+ * activations (module by module, MoE-aware, times micro-batches in flight), buffers.
+ *
+ * Conventions (each cited where computed in memory.c): Megatron-LM mixed precision (BF16 weights,
+ * FP32 main grads, FP32 master + Adam moments; distributed optimizer shards optimizer state over
+ * DP x CP for dense parameters and over EDP for experts -- Megatron docs "distributed optimizer");
+ * activations after Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+ * Models" (2022), extended to MLA, routed and shared experts; micro-batches in flight from Megatron's
+ * 1F1B / interleaved warm-up counts. Pure functions; no I/O.
+ */
+#ifndef MOE_MODEL_MEMORY_H
+#define MOE_MODEL_MEMORY_H
+
+#include <stdbool.h>
+
+#include "model/cluster.h"
+#include "model/config.h"
+#include "model/cost.h"
+#include "model/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What one pipeline rank holds (counted over its chunks). */
+struct moe_stage_contents {
+    int num_dense;    /* dense decoder layers */
+    int num_moe;      /* MoE decoder layers */
+    int num_windowed; /* of those, sliding-window attention layers */
+    int num_mtp;      /* MTP layers (each a layer of the last decoder layer's kind + projections) */
+    bool has_embedding;
+    bool has_loss;          /* output layer + loss */
+    bool has_output_weight; /* holds an output weight (untied, or tied copy when pp > 1, or MTP) */
+    int num_chunks;         /* virtual stages on this rank (vpp) */
+    int max_chunk_layers;   /* largest chunk, layers incl. MTP */
+};
+
+/* Fill what pipeline rank `stage` holds from the resolved layout's chunks. */
+void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
+                            const struct moe_layout *lay,
+                            int stage,
+                            struct moe_stage_contents *out);
+
+/* Parameters held by one GPU of a stage, split by how the optimizer shards them (elements). */
+struct moe_gpu_params {
+    double dense;  /* sharded over DP x CP by the distributed optimizer */
+    double expert; /* routed experts: sharded over EDP */
+    double gemm;   /* of dense+expert, weights used as GEMM operands (FP8 caches apply) */
+};
+
+void moe_mem_gpu_params(const struct moe_model_cfg *cfg,
+                        const struct moe_layout *lay,
+                        const struct moe_stage_contents *sc,
+                        struct moe_gpu_params *out);
+
+/* What moe_mem_layer_activations applies (bit set). */
+enum {
+    MOE_MEM_APPLY_RECOMPUTE = 1u << 0, /* selective recompute modules drop their tensors */
+    MOE_MEM_APPLY_OFFLOAD = 1u << 1,   /* fine-grained offload modules move to host */
+};
+
+/*
+ * Saved activations of one layer for one micro-batch on one GPU (bytes), after recompute, offload
+ * and precision options. is_moe selects the MoE block; load_factor scales the tokens the busiest
+ * EP rank receives. apply is a MOE_MEM_APPLY_* set (0: everything a layer would save).
+ */
+void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
+                               const struct moe_layout *lay,
+                               const struct moe_options *opt,
+                               bool is_moe,
+                               double load_factor,
+                               unsigned apply,
+                               struct moe_act_bytes *out);
+
+/* Micro-batches (or chunk-micro-batches when vpp > 1) whose activations stage p holds at peak. */
+int moe_mem_inflight(const struct moe_layout *lay, int stage);
+
+/*
+ * Full memory of pipeline rank `stage`: fills *out (capacity from the cluster) and returns the
+ * bytes moved to host memory in out->host_offload.
+ */
+void moe_mem_stage(const struct moe_model_cfg *cfg,
+                   const struct moe_cluster *cl,
+                   const struct moe_layout *lay,
+                   const struct moe_options *opt,
+                   int stage,
+                   double load_factor,
+                   struct moe_mem_bytes *out);
+
+/* Bytes of one element in a storage dtype. */
+double moe_dtype_bytes(enum moe_dtype d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_MODEL_MEMORY_H */
