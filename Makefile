@@ -186,7 +186,7 @@ $(BIN)/moefold-%: $(OBJ)/engine/%_main.o $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA
 
 # ---------------------------------------------------------------------------------------------
 # Tests: one cmocka binary per tests/<dir>/test_<module>.c, linked with its layer's libraries.
-TEST_SRC := $(wildcard tests/*/test_*.c)
+TEST_SRC := $(filter-out tests/bench/%,$(wildcard tests/*/test_*.c))
 TEST_BIN := $(patsubst tests/%.c,$(BIN)/tests/%,$(TEST_SRC))
 TEST_UTIL_OBJ := $(call objs,$(TEST_UTIL_SRC))
 $(call objs,$(TEST_SRC) $(TEST_UTIL_SRC)): EXTRA_CFLAGS = $(CMOCKA_CFLAGS) $(MPI_CFLAGS) $(BLAS_CFLAGS) $(HWLOC_CFLAGS)
@@ -203,6 +203,19 @@ endef
 $(foreach d,$(sort $(patsubst tests/%/,%,$(dir $(TEST_SRC)))),$(eval $(call test_rule,$(d))))
 
 tests: $(TEST_BIN)
+
+# Benchmarks: tests/bench/bench_<name>.c -> $(BIN)/bench/bench_<name>, linked with every layer.
+# `make bench` runs each and prints its table (performance targets are checked here, never in tests).
+BENCH_SRC := $(wildcard tests/bench/bench_*.c)
+BENCH_BIN := $(patsubst tests/bench/%.c,$(BIN)/bench/%,$(BENCH_SRC))
+$(call objs,$(BENCH_SRC)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(BLAS_CFLAGS) $(HWLOC_CFLAGS)
+$(BIN)/bench/%: $(OBJ)/tests/bench/%.o $(TEST_UTIL_OBJ) $(LIB_CLI) $(LIB_PLANNER) $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOPO) $(LIB_MODEL)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_LDFLAGS) -o $@ $< $(TEST_UTIL_OBJ) $(LIB_CLI) $(LIB_PLANNER) $(LINK_ENGINE)
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	@scripts/run-bench.sh $(BUILD)
 
 # The README's test command. Installs missing Debian packages, then builds and runs everything.
 test: deps
