@@ -60,14 +60,16 @@ static double latency_s(const struct moe_cluster *cl, const struct moe_group_pla
     return lat;
 }
 
-double moe_comm_allreduce_s(const struct moe_cluster *cl, const struct moe_group_place *g, double bytes)
+double
+moe_comm_allreduce_s(const struct moe_cluster *cl, const struct moe_group_place *g, double bytes)
 {
     if (g->size <= 1 || bytes <= 0.0) {
         return 0.0;
     }
     double n = (double)g->size;
     double busbw = moe_comm_ring_busbw(cl, g);
-    /* NVLink SHARP reduces in the switch: all-reduce inside one domain runs at its bus bandwidth. */
+    /* NVLink SHARP reduces in the switch: all-reduce inside one domain runs at its bus bandwidth.
+     */
     if (g->num_domains == 1 && cl->nvlink.has_nvls && cl->nvlink.nvls_busbw_gbps > 0.0 &&
         g->size > 2) {
         busbw = cl->nvlink.nvls_busbw_gbps * GBPS;
@@ -75,7 +77,8 @@ double moe_comm_allreduce_s(const struct moe_cluster *cl, const struct moe_group
     return 2.0 * latency_s(cl, g) + bytes * 2.0 * (n - 1.0) / n / busbw;
 }
 
-double moe_comm_allgather_s(const struct moe_cluster *cl, const struct moe_group_place *g, double bytes)
+double
+moe_comm_allgather_s(const struct moe_cluster *cl, const struct moe_group_place *g, double bytes)
 {
     if (g->size <= 1 || bytes <= 0.0) {
         return 0.0;
@@ -91,7 +94,8 @@ double moe_comm_reducescatter_s(const struct moe_cluster *cl,
     return moe_comm_allgather_s(cl, g, bytes);
 }
 
-double moe_comm_alltoall_s(const struct moe_cluster *cl, const struct moe_group_place *g, double bytes)
+double
+moe_comm_alltoall_s(const struct moe_cluster *cl, const struct moe_group_place *g, double bytes)
 {
     if (g->size <= 1 || bytes <= 0.0) {
         return 0.0;
@@ -115,7 +119,8 @@ double moe_comm_p2p_s(const struct moe_cluster *cl, bool same_domain, double byt
     return cl->net.latency_us * US + bytes / (cl->net.nic_gbps * cl->net.eff * GBPS);
 }
 
-/* 1 - C(total - per, k) / C(total, k): probability a given bucket of `per` items is hit by k draws. */
+/* 1 - C(total - per, k) / C(total, k): probability a given bucket of `per` items is hit by k draws.
+ */
 static double hit_prob(double total, double per, int k)
 {
     if (k <= 0 || total <= 0.0) {

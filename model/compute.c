@@ -5,10 +5,10 @@
  * shape-dependent efficiency eff(F) = max_eff * (1 - exp(-F / half_flops)) (cluster file, fitted
  * to square-GEMM sweeps), against its bytes at achieved HBM bandwidth. The efficiency curve is in
  * time, so half_flops scales with the precision's peak. Grouped expert GEMMs run as one kernel over
- * all local experts, each expert's rows padded to the kernel's tile; without --moe-grouped-gemm each
- * expert is its own GEMM. FP8/FP4 recipes add a quantisation pass over every GEMM input (forward)
- * and output gradient (backward). Elementwise work (norms, residuals, RoPE, activations, permutes,
- * router) is bytes over achieved HBM bandwidth.
+ * all local experts, each expert's rows padded to the kernel's tile; without --moe-grouped-gemm
+ * each expert is its own GEMM. FP8/FP4 recipes add a quantisation pass over every GEMM input
+ * (forward) and output gradient (backward). Elementwise work (norms, residuals, RoPE, activations,
+ * permutes, router) is bytes over achieved HBM bandwidth.
  *
  * Communication per layer: sequence-parallel all-gather + reduce-scatter around attention, dense
  * MLP and shared experts (Korthikanti et al. 2022); ETP all-gather/reduce-scatter of expert tokens;
@@ -18,9 +18,9 @@
  */
 #include "model/compute.h"
 
-#include <math.h>
-
 #include "model/comm_cost.h"
+
+#include <math.h>
 
 #define TFLOPS 1e12
 #define TBPS   1e12
@@ -33,13 +33,14 @@ struct kernel_counts {
     double dense_mlp;  /* norm, fc1, activation, fc2, residual */
     double router;     /* norm, router GEMM, score fn, top-k, normalise, aux loss */
     double preprocess; /* routing map, token counts, permutation indices, count exchange, sort */
-    double experts;    /* permute, dispatch, grouped fc1, activation, grouped fc2, combine, unpermute */
-    double shared;     /* fc1, activation, fc2 */
+    double
+        experts;   /* permute, dispatch, grouped fc1, activation, grouped fc2, combine, unpermute */
+    double shared; /* fc1, activation, fc2 */
 };
 static const struct kernel_counts kernel_counts = {7.0, 5.0, 5.0, 6.0, 5.0, 7.0, 3.0};
 
-double moe_compute_gemm_s(const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k,
-                          double in_bytes)
+double moe_compute_gemm_s(
+    const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k, double in_bytes)
 {
     if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
         return 0.0;
@@ -60,9 +61,9 @@ struct cctx {
     const struct moe_gpu *gpu;
     const struct moe_cluster *cl;
     enum moe_math math;
-    double in_bytes;   /* bytes per GEMM input element at the recipe's precision */
-    double quant_s;    /* seconds per element quantised (0 for BF16) */
-    double hbm;        /* achieved bytes/s */
+    double in_bytes; /* bytes per GEMM input element at the recipe's precision */
+    double quant_s;  /* seconds per element quantised (0 for BF16) */
+    double hbm;      /* achieved bytes/s */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -96,7 +97,8 @@ static double elem(const struct cctx *c, double bytes)
 }
 
 /* Collective groups of the folding (DESIGN.md rank order). */
-static void place_tp(const struct moe_cluster *cl, const struct moe_layout *lay, struct moe_group_place *g)
+static void
+place_tp(const struct moe_cluster *cl, const struct moe_layout *lay, struct moe_group_place *g)
 {
     moe_comm_group_place(lay->tp, 1, cl->nvlink.domain_gpus, g);
 }
@@ -156,7 +158,8 @@ static void attention(const struct cctx *c,
         p->gemm_b += q_up_b + kv_up_b + gemm_b(c, t, h, a_loc * cfg->v_head_dim);
         d_qk = qk;
         d_v = cfg->v_head_dim;
-        p->ag_bytes = t * (ql + kvl + rope) * 2.0; /* latents gathered after the duplicated down proj */
+        p->ag_bytes =
+            t * (ql + kvl + rope) * 2.0; /* latents gathered after the duplicated down proj */
         p->elem_bytes += t * (ql + kvl) * 2.0 * 2.0 + t * a_loc * rope * 2.0 * 2.0 * 2.0 +
                          t * a_loc * (qk + d_v) * 2.0 * 2.0; /* latent norms, RoPE, q/k concat */
         p->cp_kv_bytes = t * a_loc * (qk + d_v) * 2.0;
@@ -249,8 +252,8 @@ static void moe_block(const struct cctx *c,
     bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
 
     /* Router (BF16 GEMM to E logits) and its elementwise score / top-k work. */
-    double router_f = moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, t_sp, e, h, 2.0) +
-                      elem(c, t_sp * e * 4.0 * 6.0);
+    double router_f =
+        moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, t_sp, e, h, 2.0) + elem(c, t_sp * e * 4.0 * 6.0);
     /* Experts: one grouped kernel over local experts with rows padded to the tile. */
     double m_e = r / e_loc;
     double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
@@ -261,7 +264,8 @@ static void moe_block(const struct cctx *c,
         double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
         double rows = m_pad * e_loc;
         exp_f = (moe_compute_gemm_s(c->gpu, c->math, rows, fe_loc * mats, h, c->in_bytes) +
-                 moe_compute_gemm_s(c->gpu, c->math, rows, h, fe_loc, c->in_bytes)) / ge;
+                 moe_compute_gemm_s(c->gpu, c->math, rows, h, fe_loc, c->in_bytes)) /
+                ge;
         exp_b = 2.0 * exp_f;
     } else {
         exp_f = e_loc * (moe_compute_gemm_s(c->gpu, c->math, m_e, fe_loc * mats, h, c->in_bytes) +
@@ -296,7 +300,8 @@ static void moe_block(const struct cctx *c,
     if (lay->etp > 1) {
         struct moe_group_place g;
         moe_comm_group_place(lay->etp, 1, cl->nvlink.domain_gpus, &g);
-        etp_comm = moe_comm_allgather_s(cl, &g, r * h * 2.0) + moe_comm_reducescatter_s(cl, &g, r * h * 2.0);
+        etp_comm = moe_comm_allgather_s(cl, &g, r * h * 2.0) +
+                   moe_comm_reducescatter_s(cl, &g, r * h * 2.0);
         out->tp_bytes += 2.0 * 2.0 * r * h * 2.0 * (lay->etp - 1.0) / lay->etp;
     }
     out->fwd_tp += shared_tp + etp_comm;
@@ -327,9 +332,9 @@ static void moe_block(const struct cctx *c,
             tr_disp.intra_bytes = gathered * (g.local - 1.0) / g.size;
             tr_comb = tr_disp;
         } else {
-            double reach = moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk,
-                                                     g.num_domains, cfg->moe_router_num_groups,
-                                                     cfg->moe_router_group_topk);
+            double reach =
+                moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk, g.num_domains,
+                                          cfg->moe_router_num_groups, cfg->moe_router_group_topk);
             double ie = cl->nvlink.eff;
             double xe = cl->net.a2a_eff;
             if (opt->dispatcher == MOE_DISPATCH_DEEPEP) {
@@ -355,7 +360,8 @@ static void moe_block(const struct cctx *c,
         d_f *= load;
         comb *= load;
         d_b *= load;
-        double bytes = tr_disp.intra_bytes + tr_disp.inter_bytes + 3.0 * (tr_comb.intra_bytes + tr_comb.inter_bytes);
+        double bytes = tr_disp.intra_bytes + tr_disp.inter_bytes +
+                       3.0 * (tr_comb.intra_bytes + tr_comb.inter_bytes);
         out->ep_bytes += bytes;
         out->ep_inter_bytes += tr_disp.inter_bytes + 3.0 * tr_comb.inter_bytes;
     }
@@ -471,7 +477,8 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     }
 
     if (offload_bytes > 0.0) {
-        double link = cl->host.link_gbps * GIBPS * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
+        double link =
+            cl->host.link_gbps * GIBPS * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
         out->offload_copy = offload_bytes / link;
     }
 
@@ -527,7 +534,8 @@ void moe_compute_mtp_extra(const struct moe_model_cfg *cfg,
     cctx_init(&c, cl, opt);
     double t = (double)lay->mbs * lay->seq_length / lay->cp;
     double h = cfg->hidden_size;
-    /* eh_proj: [embedding ; hidden] (2h) -> h, column-parallel over TP; two norms and an embedding. */
+    /* eh_proj: [embedding ; hidden] (2h) -> h, column-parallel over TP; two norms and an embedding.
+     */
     out->fwd_compute = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, t, h / lay->tp, 2.0 * h, 2.0) +
                        elem(&c, t * h * 2.0 * 6.0);
     out->bwd_compute = 2.0 * out->fwd_compute;

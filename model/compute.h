@@ -1,21 +1,22 @@
 /*
  * Per-layer time of one micro-batch on one GPU: compute (per-op roofline with shape-dependent GEMM
- * efficiency), the communication each layer issues (TP/SP, ETP, CP, EP dispatch/combine), recompute,
- * offload copies and host launch time. All times unhidden; model/cost.c decides what overlaps.
+ * efficiency), the communication each layer issues (TP/SP, ETP, CP, EP dispatch/combine),
+ * recompute, offload copies and host launch time. All times unhidden; model/cost.c decides what
+ * overlaps.
  *
- * Op list follows Megatron-Core's transformer layer (norm -> attention -> residual -> norm -> MLP or
- * MoE -> residual) with Transformer Engine kernels; FLOPs per GEMM are 2*m*n*k, attention core is
- * FlashAttention's 4*s_q*s_kv*d forward (causal: half the keys on average) and 2.5x that backward
- * (Dao, "FlashAttention-2", 2023: backward recomputes the scores).
+ * Op list follows Megatron-Core's transformer layer (norm -> attention -> residual -> norm -> MLP
+ * or MoE -> residual) with Transformer Engine kernels; FLOPs per GEMM are 2*m*n*k, attention core
+ * is FlashAttention's 4*s_q*s_kv*d forward (causal: half the keys on average) and 2.5x that
+ * backward (Dao, "FlashAttention-2", 2023: backward recomputes the scores).
  */
 #ifndef MOE_MODEL_COMPUTE_H
 #define MOE_MODEL_COMPUTE_H
 
-#include <stdbool.h>
-
 #include "model/cluster.h"
 #include "model/config.h"
 #include "model/layout.h"
+
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,20 +24,20 @@ extern "C" {
 
 /* One layer (or the loss/embedding extras), one micro-batch, one GPU; seconds unless named. */
 struct moe_layer_cost {
-    double fwd_compute;  /* non-expert GEMMs, attention, elementwise */
+    double fwd_compute; /* non-expert GEMMs, attention, elementwise */
     double bwd_compute;
-    double fwd_expert;   /* routed + shared expert GEMMs and activation */
+    double fwd_expert; /* routed + shared expert GEMMs and activation */
     double bwd_expert;
     double attn_core_fwd; /* attention core alone (CP overlap window) */
     double attn_core_bwd;
-    double recompute;     /* extra forward compute in backward */
+    double recompute;      /* extra forward compute in backward */
     double fwd_tp, bwd_tp; /* TP/SP and ETP collectives */
     double fwd_cp, bwd_cp; /* CP K/V exchange */
     double fwd_dispatch, fwd_combine, bwd_dispatch, bwd_combine; /* EP incl. permute/unpermute */
-    double recompute_comm; /* collectives re-issued by recompute */
-    double offload_copy;   /* host copies of offloaded activations (each way) */
+    double recompute_comm;     /* collectives re-issued by recompute */
+    double offload_copy;       /* host copies of offloaded activations (each way) */
     double host_fwd, host_bwd; /* CPU launch time */
-    double host_sync;      /* exposed host synchronisation (dropless token counts) */
+    double host_sync;          /* exposed host synchronisation (dropless token counts) */
     double tp_bytes, cp_bytes, ep_bytes, ep_inter_bytes; /* sent per layer pass, fwd+bwd */
 };
 
@@ -79,8 +80,8 @@ void moe_compute_embedding(const struct moe_model_cfg *cfg,
  * Time of one GEMM (m x k) . (k x n) at math precision `math` on this GPU: max of FLOPs at the
  * shape-dependent efficiency and bytes at achieved HBM bandwidth. in_bytes per input element.
  */
-double moe_compute_gemm_s(const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k,
-                          double in_bytes);
+double moe_compute_gemm_s(
+    const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k, double in_bytes);
 
 #ifdef __cplusplus
 }

@@ -13,12 +13,10 @@
  * - Context-parallel ring exchange overlaps the attention blocks it feeds.
  * - Host launch time is hidden while the GPU has queued work; it is exposed when a pass launches
  *   more host time than it runs on the GPU, and after each dropless token-count synchronisation.
- * The fraction of overlappable communication actually hidden is the cluster's overheads.overlap_eff.
+ * The fraction of overlappable communication actually hidden is the cluster's
+ * overheads.overlap_eff.
  */
 #include "model/cost.h"
-
-#include <math.h>
-#include <string.h>
 
 #include "model/comm_cost.h"
 #include "model/compute.h"
@@ -26,11 +24,14 @@
 #include "model/memory.h"
 #include "model/schedule.h"
 
+#include <math.h>
+#include <string.h>
+
 #define GIB 1073741824.0
 
 static const char *const phase_names[MOE_NUM_PHASES] = {
-    "compute",  "expert_gemm", "dispatch",  "combine",   "tp_comm",       "cp_comm",
-    "pp_comm",  "dp_comm",     "pp_bubble", "optimizer", "host_overhead",
+    "compute", "expert_gemm", "dispatch",  "combine",   "tp_comm",       "cp_comm",
+    "pp_comm", "dp_comm",     "pp_bubble", "optimizer", "host_overhead",
 };
 
 const char *moe_phase_name(enum moe_phase p)
@@ -164,7 +165,8 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     }
     struct moe_layer_cost lc;
     struct moe_layer_kind kind = {is_moe, windowed};
-    moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load, offload_bytes_for(x, is_moe), &lc);
+    moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load, offload_bytes_for(x, is_moe),
+                      &lc);
     layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed]);
     x->kind_ready[is_moe][windowed] = true;
     if (is_moe || x->ep_bytes_layer == 0.0) {
@@ -252,8 +254,8 @@ struct stage_tail {
     double dp_exposed, dp_total, dp_bytes, optimizer;
 };
 
-static void stage_tail(const struct pctx *x, int stage, double fwd_window, double bwd_window,
-                       struct stage_tail *out)
+static void stage_tail(
+    const struct pctx *x, int stage, double fwd_window, double bwd_window, struct stage_tail *out)
 {
     const struct moe_layout *lay = x->lay;
     const struct moe_options *opt = x->opt;
@@ -277,7 +279,8 @@ static void stage_tail(const struct pctx *x, int stage, double fwd_window, doubl
         ag = moe_comm_allgather_s(cl, &gd, p.dense * param_b) +
              moe_comm_allgather_s(cl, &ge, p.expert * param_b);
     } else {
-        rs = moe_comm_allreduce_s(cl, &gd, p.dense * grad_b) + moe_comm_allreduce_s(cl, &ge, p.expert * grad_b);
+        rs = moe_comm_allreduce_s(cl, &gd, p.dense * grad_b) +
+             moe_comm_allreduce_s(cl, &ge, p.expert * grad_b);
     }
     double ov = cl->overheads.overlap_eff;
     out->dp_total = rs + ag;
@@ -285,21 +288,26 @@ static void stage_tail(const struct pctx *x, int stage, double fwd_window, doubl
                       (opt->overlap_param_gather ? pos(ag - ov * fwd_window) : ag);
     double nd = (double)gd.size;
     double ne = (double)ge.size;
-    out->dp_bytes = (p.dense * grad_b + (opt->use_distributed_optimizer ? p.dense * param_b : p.dense * grad_b)) *
+    out->dp_bytes = (p.dense * grad_b +
+                     (opt->use_distributed_optimizer ? p.dense * param_b : p.dense * grad_b)) *
                         (nd - 1.0) / nd +
-                    (p.expert * grad_b + (opt->use_distributed_optimizer ? p.expert * param_b : p.expert * grad_b)) *
+                    (p.expert * grad_b +
+                     (opt->use_distributed_optimizer ? p.expert * param_b : p.expert * grad_b)) *
                         (ne - 1.0) / ne;
 
     /* Adam over the local shard: read/write master, two moments, grad and the BF16 weight. */
-    double shard = opt->use_distributed_optimizer ? p.dense / nd + p.expert / ne : p.dense + p.expert;
-    double state_b = 4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
+    double shard =
+        opt->use_distributed_optimizer ? p.dense / nd + p.expert / ne : p.dense + p.expert;
+    double state_b =
+        4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
     double per_param = 2.0 * state_b + grad_b + param_b;
     double hbm = cl->gpu.hbm_tbps * 1e12 * cl->gpu.hbm_eff;
     double zero_grads = (p.dense + p.expert) * grad_b / hbm;
     double opt_s = shard * per_param / hbm + zero_grads;
     if (opt->optimizer_cpu_offload) {
         double frac = opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
-        double link = cl->host.link_gbps * 1e9 * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
+        double link =
+            cl->host.link_gbps * 1e9 * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
         /* Gradients down and weights up over the host link; the CPU Adam pass itself streams the
          * same state at host-link speed or better, so the link bounds it. */
         double moved = shard * frac * (grad_b + param_b + per_param);
@@ -427,21 +435,26 @@ static enum moe_status step_time(struct pctx *x,
     return MOE_OK;
 }
 
-static double load_factor(const struct moe_options *opt, const struct moe_load_stats *load, int which)
+static double
+load_factor(const struct moe_options *opt, const struct moe_load_stats *load, int which)
 {
     if (opt->force_load_balancing) {
         return 1.0;
     }
     if (load != NULL) {
-        double f = which == 0 ? load->mean_factor : (which == 1 ? load->p50_factor : load->p99_factor);
+        double f =
+            which == 0 ? load->mean_factor : (which == 1 ? load->p50_factor : load->p99_factor);
         return f >= 1.0 ? f : 1.0;
     }
     return opt->moe_imbalance >= 1.0 ? opt->moe_imbalance : 1.0;
 }
 
-/* Hot-expert replication lowers the busiest rank's load: the r hottest experts' excess is shared. */
-static double replicated_load(const struct moe_model_cfg *cfg, const struct moe_layout *lay,
-                              const struct moe_options *opt, double f)
+/* Hot-expert replication lowers the busiest rank's load: the r hottest experts' excess is shared.
+ */
+static double replicated_load(const struct moe_model_cfg *cfg,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              double f)
 {
     if (opt->moe_hot_expert_replicas <= 0 || f <= 1.0 || lay->ep <= 1) {
         return f;
@@ -466,14 +479,15 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                  struct moe_prediction *out,
                                  struct moe_diag *diag)
 {
-    if (lay->num_chunks != lay->pp * lay->vpp || lay->num_chunks <= 0 || lay->num_microbatches <= 0) {
+    if (lay->num_chunks != lay->pp * lay->vpp || lay->num_chunks <= 0 ||
+        lay->num_microbatches <= 0) {
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "layout is not resolved (call moe_layout_resolve before predicting)");
     }
     size_t need = moe_cost_workspace_bytes(lay, mode);
     if (ws == NULL || ws_bytes < need) {
-        return moe_diag_set(diag, MOE_ERR_INVALID,
-                            "predict needs %zu bytes of workspace, got %zu", need, ws_bytes);
+        return moe_diag_set(diag, MOE_ERR_INVALID, "predict needs %zu bytes of workspace, got %zu",
+                            need, ws_bytes);
     }
     memset(out, 0, sizeof(*out));
     double *fwd = ws;
@@ -500,7 +514,8 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     out->comm.dp_bytes = st.dp_bytes;
     out->comm.dp_s = st.dp_total;
     out->comm.ep_bytes = x.ep_bytes_layer;
-    out->comm.ep_inter_domain_fraction = x.ep_bytes_layer > 0.0 ? x.ep_inter_layer / x.ep_bytes_layer : 0.0;
+    out->comm.ep_inter_domain_fraction =
+        x.ep_bytes_layer > 0.0 ? x.ep_inter_layer / x.ep_bytes_layer : 0.0;
     out->comm.tp_bytes = x.tp_bytes_layer;
     out->comm.cp_bytes = x.cp_bytes_layer;
     out->comm.ep_s = x.ep_s_layer;
@@ -561,9 +576,9 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     out->mfu = out->tflops_per_gpu / cl->gpu.peak_tflops[MOE_MATH_BF16];
 
     double phase_s[MOE_NUM_PHASES] = {
-        out->time.compute,  out->time.expert_gemm, out->time.dispatch,  out->time.combine,
-        out->time.tp_comm,  out->time.cp_comm,     out->time.pp_comm,   out->time.dp_comm,
-        out->time.pp_bubble, out->time.optimizer,  out->time.host_overhead,
+        out->time.compute,   out->time.expert_gemm, out->time.dispatch,      out->time.combine,
+        out->time.tp_comm,   out->time.cp_comm,     out->time.pp_comm,       out->time.dp_comm,
+        out->time.pp_bubble, out->time.optimizer,   out->time.host_overhead,
     };
     out->bottleneck = MOE_PHASE_COMPUTE;
     for (int i = 1; i < MOE_NUM_PHASES; i++) {

@@ -6,9 +6,9 @@
  * training step, so they sum to step_time_s:
  *   step = compute + expert_gemm + dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm
  *          + pp_bubble + optimizer + host_overhead
- * Communication fields hold the *exposed* (not hidden by overlap) part; ep_comm = dispatch + combine
- * and exposed_comm = the sum of all exposed communication, reported for convenience. Unhidden
- * totals per collective are in struct moe_comm_totals. The engine measures the same names.
+ * Communication fields hold the *exposed* (not hidden by overlap) part; ep_comm = dispatch +
+ * combine and exposed_comm = the sum of all exposed communication, reported for convenience.
+ * Unhidden totals per collective are in struct moe_comm_totals. The engine measures the same names.
  *
  * Pure functions: no I/O, no allocation, no global state. Sources for each formula are cited where
  * it is implemented (memory.c, comm_cost.c, compute.c, schedule.c).
@@ -16,13 +16,13 @@
 #ifndef MOE_MODEL_COST_H
 #define MOE_MODEL_COST_H
 
-#include <stdbool.h>
-#include <stddef.h>
-
 #include "model/cluster.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,19 +30,19 @@ extern "C" {
 
 /* Memory per GPU in bytes, one pipeline stage. */
 struct moe_mem_bytes {
-    double weights;     /* parameters resident on the GPU (BF16 compute copy + FP8 copies) */
-    double grads;       /* main gradients (FP32 or BF16 buffers) */
-    double optimizer;   /* FP32 master weights + Adam moments, sharded by the dist. optimizer */
-    double activations; /* saved activations of all micro-batches in flight */
-    double buffers;     /* dispatcher / comm buffers, logits, workspace, allocator reserve */
-    double total;       /* sum of the above */
-    double capacity;    /* GPU HBM capacity */
+    double weights;      /* parameters resident on the GPU (BF16 compute copy + FP8 copies) */
+    double grads;        /* main gradients (FP32 or BF16 buffers) */
+    double optimizer;    /* FP32 master weights + Adam moments, sharded by the dist. optimizer */
+    double activations;  /* saved activations of all micro-batches in flight */
+    double buffers;      /* dispatcher / comm buffers, logits, workspace, allocator reserve */
+    double total;        /* sum of the above */
+    double capacity;     /* GPU HBM capacity */
     double host_offload; /* bytes moved to host memory (activation + optimizer offload) */
 };
 
 /* Saved activations of one micro-batch in one layer, bytes per GPU, by module. */
 struct moe_act_bytes {
-    double attn_norm, qkv, core_attn, attn_proj;      /* attention block */
+    double attn_norm, qkv, core_attn, attn_proj; /* attention block */
     double mlp_norm, router, dispatch, expert_fc1, moe_act, expert_fc2, shared, dense_mlp;
     double total;
 };
@@ -106,17 +106,17 @@ struct moe_prediction {
     double step_time_p50_s;
     double step_time_p99_s;
     double tokens_per_s_per_gpu;
-    double tflops_per_gpu; /* flops_per_step / step_time / GPUs / 1e12 */
-    double mfu;            /* tflops_per_gpu / dense BF16 peak */
-    bool fits;             /* worst stage total <= capacity and host offload fits host memory */
-    int worst_stage;       /* pipeline rank with the largest memory */
-    struct moe_mem_bytes mem;          /* worst stage */
-    struct moe_act_bytes act_layer;    /* one MoE (or dense) layer, one micro-batch, as saved */
+    double tflops_per_gpu;    /* flops_per_step / step_time / GPUs / 1e12 */
+    double mfu;               /* tflops_per_gpu / dense BF16 peak */
+    bool fits;                /* worst stage total <= capacity and host offload fits host memory */
+    int worst_stage;          /* pipeline rank with the largest memory */
+    struct moe_mem_bytes mem; /* worst stage */
+    struct moe_act_bytes act_layer; /* one MoE (or dense) layer, one micro-batch, as saved */
     struct moe_phase_times time;
     struct moe_comm_totals comm;
-    double load_factor;                /* expert max/mean load used */
-    enum moe_phase bottleneck;         /* largest phase */
-    double stage_time_s[2];            /* fwd+bwd per micro-batch: slowest stage, first stage */
+    double load_factor;        /* expert max/mean load used */
+    enum moe_phase bottleneck; /* largest phase */
+    double stage_time_s[2];    /* fwd+bwd per micro-batch: slowest stage, first stage */
 };
 
 /* Workspace bytes moe_cost_predict needs for MOE_SCHED_SIMULATE (0 for the closed form). */

@@ -10,10 +10,10 @@
  *   norm/residual tensors over TP; FlashAttention keeps q, k, v, output and the log-sum-exp;
  *   GEMM inputs are saved in the recipe's storage precision; MoE tensors scale with the tokens the
  *   busiest EP rank receives (tokens x top-k x ETP x load factor).
- * - Micro-batches in flight: Megatron's schedules.py warm-up counts: 1F1B holds pp - p micro-batches
- *   on stage p; interleaved holds (pp - p - 1) * 2 + (vpp - 1) * pp + 1 chunk-micro-batches.
- * Not modelled: activation memory of the embedding and dropout masks (MoE recipes train without
- * dropout), NCCL's lazily grown buffers beyond the cluster's context figure.
+ * - Micro-batches in flight: Megatron's schedules.py warm-up counts: 1F1B holds pp - p
+ * micro-batches on stage p; interleaved holds (pp - p - 1) * 2 + (vpp - 1) * pp + 1
+ * chunk-micro-batches. Not modelled: activation memory of the embedding and dropout masks (MoE
+ * recipes train without dropout), NCCL's lazily grown buffers beyond the cluster's context figure.
  */
 #include "model/memory.h"
 
@@ -71,8 +71,7 @@ void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
     }
     /* Output weight: untied models own one; tied models keep a copy on the last stage when the
      * embedding lives elsewhere (Megatron's shared-embedding group); MTP reuses it there. */
-    out->has_output_weight =
-        out->has_loss && (cfg->is_untied_embeddings || !out->has_embedding);
+    out->has_output_weight = out->has_loss && (cfg->is_untied_embeddings || !out->has_embedding);
 }
 
 static double mlp_mats(const struct moe_model_cfg *cfg)
@@ -126,7 +125,8 @@ void moe_mem_gpu_params(const struct moe_model_cfg *cfg,
     double bias = cfg->has_linear_bias ? 1.0 : 0.0;
     double dense_mlp = h * cfg->ffn_hidden_size * mlp_mats(cfg) / tp;
     double shared = h * cfg->moe_shared_expert_intermediate_size * mlp_mats(cfg) / tp;
-    double router = (double)cfg->num_experts * h + (cfg->has_router_expert_bias ? cfg->num_experts : 0);
+    double router =
+        (double)cfg->num_experts * h + (cfg->has_router_expert_bias ? cfg->num_experts : 0);
     double local_experts = lay->ep > 0 ? (double)cfg->num_experts / lay->ep : 0.0;
     double expert_one = h * cfg->moe_ffn_hidden_size * mlp_mats(cfg) / lay->etp;
     double expert_bias = bias * (cfg->moe_ffn_hidden_size * (mlp_mats(cfg) - 1.0) / lay->etp + h);
@@ -207,8 +207,9 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
     double t = (double)lay->mbs * lay->seq_length / lay->cp; /* tokens per CP rank */
     double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / tp : t;
     double a_loc = cfg->num_attention_heads / tp;
-    unsigned rc = (apply & MOE_MEM_APPLY_RECOMPUTE) && opt->recompute == MOE_RECOMPUTE_SELECTIVE ? opt->recompute_modules
-                                                                              : 0u;
+    unsigned rc = (apply & MOE_MEM_APPLY_RECOMPUTE) && opt->recompute == MOE_RECOMPUTE_SELECTIVE
+                      ? opt->recompute_modules
+                      : 0u;
 
     out->attn_norm = t_sp * h * b;
     out->qkv = (rc & MOE_RC_LAYERNORM) ? 0.0 : t_sp * h * bq;
@@ -252,8 +253,8 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
         out->expert_fc2 = (rc & MOE_RC_MOE_ACT) ? 0.0 : r * fe * bq;
         if (cfg->moe_shared_expert_intermediate_size > 0) {
             double fs = cfg->moe_shared_expert_intermediate_size / tp;
-            out->shared = (rc & MOE_RC_SHARED_EXPERTS) ? 0.0
-                                                        : t_sp * h * bq + t * fs * (mats_act * b + bq);
+            out->shared =
+                (rc & MOE_RC_SHARED_EXPERTS) ? 0.0 : t_sp * h * bq + t * fs * (mats_act * b + bq);
         }
         if (rc & MOE_RC_MOE) {
             out->router = 0.0;
@@ -310,7 +311,8 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
     moe_mem_layer_activations(cfg, lay, opt, false, load_factor, 0u, &dense_full);
     moe_mem_layer_activations(cfg, lay, opt, true, load_factor, 0u, &moe_full);
-    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, MOE_MEM_APPLY_RECOMPUTE, &dense_rc);
+    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, MOE_MEM_APPLY_RECOMPUTE,
+                              &dense_rc);
     moe_mem_layer_activations(cfg, lay, opt, true, load_factor, MOE_MEM_APPLY_RECOMPUTE, &moe_rc);
     moe_mem_layer_activations(cfg, lay, opt, false, load_factor, all, &dense_opt);
     moe_mem_layer_activations(cfg, lay, opt, true, load_factor, all, &moe_opt);
@@ -319,8 +321,8 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     double n_moe = sc->num_moe + (last_moe ? sc->num_mtp : 0);
     double n_dense = sc->num_dense + (last_moe ? 0 : sc->num_mtp);
     double n_layers = n_moe + n_dense;
-    double per_layer_opt = n_layers > 0 ? (n_moe * moe_opt.total + n_dense * dense_opt.total) / n_layers
-                                        : 0.0;
+    double per_layer_opt =
+        n_layers > 0 ? (n_moe * moe_opt.total + n_dense * dense_opt.total) / n_layers : 0.0;
     double per_layer_full =
         n_layers > 0 ? (n_moe * moe_full.total + n_dense * dense_full.total) / n_layers : 0.0;
     double layer_input = dense_full.attn_norm; /* checkpointed input of a recomputed layer */
@@ -344,7 +346,8 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     } else {
         saved = n_layers * per_layer_opt;
         if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
-            *transient = max_layer - (moe_opt.total < dense_opt.total ? moe_opt.total : dense_opt.total);
+            *transient =
+                max_layer - (moe_opt.total < dense_opt.total ? moe_opt.total : dense_opt.total);
         }
     }
     /* Whole-layer CPU offloading moves that many layers per chunk to host memory. */
@@ -358,7 +361,8 @@ static void stage_activations(const struct moe_model_cfg *cfg,
         saved -= host;
     }
     if (opt->fine_grained_offload && opt->recompute != MOE_RECOMPUTE_FULL) {
-        host += n_moe * (moe_rc.total - moe_opt.total) + n_dense * (dense_rc.total - dense_opt.total);
+        host +=
+            n_moe * (moe_rc.total - moe_opt.total) + n_dense * (dense_rc.total - dense_opt.total);
     }
     *gpu_bytes = saved;
     *host_bytes = host;
@@ -389,9 +393,11 @@ void moe_mem_stage(const struct moe_model_cfg *cfg,
 
     double params = p.dense + p.expert + replica_params;
     double w_bytes = opt->fp8_param_gather ? 1.0 : 2.0;
-    out->weights = (params - p.gemm) * 2.0 + (p.gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
+    out->weights =
+        (params - p.gemm) * 2.0 + (p.gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
     out->grads = params * moe_dtype_bytes(opt->main_grads_dtype);
-    double per_param_opt = 4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
+    double per_param_opt =
+        4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
     double dense_shard = opt->use_distributed_optimizer ? (double)lay->dp * lay->cp : 1.0;
     double expert_shard = opt->use_distributed_optimizer ? (double)lay->edp : 1.0;
     double opt_bytes = per_param_opt * (p.dense / dense_shard + p.expert / expert_shard);
@@ -424,7 +430,8 @@ void moe_mem_stage(const struct moe_model_cfg *cfg,
             buffers += cl->overheads.flex_buffer_gib * GIB;
         } else {
             double t_sp = t / lay->tp;
-            buffers += 2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * 2.0;
+            buffers +=
+                2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * 2.0;
         }
     }
     double dynamic = out->activations + buffers;

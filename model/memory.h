@@ -6,18 +6,18 @@
  * FP32 main grads, FP32 master + Adam moments; distributed optimizer shards optimizer state over
  * DP x CP for dense parameters and over EDP for experts -- Megatron docs "distributed optimizer");
  * activations after Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
- * Models" (2022), extended to MLA, routed and shared experts; micro-batches in flight from Megatron's
- * 1F1B / interleaved warm-up counts. Pure functions; no I/O.
+ * Models" (2022), extended to MLA, routed and shared experts; micro-batches in flight from
+ * Megatron's 1F1B / interleaved warm-up counts. Pure functions; no I/O.
  */
 #ifndef MOE_MODEL_MEMORY_H
 #define MOE_MODEL_MEMORY_H
-
-#include <stdbool.h>
 
 #include "model/cluster.h"
 #include "model/config.h"
 #include "model/cost.h"
 #include "model/layout.h"
+
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -37,12 +37,13 @@ size_t moe_sched_workspace_bytes(int pp, int vpp, int num_microbatches)
 {
     size_t chunks = (size_t)pp * (size_t)vpp;
     /* done_f, done_b per (micro-batch, chunk) + per-rank cursors and clocks */
-    return 2 * chunks * (size_t)num_microbatches * sizeof(double) + 2 * (size_t)pp * sizeof(double) +
-           (size_t)pp * sizeof(int) * 2;
+    return 2 * chunks * (size_t)num_microbatches * sizeof(double) +
+           2 * (size_t)pp * sizeof(double) + (size_t)pp * sizeof(int) * 2;
 }
 
 /* Chunk (global index) and micro-batch of the k-th forward or backward op on rank p. */
-static void op_target(const struct moe_sched_input *in, int p, int k, int backward, int *mb, int *chunk)
+static void
+op_target(const struct moe_sched_input *in, int p, int k, int backward, int *mb, int *chunk)
 {
     int pp = in->pp;
     int vpp = in->vpp;

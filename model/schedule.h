@@ -1,22 +1,23 @@
 /*
- * Pipeline schedule timing: a closed form for the search's hot path and an exact event simulation of
- * Megatron-LM's 1F1B and interleaved (virtual-pipeline) schedules with per-chunk times, for
+ * Pipeline schedule timing: a closed form for the search's hot path and an exact event simulation
+ * of Megatron-LM's 1F1B and interleaved (virtual-pipeline) schedules with per-chunk times, for
  * `predict` and the planner's final top-k.
  *
  * Closed form (Narayanan et al., SC'21, "Efficient Large-Scale Language Model Training on GPU
  * Clusters Using Megatron-LM", sec. 2.2): with S_p the forward+backward time of one micro-batch on
  * pipeline rank p, T = m * max_p S_p + (sum_p S_p - max_p S_p) / vpp, which is (m + (pp-1)/vpp) * S
  * for uniform stages (bubble fraction (pp-1)/(m*vpp)).
- * Simulation: each rank runs Megatron's op order (schedules.py: warm-up forwards, steady 1F1B, cool-
- * down backwards; interleaved chunk order in groups of pp micro-batches); an op starts when its rank
- * is free and its upstream op (previous chunk's forward / next chunk's backward) has arrived.
+ * Simulation: each rank runs Megatron's op order (schedules.py: warm-up forwards, steady 1F1B,
+ * cool- down backwards; interleaved chunk order in groups of pp micro-batches); an op starts when
+ * its rank is free and its upstream op (previous chunk's forward / next chunk's backward) has
+ * arrived.
  */
 #ifndef MOE_MODEL_SCHEDULE_H
 #define MOE_MODEL_SCHEDULE_H
 
-#include <stddef.h>
-
 #include "model/status.h"
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,9 +33,9 @@ struct moe_sched_input {
 };
 
 struct moe_sched_result {
-    double total_s;       /* time from the first forward to the last backward */
-    double busy_max_s;    /* largest per-rank busy time (m * S_p) */
-    double bubble_s;      /* total_s - busy_max_s */
+    double total_s;    /* time from the first forward to the last backward */
+    double busy_max_s; /* largest per-rank busy time (m * S_p) */
+    double bubble_s;   /* total_s - busy_max_s */
 };
 
 /* Closed form; never fails. */
