@@ -2,18 +2,18 @@
  * Cluster description: one GPU type, its NVLink (scale-up) domain, the scale-out network and the
  * host, plus the achieved fractions and overheads the time model derates peaks with.
  *
- * Every figure comes from a cluster file (topologies/<name>.json, each value with its source) or from
- * `moefold calibrate` on the local host; model/ never hard-codes hardware. Units are in the field
- * names: _gbps is 10^9 bytes/s per GPU per direction (nccl-tests' convention), _tflops 10^12 FLOP/s
- * dense (no sparsity), _us microseconds, _gib 2^30 bytes.
+ * Every figure comes from a cluster file (topologies/<name>.json, each value with its source) or
+ * from `moefold calibrate` on the local host; model/ never hard-codes hardware. Units are in the
+ * field names: _gbps is 10^9 bytes/s per GPU per direction (nccl-tests' convention), _tflops 10^12
+ * FLOP/s dense (no sparsity), _us microseconds, _gib 2^30 bytes.
  */
 #ifndef MOE_MODEL_CLUSTER_H
 #define MOE_MODEL_CLUSTER_H
 
-#include <stdbool.h>
-
 #include "model/config.h"
 #include "model/status.h"
+
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,40 +44,40 @@ struct moe_gemm_eff {
 
 struct moe_gpu {
     char name[MOE_NAME_LEN];
-    double hbm_gib;                    /* usable device memory per GPU */
-    double hbm_tbps;                   /* HBM bandwidth, 10^12 B/s */
-    double peak_tflops[MOE_NUM_MATH];  /* dense peak per math precision; 0 = unsupported */
-    bool has_fp8;                      /* FP8 tensorwise/delayed/blockwise recipes */
-    bool has_mx;                       /* MXFP8 / NVFP4 block-scaled formats (Blackwell) */
-    int num_sms;                       /* streaming multiprocessors (GEMMs lose what comm takes) */
-    struct moe_gemm_eff gemm;          /* GEMM efficiency curve */
-    double attn_fwd_eff;               /* fused (flash) attention forward, fraction of BF16 peak */
-    double attn_bwd_eff;               /* fused attention backward, fraction of BF16 peak */
-    double hbm_eff;                    /* achieved fraction of HBM bandwidth, memory-bound kernels */
-    double kernel_launch_us;           /* host time to launch one kernel (no CUDA graph) */
-    double quant_bytes_per_elem;       /* extra HBM bytes per element to quantise for FP8/FP4 */
+    double hbm_gib;                   /* usable device memory per GPU */
+    double hbm_tbps;                  /* HBM bandwidth, 10^12 B/s */
+    double peak_tflops[MOE_NUM_MATH]; /* dense peak per math precision; 0 = unsupported */
+    bool has_fp8;                     /* FP8 tensorwise/delayed/blockwise recipes */
+    bool has_mx;                      /* MXFP8 / NVFP4 block-scaled formats (Blackwell) */
+    int num_sms;                      /* streaming multiprocessors (GEMMs lose what comm takes) */
+    struct moe_gemm_eff gemm;         /* GEMM efficiency curve */
+    double attn_fwd_eff;              /* fused (flash) attention forward, fraction of BF16 peak */
+    double attn_bwd_eff;              /* fused attention backward, fraction of BF16 peak */
+    double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
+    double kernel_launch_us;          /* host time to launch one kernel (no CUDA graph) */
+    double quant_bytes_per_elem;      /* extra HBM bytes per element to quantise for FP8/FP4 */
 };
 
 struct moe_nvlink {
-    int domain_gpus;           /* GPUs sharing one NVSwitch fabric (8, or 72 for NVL72) */
-    double gbps;               /* per GPU per direction, line rate */
-    double eff;                /* achieved bus-bandwidth fraction for ring/a2a collectives */
-    double latency_us;         /* per collective step */
-    bool has_nvls;             /* NVLink SHARP in-switch reduction for all-reduce/reduce-scatter */
-    double nvls_busbw_gbps;    /* achieved all-reduce bus bandwidth with NVLS; 0 = none */
+    int domain_gpus;        /* GPUs sharing one NVSwitch fabric (8, or 72 for NVL72) */
+    double gbps;            /* per GPU per direction, line rate */
+    double eff;             /* achieved bus-bandwidth fraction for ring/a2a collectives */
+    double latency_us;      /* per collective step */
+    bool has_nvls;          /* NVLink SHARP in-switch reduction for all-reduce/reduce-scatter */
+    double nvls_busbw_gbps; /* achieved all-reduce bus bandwidth with NVLS; 0 = none */
 };
 
 struct moe_scaleout {
-    double nic_gbps;           /* per GPU per direction, line rate (400G CX7 = 50) */
-    double eff;                /* achieved fraction for ring / send-recv */
-    double a2a_eff;            /* achieved fraction for NCCL all-to-all (cannot aggregate NICs) */
-    double latency_us;         /* per message / collective step across the fabric */
+    double nic_gbps;   /* per GPU per direction, line rate (400G CX7 = 50) */
+    double eff;        /* achieved fraction for ring / send-recv */
+    double a2a_eff;    /* achieved fraction for NCCL all-to-all (cannot aggregate NICs) */
+    double latency_us; /* per message / collective step across the fabric */
 };
 
 struct moe_host {
-    double mem_gib_per_gpu;    /* host DRAM usable per GPU for offload */
-    double link_gbps;          /* GPU<->host per GPU per direction (PCIe or C2C share) */
-    double link_eff;           /* achieved fraction of link_gbps for offload copies */
+    double mem_gib_per_gpu; /* host DRAM usable per GPU for offload */
+    double link_gbps;       /* GPU<->host per GPU per direction (PCIe or C2C share) */
+    double link_eff;        /* achieved fraction of link_gbps for offload copies */
 };
 
 /* Expert-parallel dispatcher kernels (DeepEP, HybridEP) achieved bandwidth and SM cost. */
@@ -93,21 +93,21 @@ struct moe_dispatch_hw {
 
 /* Software overheads not tied to one kernel (per layer host work, per step fixed costs). */
 struct moe_overheads {
-    double kernels_per_layer;      /* kernel launches in one layer's forward (backward ~2x) */
-    double moe_host_sync_us;       /* host sync per MoE layer pass for dropless token counts */
-    double step_fixed_ms;          /* per step: data loading, logging, GC, optimizer launch */
-    double overlap_eff;            /* fraction of overlappable comm actually hidden */
-    double a2a_overlap_loss;       /* compute slowdown fraction while EP comm overlaps (SMs) */
-    double context_gib;            /* per GPU: CUDA context, cuBLAS/NCCL workspaces and buffers */
-    double alloc_reserve_frac;     /* allocator fragmentation reserve, fraction of dynamic memory */
-    double flex_buffer_gib;        /* DeepEP / HybridEP communication buffers per GPU */
+    double kernels_per_layer;  /* kernel launches in one layer's forward (backward ~2x) */
+    double moe_host_sync_us;   /* host sync per MoE layer pass for dropless token counts */
+    double step_fixed_ms;      /* per step: data loading, logging, GC, optimizer launch */
+    double overlap_eff;        /* fraction of overlappable comm actually hidden */
+    double a2a_overlap_loss;   /* compute slowdown fraction while EP comm overlaps (SMs) */
+    double context_gib;        /* per GPU: CUDA context, cuBLAS/NCCL workspaces and buffers */
+    double alloc_reserve_frac; /* allocator fragmentation reserve, fraction of dynamic memory */
+    double flex_buffer_gib;    /* DeepEP / HybridEP communication buffers per GPU */
 };
 
 struct moe_cluster {
     char name[MOE_NAME_LEN];
     char description[160];
-    int gpus_per_node;         /* GPUs per node or tray: --gpus must be a multiple */
-    int max_gpus;              /* largest --gpus accepted */
+    int gpus_per_node; /* GPUs per node or tray: --gpus must be a multiple */
+    int max_gpus;      /* largest --gpus accepted */
     struct moe_gpu gpu;
     struct moe_nvlink nvlink;
     struct moe_scaleout net;
@@ -121,9 +121,8 @@ MOE_NODISCARD enum moe_status moe_cluster_validate(const struct moe_cluster *cl,
                                                    struct moe_diag *diag);
 
 /* Check a GPU count against the cluster: positive, multiple of gpus_per_node, <= max_gpus. */
-MOE_NODISCARD enum moe_status moe_cluster_check_gpus(const struct moe_cluster *cl,
-                                                     int num_gpus,
-                                                     struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_cluster_check_gpus(const struct moe_cluster *cl, int num_gpus, struct moe_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
-#define MOE_NODISCARD __attribute__((warn_unused_result))
+#define MOE_NODISCARD                __attribute__((warn_unused_result))
 #define MOE_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
 #else
 #define MOE_NODISCARD
@@ -26,14 +26,14 @@ extern "C" {
 
 enum moe_status {
     MOE_OK = 0,
-    MOE_ERR_INVALID = -1,    /* a value is out of range or inconsistent with another */
-    MOE_ERR_PARSE = -2,      /* malformed text: JSON, flag value, layout string */
-    MOE_ERR_IO = -3,         /* a file could not be read or written */
-    MOE_ERR_NOMEM = -4,      /* an allocation failed */
-    MOE_ERR_INFEASIBLE = -5, /* well-formed but impossible: layout does not divide, does not fit */
+    MOE_ERR_INVALID = -1,     /* a value is out of range or inconsistent with another */
+    MOE_ERR_PARSE = -2,       /* malformed text: JSON, flag value, layout string */
+    MOE_ERR_IO = -3,          /* a file could not be read or written */
+    MOE_ERR_NOMEM = -4,       /* an allocation failed */
+    MOE_ERR_INFEASIBLE = -5,  /* well-formed but impossible: layout does not divide, does not fit */
     MOE_ERR_UNSUPPORTED = -6, /* valid in general, not on this cluster/backend/build */
-    MOE_ERR_NOT_FOUND = -7,  /* a named preset, cluster or key does not exist */
-    MOE_ERR_RUNTIME = -8,    /* a run failed: lost rank, NaN, communication error */
+    MOE_ERR_NOT_FOUND = -7,   /* a named preset, cluster or key does not exist */
+    MOE_ERR_RUNTIME = -8,     /* a run failed: lost rank, NaN, communication error */
 };
 
 /* Diagnostics filled by parsers and validators; caller-owned, zero-initialise before use. */
@@ -54,10 +54,9 @@ const char *moe_status_str(enum moe_status status);
  */
 enum moe_status moe_diag_set(struct moe_diag *diag, enum moe_status status, const char *fmt, ...)
     MOE_PRINTF(3, 4);
-enum moe_status moe_diag_vset(struct moe_diag *diag,
-                              enum moe_status status,
-                              const char *fmt,
-                              va_list args) MOE_PRINTF(3, 0);
+enum moe_status
+moe_diag_vset(struct moe_diag *diag, enum moe_status status, const char *fmt, va_list args)
+    MOE_PRINTF(3, 0);
 
 /* Set diag->source (truncating) without touching the message. NULL diag is a no-op. */
 void moe_diag_source(struct moe_diag *diag, const char *source);
