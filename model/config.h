@@ -13,20 +13,20 @@
 #ifndef MOE_MODEL_CONFIG_H
 #define MOE_MODEL_CONFIG_H
 
+#include "model/status.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "model/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define MOE_MAX_LAYERS   512 /* decoder layers; more is refused as absurd */
-#define MOE_MAX_EXPERTS  4096
-#define MOE_MAX_MTP      8
-#define MOE_NAME_LEN     64
+#define MOE_MAX_LAYERS  512 /* decoder layers; more is refused as absurd */
+#define MOE_MAX_EXPERTS 4096
+#define MOE_MAX_MTP     8
+#define MOE_NAME_LEN    64
 
 /* Per-decoder-layer flags (struct moe_model_cfg.layer_flags). */
 enum {
@@ -43,17 +43,17 @@ struct moe_model_cfg {
     char name[MOE_NAME_LEN]; /* preset or file name, for tables */
 
     /* Trunk */
-    int num_layers;                   /* L decoder layers, MTP layers excluded */
-    int hidden_size;                  /* h */
-    int ffn_hidden_size;              /* f, dense MLP intermediate (dense layers only) */
-    int num_attention_heads;          /* a */
-    int num_query_groups;             /* g, KV heads (== a without GQA) */
-    int kv_channels;                  /* d, per-head dim of Q/K/V for GQA/MHA */
-    bool is_swiglu;                   /* gated linear unit: 3 GEMMs per MLP instead of 2 */
-    bool is_untied_embeddings;        /* separate output layer (untie-embeddings-and-output-weights) */
-    bool has_qk_layernorm;            /* per-head RMSNorm on q and k (Qwen3) */
-    bool has_linear_bias;             /* bias on attention/MLP linears (GPT-OSS) */
-    int vocab_size;                   /* V, tokenizer vocabulary before padding */
+    int num_layers;            /* L decoder layers, MTP layers excluded */
+    int hidden_size;           /* h */
+    int ffn_hidden_size;       /* f, dense MLP intermediate (dense layers only) */
+    int num_attention_heads;   /* a */
+    int num_query_groups;      /* g, KV heads (== a without GQA) */
+    int kv_channels;           /* d, per-head dim of Q/K/V for GQA/MHA */
+    bool is_swiglu;            /* gated linear unit: 3 GEMMs per MLP instead of 2 */
+    bool is_untied_embeddings; /* separate output layer (untie-embeddings-and-output-weights) */
+    bool has_qk_layernorm;     /* per-head RMSNorm on q and k (Qwen3) */
+    bool has_linear_bias;      /* bias on attention/MLP linears (GPT-OSS) */
+    int vocab_size;            /* V, tokenizer vocabulary before padding */
     int make_vocab_size_divisible_by; /* Megatron pads V to a multiple of this x TP */
     int seq_length;                   /* s, default training sequence length (tokens) */
 
@@ -85,18 +85,18 @@ struct moe_model_cfg {
 
 /* Parameter counts (elements). Embedding and output layer counted separately. */
 struct moe_param_counts {
-    double total;         /* every parameter, MTP included, output layer counted once if tied */
-    double active;        /* parameters a token touches: routed experts count K of E; MTP included */
-    double embedding;     /* V_padded x h (input embedding) */
-    double output;        /* V_padded x h when untied, else 0 */
-    double attn_per_layer;/* attention block incl. its norms, one layer */
-    double dense_mlp;     /* one dense MLP incl. norm */
-    double expert;        /* one routed expert */
-    double shared_expert; /* the shared expert(s) of one MoE layer */
-    double router;        /* router of one MoE layer (weights + bias) */
-    double mtp_extra;     /* per MTP layer: projections and norms beyond its transformer layer */
-    double total_no_mtp;  /* total without MTP layers */
-    double active_no_mtp; /* active without MTP layers (the figure model cards publish) */
+    double total;     /* every parameter, MTP included, output layer counted once if tied */
+    double active;    /* parameters a token touches: routed experts count K of E; MTP included */
+    double embedding; /* V_padded x h (input embedding) */
+    double output;    /* V_padded x h when untied, else 0 */
+    double attn_per_layer; /* attention block incl. its norms, one layer */
+    double dense_mlp;      /* one dense MLP incl. norm */
+    double expert;         /* one routed expert */
+    double shared_expert;  /* the shared expert(s) of one MoE layer */
+    double router;         /* router of one MoE layer (weights + bias) */
+    double mtp_extra;      /* per MTP layer: projections and norms beyond its transformer layer */
+    double total_no_mtp;   /* total without MTP layers */
+    double active_no_mtp;  /* active without MTP layers (the figure model cards publish) */
 };
 
 /* Number of built-in presets, and preset i (0-based); NULL past the end. */
@@ -104,9 +104,8 @@ size_t moe_cfg_num_presets(void);
 const struct moe_model_cfg *moe_cfg_preset_at(size_t idx);
 
 /* Copy the named preset into *out. MOE_ERR_NOT_FOUND (diag lists the names) if unknown. */
-MOE_NODISCARD enum moe_status moe_cfg_preset(const char *name,
-                                             struct moe_model_cfg *out,
-                                             struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_cfg_preset(const char *name, struct moe_model_cfg *out, struct moe_diag *diag);
 
 /* Zero the struct and set Megatron-LM's defaults for fields with defaults (vocab divisor 128). */
 void moe_cfg_init(struct moe_model_cfg *cfg);
