@@ -9,10 +9,9 @@
  *     i >= first_k_dense_replace and i % moe_layer_freq == 0; shared expert = n_shared_experts x
  *     moe_intermediate_size; MTP layers = num_nextn_predict_layers; topk_method noaux_tc means the
  *     sigmoid router's aux-loss-free expert bias; n_group > 1 turns on group-limited routing.
- *   Qwen3MoeForCausalLM / Qwen2MoeForCausalLM: layer i is MoE unless listed in mlp_only_layers,
- * when (i + 1) % decoder_sparse_step == 0; with use_sliding_window, layers i >= max_window_layers
- * use sliding_window. Qwen3 has per-head q/k RMSNorm; Qwen2 a shared expert
- *     (shared_expert_intermediate_size).
+ *   Qwen3MoeForCausalLM / Qwen2MoeForCausalLM: layer i is MoE when (i + 1) % decoder_sparse_step
+ *     == 0 unless listed in mlp_only_layers; with use_sliding_window, layers from max_window_layers
+ *     on use sliding_window. Qwen3 has per-head q/k RMSNorm, Qwen2 a shared expert.
  *   MixtralForCausalLM: every layer MoE (num_local_experts, num_experts_per_tok of
  *     intermediate_size); sliding_window, when not null, on every layer.
  *   GptOssForCausalLM: every layer MoE (num_local_experts, experts_per_token /
