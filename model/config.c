@@ -209,7 +209,7 @@ enum moe_status moe_cfg_preset(const char *name, struct moe_model_cfg *out, stru
                 const char *pn = moe_presets[i].name;
                 if ((pass == 0 && strcmp(pn, name) == 0) ||
                     (pass == 1 && strcasecmp(pn, name) == 0)) {
-                    *out = moe_presets[i];
+                    memcpy(out, &moe_presets[i], sizeof(*out)); /* padding too */
                     return MOE_OK;
                 }
             }

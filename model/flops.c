@@ -6,9 +6,10 @@
  * All per-token coefficients here are forward FLOPs (2 per multiply-add); model FLOPs of a pass
  * over fwd+bwd are 3x forward, as Megatron's forward_backward_expansion_factor. Core attention is
  * written as (FLOPs per attended key) x (average keys a token attends): s/2 for a causal mask as
- * Megatron counts it, and for a causal sliding window of w < s tokens the exact average
- * w - w(w-1)/(2s) less the same half-token diagonal term Megatron drops, i.e. w - w^2/(2s) (which
- * meets s/2 at w = s). No I/O.
+ * Megatron counts it (the area of the causal triangle per row), and for a causal sliding window
+ * of w < s tokens the area of the banded mask per row, w - w^2/(2s), the same continuous
+ * approximation (it meets s/2 at w = s; the exact mean, w - w(w-1)/(2s), differs by w/(2s)). No
+ * I/O.
  */
 #include "model/flops.h"
 
