@@ -50,7 +50,6 @@ enum {
 
 #define MOE_M      MOE_LAYER_MOE
 #define MOE_WM     (MOE_LAYER_MOE | MOE_LAYER_WINDOWED)
-#define MOE_R1(x)  x
 #define MOE_R2(x)  x, x
 #define MOE_R4(x)  MOE_R2(x), MOE_R2(x)
 #define MOE_R8(x)  MOE_R4(x), MOE_R4(x)
