@@ -28,6 +28,9 @@ enum moe_math {
     MOE_NUM_MATH = 4,
 };
 
+/* Number of precision recipes (== MOE_NUM_RECIPES in model/layout.h; checked at compile time). */
+#define MOE_CLUSTER_NUM_RECIPES 6
+
 /*
  * Shape-dependent GEMM efficiency: a GEMM of F flops reaches
  *   eff(F) = max_eff * (1 - exp(-F / half_flops))
@@ -40,6 +43,8 @@ struct moe_gemm_eff {
     double half_flops;            /* FLOPs at which eff reaches 1-1/e of max (per GEMM) */
     double grouped_eff;           /* extra factor for grouped GEMMs vs dense (<= 1) */
     double grouped_tile_m;        /* rows per tile: each expert's token count is padded to it */
+    double recipe_eff[MOE_CLUSTER_NUM_RECIPES]; /* per recipe (enum moe_recipe order): factor on
+                                     max_eff for its scaling mode's GEMM kernels (BF16 = 1) */
 };
 
 struct moe_gpu {
@@ -98,6 +103,7 @@ struct moe_overheads {
     double step_fixed_ms;      /* per step: data loading, logging, GC, optimizer launch */
     double overlap_eff;        /* fraction of overlappable comm actually hidden */
     double a2a_overlap_loss;   /* compute slowdown fraction while EP comm overlaps (SMs) */
+    double ep_overlap_eff;     /* fraction of pairable EP comm the 1F1B A2A overlap hides */
     double context_gib;        /* per GPU: CUDA context, cuBLAS/NCCL workspaces and buffers */
     double alloc_reserve_frac; /* allocator fragmentation reserve, fraction of dynamic memory */
     double flex_buffer_gib;    /* DeepEP / HybridEP communication buffers per GPU */

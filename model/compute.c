@@ -39,8 +39,13 @@ struct kernel_counts {
 };
 static const struct kernel_counts kernel_counts = {7.0, 5.0, 5.0, 6.0, 5.0, 7.0, 3.0};
 
-double moe_compute_gemm_s(
-    const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k, double in_bytes)
+double moe_compute_gemm_s(const struct moe_gpu *gpu,
+                          enum moe_math math,
+                          double eff_scale,
+                          double m,
+                          double n,
+                          double k,
+                          double in_bytes)
 {
     if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
         return 0.0;
@@ -49,7 +54,7 @@ double moe_compute_gemm_s(
     double bf16 = gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
     double flops = 2.0 * m * n * k;
     double half = gpu->gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0);
-    double eff = gpu->gemm.max_eff[math] * (1.0 - exp(-flops / half));
+    double eff = gpu->gemm.max_eff[math] * eff_scale * (1.0 - exp(-flops / half));
     double t_math = flops / (peak * eff);
     double bytes = (m * k + k * n) * in_bytes + m * n * 2.0;
     double t_mem = bytes / (gpu->hbm_tbps * TBPS * gpu->hbm_eff);
@@ -61,9 +66,10 @@ struct cctx {
     const struct moe_gpu *gpu;
     const struct moe_cluster *cl;
     enum moe_math math;
-    double in_bytes; /* bytes per GEMM input element at the recipe's precision */
-    double quant_s;  /* seconds per element quantised (0 for BF16) */
-    double hbm;      /* achieved bytes/s */
+    double in_bytes;  /* bytes per GEMM input element at the recipe's precision */
+    double quant_s;   /* seconds per element quantised (0 for BF16) */
+    double eff_scale; /* the recipe's GEMM kernel factor on max_eff */
+    double hbm;       /* achieved bytes/s */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -76,19 +82,22 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     }
     c->in_bytes = c->math == MOE_MATH_FP8 ? 1.0 : (c->math == MOE_MATH_FP4 ? 0.5 : 2.0);
     c->hbm = cl->gpu.hbm_tbps * TBPS * cl->gpu.hbm_eff;
+    c->eff_scale = c->math == MOE_MATH_BF16 ? 1.0 : cl->gpu.gemm.recipe_eff[opt->recipe];
     c->quant_s = opt->recipe == MOE_RECIPE_BF16 ? 0.0 : cl->gpu.quant_bytes_per_elem / c->hbm;
 }
 
 /* Forward GEMM incl. quantising its activation input. */
 static double gemm_f(const struct cctx *c, double m, double n, double k)
 {
-    return moe_compute_gemm_s(c->gpu, c->math, m, n, k, c->in_bytes) + m * k * c->quant_s;
+    return moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m, n, k, c->in_bytes) +
+           m * k * c->quant_s;
 }
 
 /* Backward (dgrad + wgrad) incl. quantising the output gradient. */
 static double gemm_b(const struct cctx *c, double m, double n, double k)
 {
-    return 2.0 * moe_compute_gemm_s(c->gpu, c->math, m, n, k, c->in_bytes) + m * n * c->quant_s;
+    return 2.0 * moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m, n, k, c->in_bytes) +
+           m * n * c->quant_s;
 }
 
 static double elem(const struct cctx *c, double bytes)
@@ -252,8 +261,8 @@ static void moe_block(const struct cctx *c,
     bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
 
     /* Router (BF16 GEMM to E logits) and its elementwise score / top-k work. */
-    double router_f =
-        moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, t_sp, e, h, 2.0) + elem(c, t_sp * e * 4.0 * 6.0);
+    double router_f = moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, 1.0, t_sp, e, h, 2.0) +
+                      elem(c, t_sp * e * 4.0 * 6.0);
     /* Experts: one grouped kernel over local experts with rows padded to the tile. */
     double m_e = r / e_loc;
     double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
@@ -263,13 +272,16 @@ static void moe_block(const struct cctx *c,
     if (opt->moe_grouped_gemm) {
         double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
         double rows = m_pad * e_loc;
-        exp_f = (moe_compute_gemm_s(c->gpu, c->math, rows, fe_loc * mats, h, c->in_bytes) +
-                 moe_compute_gemm_s(c->gpu, c->math, rows, h, fe_loc, c->in_bytes)) /
+        exp_f = (moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, rows, fe_loc * mats, h,
+                                    c->in_bytes) +
+                 moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, rows, h, fe_loc, c->in_bytes)) /
                 ge;
         exp_b = 2.0 * exp_f;
     } else {
-        exp_f = e_loc * (moe_compute_gemm_s(c->gpu, c->math, m_e, fe_loc * mats, h, c->in_bytes) +
-                         moe_compute_gemm_s(c->gpu, c->math, m_e, h, fe_loc, c->in_bytes));
+        exp_f =
+            e_loc *
+            (moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m_e, fe_loc * mats, h, c->in_bytes) +
+             moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m_e, h, fe_loc, c->in_bytes));
         exp_b = 2.0 * exp_f;
     }
     exp_f += r * (h + fe_loc) * c->quant_s;
@@ -511,7 +523,7 @@ void moe_compute_loss(const struct moe_model_cfg *cfg,
     double v_loc = (double)moe_cfg_padded_vocab(cfg, lay->tp) / lay->tp;
     double h = cfg->hidden_size;
     /* The output layer runs in BF16 (Megatron keeps the LM head out of FP8). */
-    double g = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, t, v_loc, h, 2.0);
+    double g = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, 1.0, t, v_loc, h, 2.0);
     double ce = elem(&c, t * v_loc * (2.0 + 4.0 + 4.0)); /* logits read, FP32 softmax, grad write */
     out->fwd_compute = g + ce + elem(&c, t * h * 2.0 * 2.0);
     out->bwd_compute = 2.0 * g + ce;
@@ -536,7 +548,7 @@ void moe_compute_mtp_extra(const struct moe_model_cfg *cfg,
     double h = cfg->hidden_size;
     /* eh_proj: [embedding ; hidden] (2h) -> h, column-parallel over TP; two norms and an embedding.
      */
-    out->fwd_compute = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, t, h / lay->tp, 2.0 * h, 2.0) +
+    out->fwd_compute = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, 1.0, t, h / lay->tp, 2.0 * h, 2.0) +
                        elem(&c, t * h * 2.0 * 6.0);
     out->bwd_compute = 2.0 * out->fwd_compute;
     out->host_fwd = 6.0 * cl->gpu.kernel_launch_us * 1e-6;

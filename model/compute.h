@@ -78,10 +78,16 @@ void moe_compute_embedding(const struct moe_model_cfg *cfg,
 
 /*
  * Time of one GEMM (m x k) . (k x n) at math precision `math` on this GPU: max of FLOPs at the
- * shape-dependent efficiency and bytes at achieved HBM bandwidth. in_bytes per input element.
+ * shape-dependent efficiency (times eff_scale, the recipe's kernel factor; 1 for BF16) and bytes at
+ * achieved HBM bandwidth. in_bytes per input element.
  */
-double moe_compute_gemm_s(
-    const struct moe_gpu *gpu, enum moe_math math, double m, double n, double k, double in_bytes);
+double moe_compute_gemm_s(const struct moe_gpu *gpu,
+                          enum moe_math math,
+                          double eff_scale,
+                          double m,
+                          double n,
+                          double k,
+                          double in_bytes);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,8 @@
 
 #define GIB 1073741824.0
 
+_Static_assert(MOE_CLUSTER_NUM_RECIPES == MOE_NUM_RECIPES, "cluster recipe_eff slots");
+
 static const char *const phase_names[MOE_NUM_PHASES] = {
     "compute", "expert_gemm", "dispatch",  "combine",   "tp_comm",       "cp_comm",
     "pp_comm", "dp_comm",     "pp_bubble", "optimizer", "host_overhead",
@@ -93,18 +95,25 @@ static void layer_exposed(const struct moe_cluster *cl,
     double ep_f = lc->fwd_dispatch + lc->fwd_combine;
     double ep_b = lc->bwd_dispatch + lc->bwd_combine;
     if (opt->overlap_moe_ep_comm && ep_f + ep_b > 0.0) {
-        /* A forward of one micro-batch pairs with the backward of another: their EP traffic hides
-         * behind the pair's compute, which loses the dispatcher's SMs while it runs. */
-        double compute = fwd->compute + fwd->expert + bwd->compute + bwd->expert;
-        double slowdown = cl->overheads.a2a_overlap_loss * compute;
-        double exposed = pos(ep_f + ep_b - ov * compute);
-        double share_f = ep_f / (ep_f + ep_b);
-        fwd->dispatch = exposed * share_f * (lc->fwd_dispatch / (ep_f > 0.0 ? ep_f : 1.0));
-        fwd->combine = exposed * share_f - fwd->dispatch;
-        bwd->dispatch = exposed * (1.0 - share_f) * (lc->bwd_dispatch / (ep_b > 0.0 ? ep_b : 1.0));
-        bwd->combine = exposed * (1.0 - share_f) - bwd->dispatch;
-        fwd->expert += slowdown * 0.5;
-        bwd->expert += slowdown * 0.5;
+        /* 1F1B A2A overlap pairs one micro-batch's forward with another's backward, segment by
+         * segment: forward dispatch runs beside backward attention, forward combine beside backward
+         * experts, backward dispatch beside forward attention, backward combine beside forward
+         * experts. ep_overlap_eff of each pairing is achieved; the GEMMs lose the dispatcher's SMs.
+         */
+        double eo = cl->overheads.ep_overlap_eff;
+        double h_fd = eo * fmin(lc->fwd_dispatch, bwd->compute);
+        double h_fc = eo * fmin(lc->fwd_combine, bwd->expert);
+        double h_bd = eo * fmin(lc->bwd_dispatch, fwd->compute);
+        double h_bc = eo * fmin(lc->bwd_combine, fwd->expert);
+        fwd->dispatch = lc->fwd_dispatch - h_fd;
+        fwd->combine = lc->fwd_combine - h_fc;
+        bwd->dispatch = lc->bwd_dispatch - h_bd;
+        bwd->combine = lc->bwd_combine - h_bc;
+        double loss = cl->overheads.a2a_overlap_loss;
+        fwd->compute += loss * h_bd;
+        fwd->expert += loss * h_bc;
+        bwd->compute += loss * h_fd;
+        bwd->expert += loss * h_fc;
     } else {
         fwd->dispatch = lc->fwd_dispatch;
         fwd->combine = lc->fwd_combine;

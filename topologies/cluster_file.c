@@ -18,6 +18,7 @@
  */
 #include "topologies/cluster_file.h"
 
+#include "model/layout.h"
 #include "topologies/json_util.h"
 
 #include <dirent.h>
@@ -52,6 +53,7 @@ enum field_section {
     SEC_PEAK,
     SEC_GEMM,
     SEC_MAX_EFF,
+    SEC_RECIPE_EFF,
     SEC_NVLINK,
     SEC_SCALEOUT,
     SEC_HOST,
@@ -118,6 +120,7 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_PEAK, "fp32", gpu.peak_tflops[MOE_MATH_FP32], 0, PEAK_MAX),
 
     SECTION(SEC_GEMM, "max_eff", SEC_MAX_EFF),
+    SECTION(SEC_GEMM, "recipe_eff", SEC_RECIPE_EFF),
     FIG_REAL(SEC_GEMM, "half_flops", gpu.gemm.half_flops, 0, 1.0e18),
     FIG_REAL(SEC_GEMM, "grouped_eff", gpu.gemm.grouped_eff, 0, 1),
     FIG_REAL(SEC_GEMM, "grouped_tile_m", gpu.gemm.grouped_tile_m, 0, 1.0e5),
@@ -126,6 +129,13 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_MAX_EFF, "fp8", gpu.gemm.max_eff[MOE_MATH_FP8], 0, 1),
     FIG_REAL(SEC_MAX_EFF, "fp4", gpu.gemm.max_eff[MOE_MATH_FP4], 0, 1),
     FIG_REAL(SEC_MAX_EFF, "fp32", gpu.gemm.max_eff[MOE_MATH_FP32], 0, 1),
+
+    FIG_REAL(SEC_RECIPE_EFF, "bf16", gpu.gemm.recipe_eff[MOE_RECIPE_BF16], 0, 1),
+    FIG_REAL(SEC_RECIPE_EFF, "fp8_tensorwise", gpu.gemm.recipe_eff[MOE_RECIPE_FP8_TENSORWISE], 0, 1),
+    FIG_REAL(SEC_RECIPE_EFF, "fp8_delayed", gpu.gemm.recipe_eff[MOE_RECIPE_FP8_DELAYED], 0, 1),
+    FIG_REAL(SEC_RECIPE_EFF, "fp8_blockwise", gpu.gemm.recipe_eff[MOE_RECIPE_FP8_BLOCKWISE], 0, 1),
+    FIG_REAL(SEC_RECIPE_EFF, "mxfp8", gpu.gemm.recipe_eff[MOE_RECIPE_MXFP8], 0, 1),
+    FIG_REAL(SEC_RECIPE_EFF, "nvfp4", gpu.gemm.recipe_eff[MOE_RECIPE_NVFP4], 0, 1),
 
     FIG_INT(SEC_NVLINK, "domain_gpus", nvlink.domain_gpus, 1, 1.0e6),
     FIG_REAL(SEC_NVLINK, "gbps", nvlink.gbps, 0, BW_MAX),
@@ -156,6 +166,7 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_OVERHEADS, "step_fixed_ms", overheads.step_fixed_ms, 0, 1.0e6),
     FIG_REAL(SEC_OVERHEADS, "overlap_eff", overheads.overlap_eff, 0, 1),
     FIG_REAL(SEC_OVERHEADS, "a2a_overlap_loss", overheads.a2a_overlap_loss, 0, 1),
+    FIG_REAL(SEC_OVERHEADS, "ep_overlap_eff", overheads.ep_overlap_eff, 0, 1),
     FIG_REAL(SEC_OVERHEADS, "context_gib", overheads.context_gib, 0, 1.0e4),
     FIG_REAL(SEC_OVERHEADS, "alloc_reserve_frac", overheads.alloc_reserve_frac, 0, 1),
     FIG_REAL(SEC_OVERHEADS, "flex_buffer_gib", overheads.flex_buffer_gib, 0, 1.0e4),
