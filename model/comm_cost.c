@@ -159,6 +159,7 @@ void moe_comm_ep_traffic(const struct moe_cluster *cl,
                          double tokens,
                          double token_bytes,
                          int topk,
+                         double gpus_reached,
                          double domains_reached,
                          bool hierarchical,
                          double intra_eff,
@@ -182,8 +183,10 @@ void moe_comm_ep_traffic(const struct moe_cluster *cl,
         /* Once per remote domain reached; forwarded over NVLink to the GPUs holding the experts. */
         double remote_domains = domains_reached * (d - 1.0) / d;
         out->inter_bytes = tokens * token_bytes * remote_domains;
-        double own = copies * (local - 1.0) / n;
-        double forwarded = copies * (n - local) / n * (local - 1.0) / local;
+        /* One copy per destination GPU (experts on one GPU share it). */
+        double per_gpu = tokens * gpus_reached;
+        double own = per_gpu * (local - 1.0) / n;
+        double forwarded = per_gpu * (n - local) / n * (local - 1.0) / local;
         out->intra_bytes = (own + forwarded) * token_bytes;
     }
     double t_intra = out->intra_bytes / (cl->nvlink.gbps * intra_eff * GBPS);

@@ -39,13 +39,14 @@ struct kernel_counts {
 };
 static const struct kernel_counts kernel_counts = {7.0, 5.0, 5.0, 6.0, 5.0, 7.0, 3.0};
 
-double moe_compute_gemm_s(const struct moe_gpu *gpu,
-                          enum moe_math math,
-                          double eff_scale,
-                          double m,
-                          double n,
-                          double k,
-                          double in_bytes)
+/* Roofline of one GEMM-shaped op: flops of an m x n x k product against `bytes` of HBM traffic. */
+static double gemm_roofline(const struct moe_gpu *gpu,
+                            enum moe_math math,
+                            double eff_scale,
+                            double m,
+                            double n,
+                            double k,
+                            double bytes)
 {
     if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
         return 0.0;
@@ -56,9 +57,19 @@ double moe_compute_gemm_s(const struct moe_gpu *gpu,
     double half = gpu->gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0);
     double eff = gpu->gemm.max_eff[math] * eff_scale * (1.0 - exp(-flops / half));
     double t_math = flops / (peak * eff);
-    double bytes = (m * k + k * n) * in_bytes + m * n * 2.0;
     double t_mem = bytes / (gpu->hbm_tbps * TBPS * gpu->hbm_eff);
     return t_math > t_mem ? t_math : t_mem;
+}
+
+double moe_compute_gemm_s(const struct moe_gpu *gpu,
+                          enum moe_math math,
+                          double eff_scale,
+                          double m,
+                          double n,
+                          double k,
+                          double in_bytes)
+{
+    return gemm_roofline(gpu, math, eff_scale, m, n, k, (m * k + k * n) * in_bytes + m * n * 2.0);
 }
 
 /* Shared per-call context. */
@@ -66,10 +77,11 @@ struct cctx {
     const struct moe_gpu *gpu;
     const struct moe_cluster *cl;
     enum moe_math math;
-    double in_bytes;  /* bytes per GEMM input element at the recipe's precision */
-    double quant_s;   /* seconds per element quantised (0 for BF16) */
-    double eff_scale; /* the recipe's GEMM kernel factor on max_eff */
-    double hbm;       /* achieved bytes/s */
+    double in_bytes;   /* bytes per GEMM input element at the recipe's precision */
+    double quant_s;    /* seconds per element quantised (0 for BF16) */
+    double eff_scale;  /* the recipe's GEMM kernel factor on max_eff */
+    double grad_bytes; /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
+    double hbm;        /* achieved bytes/s */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -83,6 +95,7 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->in_bytes = c->math == MOE_MATH_FP8 ? 1.0 : (c->math == MOE_MATH_FP4 ? 0.5 : 2.0);
     c->hbm = cl->gpu.hbm_tbps * TBPS * cl->gpu.hbm_eff;
     c->eff_scale = c->math == MOE_MATH_BF16 ? 1.0 : cl->gpu.gemm.recipe_eff[opt->recipe];
+    c->grad_bytes = opt->main_grads_dtype == MOE_DTYPE_FP32 ? 4.0 : 2.0;
     c->quant_s = opt->recipe == MOE_RECIPE_BF16 ? 0.0 : cl->gpu.quant_bytes_per_elem / c->hbm;
 }
 
@@ -94,10 +107,26 @@ static double gemm_f(const struct cctx *c, double m, double n, double k)
 }
 
 /* Backward (dgrad + wgrad) incl. quantising the output gradient. */
+/*
+ * Backward of y[m,n] = x[m,k] W[k,n]: dgrad dx = dy W^T and wgrad dW += x^T dy, which accumulates
+ * into the main-gradient buffer (Megatron/TE fuse the accumulation: the weight-shaped output is
+ * read and written every micro-batch). `groups` weights share the m rows (grouped expert GEMM).
+ * Includes quantising the output gradient.
+ */
+static double gemm_bwd_grouped(const struct cctx *c, double m, double n, double k, double groups)
+{
+    double in = c->in_bytes;
+    double w = groups * n * k;
+    double dgrad =
+        gemm_roofline(c->gpu, c->math, c->eff_scale, m, n, k, m * n * in + w * in + m * k * 2.0);
+    double wgrad = gemm_roofline(c->gpu, c->math, c->eff_scale, m, n, k,
+                                 m * k * in + m * n * in + w * 2.0 * c->grad_bytes);
+    return dgrad + wgrad + m * n * c->quant_s;
+}
+
 static double gemm_b(const struct cctx *c, double m, double n, double k)
 {
-    return 2.0 * moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m, n, k, c->in_bytes) +
-           m * n * c->quant_s;
+    return gemm_bwd_grouped(c, m, n, k, 1.0);
 }
 
 static double elem(const struct cctx *c, double bytes)
@@ -276,16 +305,19 @@ static void moe_block(const struct cctx *c,
                                     c->in_bytes) +
                  moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, rows, h, fe_loc, c->in_bytes)) /
                 ge;
-        exp_b = 2.0 * exp_f;
+        exp_b = (gemm_bwd_grouped(c, rows, fe_loc * mats, h, e_loc) +
+                 gemm_bwd_grouped(c, rows, h, fe_loc, e_loc)) /
+                ge;
     } else {
         exp_f =
             e_loc *
             (moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m_e, fe_loc * mats, h, c->in_bytes) +
              moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m_e, h, fe_loc, c->in_bytes));
-        exp_b = 2.0 * exp_f;
+        exp_b = e_loc * (gemm_bwd_grouped(c, m_e, fe_loc * mats, h, 1.0) +
+                         gemm_bwd_grouped(c, m_e, h, fe_loc, 1.0));
     }
     exp_f += r * (h + fe_loc) * c->quant_s;
-    exp_b += r * (h + fe_loc * mats) * c->quant_s;
+    exp_b += r * h * c->quant_s; /* the gradient quantisations not inside gemm_bwd_grouped */
     *expert_act_f = elem(c, r * fe_loc * (mats + 1.0) * 2.0);
     exp_f += *expert_act_f;
     exp_b += 2.0 * *expert_act_f;
@@ -356,10 +388,12 @@ static void moe_block(const struct cctx *c,
                 ie = cl->dispatch.hybridep_intra_eff;
                 xe = cl->dispatch.hybridep_inter_eff;
             }
-            moe_comm_ep_traffic(cl, &g, t_sp, h * disp_bytes, cfg->moe_router_topk, reach, flex, ie,
-                                xe, &tr_disp);
-            moe_comm_ep_traffic(cl, &g, t_sp, h * 2.0, cfg->moe_router_topk, reach, flex, ie, xe,
-                                &tr_comb);
+            double gpus =
+                moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk, lay->ep, 0, 0);
+            moe_comm_ep_traffic(cl, &g, t_sp, h * disp_bytes, cfg->moe_router_topk, gpus, reach,
+                                flex, ie, xe, &tr_disp);
+            moe_comm_ep_traffic(cl, &g, t_sp, h * 2.0, cfg->moe_router_topk, gpus, reach, flex, ie,
+                                xe, &tr_comb);
             d_f = tr_disp.time_s;
             comb = tr_comb.time_s;
             /* Backward dispatch carries BF16 gradients. */
