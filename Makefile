@@ -132,7 +132,7 @@ LINK_ENGINE  := $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOP
 
 # ---------------------------------------------------------------------------------------------
 .PHONY: all planner engine tests test test-run san bench demo deps clean format format-check \
-        layers globals lint compile_commands headers
+        layers globals lint compile_commands headers refs
 .DEFAULT_GOAL := all
 
 all: planner $(if $(HAVE_MPI),engine) tests
@@ -262,3 +262,7 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# PyTorch reference files for tests/kernels/test_refs.c (needs PyTorch on CPU; CI never runs it).
+refs:
+	python3 scripts/gen_refs.py tests/data/refs

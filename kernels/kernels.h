@@ -141,15 +141,19 @@ enum moe_k_qrecipe {
 /* ------------------------------------------------------------------------------------------- */
 /* Host helpers (pure functions; not in the table, same on every backend)                       */
 
-/* BF16: round-to-nearest-even from fp32; NaN -> quiet NaN (sign kept); overflow rounds to Inf. */
+/* BF16: round-to-nearest-even from fp32 (bit-exact with PyTorch's casts for non-NaN inputs);
+ * NaN -> quiet NaN keeping sign and top payload bits (PyTorch writes 0xFFFF); overflow rounds to
+ * Inf. */
 uint16_t moe_k_bf16_encode(float x);
 float moe_k_bf16_decode(uint16_t bits);
 
 /*
  * FP8 E4M3 (OCP "e4m3fn", bias 7, max 448, subnormals down to 2^-9). Round-to-nearest-even.
  * NaN -> 0x7F | sign. Magnitudes that round above 448 (including Inf): saturate=true gives
- * +-448 (0x7E | sign); saturate=false gives NaN (0x7F | sign), as torch.float8_e4m3fn casts.
- * Decode: 0x7F and 0xFF are NaN; the other 254 codes are finite (0x80 is -0).
+ * +-448 (0x7E | sign), which is also what torch.float8_e4m3fn casts give in PyTorch 2.15
+ * (checked bit for bit by tests/kernels/test_refs.c); saturate=false gives NaN (0x7F | sign), the
+ * OCP non-saturating conversion. Decode: 0x7F and 0xFF are NaN; the other 254 codes are finite
+ * (0x80 is -0).
  */
 uint8_t moe_k_fp8_e4m3_encode(float x, bool saturate);
 float moe_k_fp8_e4m3_decode(uint8_t bits);
@@ -157,7 +161,7 @@ float moe_k_fp8_e4m3_decode(uint8_t bits);
 /*
  * FP8 E5M2 (OCP, bias 15, max 57344, subnormals down to 2^-16). Round-to-nearest-even.
  * NaN -> 0x7F | sign. Overflow (rounding above 57344) and Inf: saturate=true gives +-57344
- * (0x7B | sign); saturate=false gives +-Inf (0x7C | sign), as torch.float8_e5m2 casts.
+ * (0x7B | sign); saturate=false gives +-Inf (0x7C | sign), as torch.float8_e5m2 casts do.
  * Decode: 0x7C/0xFC are +-Inf, 0x7D-0x7F and 0xFD-0xFF NaN.
  */
 uint8_t moe_k_fp8_e5m2_encode(float x, bool saturate);
