@@ -37,6 +37,10 @@
  *   H  attention heads (Hq query, Hkv key/value; Hq % Hkv == 0, GQA)
  *   D  head dim (Dqk query/key, Dv value)
  *
+ * Worked example: tests/kernels/test_refs.c composes a MoE block (RMSNorm, router, permute,
+ * grouped expert GEMMs, SwiGLU, unpermute, shared expert, aux loss) forward and backward from
+ * these ops and matches PyTorch.
+ *
  * Sources: llm.c (layout and CPU-reference style), Megatron-LM / TransformerEngine (permute,
  * router, FP8 recipes), DeepEP (dispatch-layout vocabulary), DeepSeek-V3 tech report (sigmoid
  * router, group-limited routing, aux-loss-free bias), OCP Microscaling Formats spec v1.0 (MXFP8),
@@ -304,6 +308,13 @@ struct moe_k_ops {
      * expert, and inside an expert by slot index (token order, then k), so the rows bound for
      * expert-parallel rank r (experts [r*E/N, (r+1)*E/N)) are contiguous and the layout is
      * deterministic. */
+
+    /* Expert-parallel flow (Megatron's all-to-all dispatcher, in these terms): dispatch_layout
+     * -> permute (rows for EP rank r are contiguous: sum of tokens_per_expert over r's experts)
+     * -> all-to-all-v of rows and of per-expert counts -> sort_chunks from source-rank-major
+     * [N][E/N] chunks to local-expert-major -> grouped GEMMs (counts summed over sources) ->
+     * unsort_chunks -> all-to-all-v back -> unpermute with the router weights (which never
+     * travel). Backward runs the same steps in reverse with the _bwd ops. */
 
     /* counts[E] = number of slots routed to each expert by topk_idx[M, K] (before any drop). */
     void (*expert_counts)(int *counts,
