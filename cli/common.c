@@ -1,0 +1,411 @@
+/*
+ * Shared problem parsing and prediction output for the moefold CLI (cli/common.h).
+ */
+#include "cli/common.h"
+
+#include "model/imbalance.h"
+#include "topologies/cluster_file.h"
+#include "topologies/model_file.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB 1073741824.0
+
+/* Value of `--name value` or `--name=value` at argv[*i]; advances *i past it. NULL if absent. */
+static const char *
+flag_value(int argc, char **argv, int *i, const char *name, struct moe_diag *diag, bool *matched)
+{
+    size_t n = strlen(name);
+    *matched = false;
+    if (strncmp(argv[*i], name, n) != 0) {
+        return NULL;
+    }
+    if (argv[*i][n] == '=') {
+        *matched = true;
+        return argv[*i] + n + 1;
+    }
+    if (argv[*i][n] != '\0') {
+        return NULL;
+    }
+    *matched = true;
+    if (*i + 1 >= argc) {
+        (void)moe_diag_set(diag, MOE_ERR_INVALID, "%s needs a value", name);
+        moe_diag_source(diag, name);
+        return NULL;
+    }
+    (*i)++;
+    return argv[*i];
+}
+
+static enum moe_status
+parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out, struct moe_diag *diag)
+{
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < lo || v > hi) {
+        moe_diag_source(diag, flag);
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s '%s': expected an integer in [%ld, %ld]",
+                            flag, s, lo, hi);
+    }
+    *out = (int)v;
+    return MOE_OK;
+}
+
+/* Collect the Megatron flag at argv[*i] (with its values) into margv. */
+static enum moe_status collect_megatron(
+    int argc, char **argv, int *i, const char **margv, int *margc, struct moe_diag *diag)
+{
+    const char *tok = argv[*i];
+    if (*margc >= MOE_CLI_MAX_MEGATRON_ARGS - 1) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "too many arguments (over %d)",
+                            MOE_CLI_MAX_MEGATRON_ARGS);
+    }
+    margv[(*margc)++] = tok;
+    if (strchr(tok, '=') != NULL) {
+        return MOE_OK;
+    }
+    int arity = 0;
+    if (!moe_megatron_flag_known(tok, &arity)) {
+        return MOE_OK; /* the Megatron parser names it and suggests the closest flag */
+    }
+    if (arity == 1 && *i + 1 < argc) {
+        margv[(*margc)++] = argv[++(*i)];
+    } else if (arity < 0) {
+        while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0 &&
+               *margc < MOE_CLI_MAX_MEGATRON_ARGS - 1) {
+            margv[(*margc)++] = argv[++(*i)];
+        }
+    }
+    return MOE_OK;
+}
+
+enum moe_status moe_cli_parse_problem(int argc,
+                                      char **argv,
+                                      moe_cli_flag_fn extra,
+                                      void *ctx,
+                                      struct moe_cli_problem *p,
+                                      FILE *notes,
+                                      struct moe_diag *diag)
+{
+    memset(p, 0, sizeof(*p));
+    p->imbalance_cv = MOE_IMBALANCE_DEFAULT_CV;
+    const char *margv[MOE_CLI_MAX_MEGATRON_ARGS];
+    int margc = 0;
+    const char *model = NULL;
+    const char *model_file = NULL;
+    const char *cluster = NULL;
+    for (int i = 1; i < argc; i++) {
+        bool m = false;
+        const char *v;
+        if ((v = flag_value(argc, argv, &i, "--model", diag, &m)) != NULL || m) {
+            if (v == NULL) {
+                return MOE_ERR_INVALID;
+            }
+            model = v;
+        } else if ((v = flag_value(argc, argv, &i, "--model-config", diag, &m)) != NULL || m) {
+            if (v == NULL) {
+                return MOE_ERR_INVALID;
+            }
+            model_file = v;
+        } else if ((v = flag_value(argc, argv, &i, "--cluster", diag, &m)) != NULL || m) {
+            if (v == NULL) {
+                return MOE_ERR_INVALID;
+            }
+            cluster = v;
+        } else if ((v = flag_value(argc, argv, &i, "--gpus", diag, &m)) != NULL || m) {
+            if (v == NULL) {
+                return MOE_ERR_INVALID;
+            }
+            MOE_TRY(parse_int_arg("--gpus", v, 1, 100000000, &p->num_gpus, diag));
+        } else if ((v = flag_value(argc, argv, &i, "--moe-imbalance-cv", diag, &m)) != NULL || m) {
+            if (v == NULL) {
+                return MOE_ERR_INVALID;
+            }
+            char *end = NULL;
+            p->imbalance_cv = strtod(v, &end);
+            if (end == v || *end != '\0' || !(p->imbalance_cv >= 0.0) || p->imbalance_cv > 10.0) {
+                moe_diag_source(diag, "--moe-imbalance-cv");
+                return moe_diag_set(diag, MOE_ERR_INVALID,
+                                    "--moe-imbalance-cv '%s': expected a number in [0, 10]", v);
+            }
+        } else if (strcmp(argv[i], "--json") == 0) {
+            p->json = true;
+        } else {
+            int used = extra != NULL ? extra(ctx, argc, argv, i, diag) : 0;
+            if (used < 0) {
+                return MOE_ERR_INVALID;
+            }
+            if (used > 0) {
+                i += used - 1;
+                continue;
+            }
+            if (strncmp(argv[i], "--", 2) != 0) {
+                return moe_diag_set(diag, MOE_ERR_INVALID,
+                                    "unexpected argument '%s' (flags start with --)", argv[i]);
+            }
+            MOE_TRY(collect_megatron(argc, argv, &i, margv, &margc, diag));
+        }
+    }
+    if (model != NULL && model_file != NULL) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "give either --model or --model-config, not both");
+    }
+    if (model != NULL) {
+        MOE_TRY(moe_cfg_preset(model, &p->cfg, diag));
+        (void)snprintf(p->model_source, sizeof(p->model_source), "%s", model);
+        p->has_model = true;
+    } else if (model_file != NULL) {
+        MOE_TRY(moe_model_file_read(model_file, &p->cfg, diag));
+        (void)snprintf(p->model_source, sizeof(p->model_source), "%s", model_file);
+        p->has_model = true;
+    } else {
+        moe_cfg_init(&p->cfg);
+    }
+    moe_layout_init(&p->lay);
+    moe_options_init(&p->opt);
+    p->lay.seq_length = 0;
+    MOE_TRY(moe_megatron_parse_args(margc, margv, &p->cfg, &p->lay, &p->opt, &p->mres, diag));
+    if (!p->has_model && moe_megatron_is_set(&p->mres, MOE_MF_NUM_LAYERS) &&
+        moe_megatron_is_set(&p->mres, MOE_MF_HIDDEN_SIZE)) {
+        p->has_model = true;
+        (void)snprintf(p->model_source, sizeof(p->model_source), "megatron flags");
+        (void)snprintf(p->cfg.name, sizeof(p->cfg.name), "custom");
+    }
+    if (notes != NULL) {
+        for (int k = 0; k < p->mres.num_ignored; k++) {
+            const struct moe_megatron_ignored *ig = &p->mres.ignored[k];
+            fprintf(notes, "note: ignoring %.*s (%s)\n", ig->flag_len, ig->flag, ig->reason);
+        }
+        if (p->mres.num_ignored_dropped > 0) {
+            fprintf(notes, "note: ignoring %d more flags that do not affect performance\n",
+                    p->mres.num_ignored_dropped);
+        }
+    }
+    if (cluster != NULL) {
+        MOE_TRY(moe_cluster_load(cluster, &p->cl, diag));
+        (void)snprintf(p->cluster_name, sizeof(p->cluster_name), "%s", cluster);
+        p->has_cluster = true;
+    }
+    return MOE_OK;
+}
+
+void moe_cli_print_common_help(FILE *out)
+{
+    fprintf(
+        out,
+        "model (one of):\n"
+        "  --model NAME            built-in preset (moefold models)\n"
+        "  --model-config FILE     HuggingFace config.json or moefold model JSON\n"
+        "  Megatron shape flags    --num-layers --hidden-size --ffn-hidden-size\n"
+        "                          --num-attention-heads --group-query-attention\n"
+        "                          --num-query-groups --kv-channels --num-experts\n"
+        "                          --moe-ffn-hidden-size --moe-router-topk --moe-layer-freq\n"
+        "                          --moe-shared-expert-intermediate-size\n"
+        "                          --multi-latent-attention --q-lora-rank --kv-lora-rank\n"
+        "                          --qk-head-dim --qk-pos-emb-head-dim --v-head-dim\n"
+        "                          --mtp-num-layers --swiglu "
+        "--untie-embeddings-and-output-weights\n"
+        "                          --vocab-size --make-vocab-size-divisible-by --seq-length\n"
+        "                          (also override a preset's fields)\n"
+        "cluster:\n"
+        "  --cluster NAME|FILE     cluster file (moefold clusters)\n"
+        "  --gpus N                GPUs: a multiple of the GPUs per node/tray, up to the cluster\n"
+        "layout and options: Megatron-LM flags, e.g.\n"
+        "  --tensor-model-parallel-size --pipeline-model-parallel-size\n"
+        "  --num-layers-per-virtual-pipeline-stage --num-virtual-stages-per-pipeline-rank\n"
+        "  --pipeline-model-parallel-layout --decoder-first-pipeline-num-layers\n"
+        "  --decoder-last-pipeline-num-layers --context-parallel-size\n"
+        "  --expert-model-parallel-size --expert-tensor-parallel-size --sequence-parallel\n"
+        "  --micro-batch-size --global-batch-size --use-distributed-optimizer\n"
+        "  --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap\n"
+        "  --overlap-moe-expert-parallel-comm --delay-wgrad-compute\n"
+        "  --moe-token-dispatcher-type {alltoall,allgather,flex}\n"
+        "  --moe-flex-dispatcher-backend {deepep,hybridep} --moe-grouped-gemm\n"
+        "  --moe-router-force-load-balancing --moe-expert-capacity-factor\n"
+        "  --moe-router-num-groups --moe-router-group-topk\n"
+        "  --recompute-granularity --recompute-method --recompute-num-layers\n"
+        "  --recompute-modules {core_attn,moe_act,layernorm,mla_up_proj,mlp,moe,shared_experts}\n"
+        "  --cpu-offloading-num-layers --fine-grained-activation-offloading\n"
+        "  --offload-modules "
+        "{attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act}\n"
+        "  --optimizer-cpu-offload --fp8-format --fp8-recipe {tensorwise,delayed,blockwise,mxfp8}\n"
+        "  --fp4-format --fp4-recipe nvfp4 --fp8-param-gather --use-precision-aware-optimizer\n"
+        "  --main-grads-dtype --exp-avg-dtype --exp-avg-sq-dtype --cuda-graph-impl\n"
+        "  --cuda-graph-modules\n"
+        "  Flags that do not affect performance (learning rate, paths, logging) are accepted\n"
+        "  and ignored with a note; an unknown flag is an error.\n"
+        "moefold's own:\n"
+        "  --moe-imbalance F|auto  busiest EP rank's load / mean (>= 1); auto = Monte Carlo\n"
+        "  --moe-imbalance-cv X    per-expert popularity spread for auto (default %.2f)\n"
+        "  --moe-hot-expert-replicas N   clone the N hottest experts onto other EP ranks\n"
+        "  --json                  one JSON object on stdout\n",
+        MOE_IMBALANCE_DEFAULT_CV);
+}
+
+enum moe_status moe_cli_resolve(struct moe_cli_problem *p, struct moe_diag *diag)
+{
+    if (!p->has_model) {
+        return moe_diag_set(
+            diag, MOE_ERR_INVALID,
+            "no model: give --model NAME (see `moefold models`), --model-config "
+            "FILE, or Megatron model-shape flags (--num-layers, --hidden-size, ...)");
+    }
+    MOE_TRY(moe_cfg_validate(&p->cfg, diag));
+    if (!p->has_cluster) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "no cluster: give --cluster NAME (see `moefold clusters`) or a cluster "
+                            "file");
+    }
+    if (p->num_gpus <= 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "give --gpus N (GPUs of %s to use)", p->cl.name);
+    }
+    MOE_TRY(moe_cluster_check_gpus(&p->cl, p->num_gpus, diag));
+    p->lay.num_gpus = p->num_gpus;
+    if (p->lay.seq_length <= 0) {
+        p->lay.seq_length = p->cfg.seq_length;
+    }
+    int per_replica = p->lay.tp * p->lay.cp * p->lay.pp;
+    if (p->lay.gbs <= 0 && per_replica > 0 && p->num_gpus % per_replica == 0) {
+        p->lay.gbs = p->lay.mbs * (p->num_gpus / per_replica); /* Megatron's default */
+    }
+    return moe_layout_resolve(&p->cfg, &p->cl, &p->opt, &p->lay, diag);
+}
+
+enum moe_status moe_cli_load_stats(const struct moe_cli_problem *p,
+                                   struct moe_load_stats *out,
+                                   bool *used,
+                                   struct moe_diag *diag)
+{
+    *used = false;
+    if (p->opt.force_load_balancing || p->opt.moe_imbalance != 0.0 || !moe_cfg_is_moe(&p->cfg)) {
+        return MOE_OK;
+    }
+    const struct moe_layout *lay = &p->lay;
+    struct moe_imbalance_params ip = {
+        .num_experts = p->cfg.num_experts,
+        .topk = p->cfg.moe_router_topk,
+        .ep = lay->ep,
+        .tokens = (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp) * lay->ep,
+        .cv = p->imbalance_cv,
+        .num_samples = 2000,
+        .seed = 20261130UL,
+    };
+    MOE_TRY(moe_imbalance_monte_carlo(&ip, out, diag));
+    *used = true;
+    return MOE_OK;
+}
+
+enum moe_status moe_cli_run_predict(const struct moe_cli_problem *p,
+                                    const struct moe_load_stats *load,
+                                    struct moe_prediction *out,
+                                    struct moe_diag *diag)
+{
+    size_t need = moe_cost_workspace_bytes(&p->lay, MOE_SCHED_SIMULATE);
+    void *ws = malloc(need);
+    if (ws == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM,
+                            "out of memory for the schedule simulation (%zu bytes)", need);
+    }
+    enum moe_status st = moe_cost_predict(&p->cfg, &p->cl, &p->lay, &p->opt, load,
+                                          MOE_SCHED_SIMULATE, ws, need, out, diag);
+    free(ws);
+    return st;
+}
+
+void moe_cli_layout_str(const struct moe_layout *lay, char *buf, size_t len)
+{
+    (void)snprintf(buf, len, "TP%d CP%d PP%d VPP%d EP%d ETP%d EDP%d DP%d MBS%d GBS%d (m=%d)%s",
+                   lay->tp, lay->cp, lay->pp, lay->vpp, lay->ep, lay->etp, lay->edp, lay->dp,
+                   lay->mbs, lay->gbs, lay->num_microbatches, lay->sequence_parallel ? " SP" : "");
+}
+
+static void add_num(cJSON *o, const char *k, double v)
+{
+    cJSON_AddNumberToObject(o, k, v);
+}
+
+cJSON *moe_cli_prediction_json(const struct moe_cli_problem *p, const struct moe_prediction *pred)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) {
+        return NULL;
+    }
+    cJSON_AddStringToObject(o, "model", p->cfg.name);
+    cJSON_AddStringToObject(o, "cluster", p->cl.name);
+    add_num(o, "num_gpus", p->lay.num_gpus);
+    add_num(o, "flops_per_step", pred->flops_per_step);
+    add_num(o, "executed_flops_per_step", pred->executed_flops_per_step);
+    add_num(o, "step_time_s", pred->step_time_s);
+    add_num(o, "step_time_p50_s", pred->step_time_p50_s);
+    add_num(o, "step_time_p99_s", pred->step_time_p99_s);
+    add_num(o, "tokens_per_s_per_gpu", pred->tokens_per_s_per_gpu);
+    add_num(o, "tflops_per_gpu", pred->tflops_per_gpu);
+    add_num(o, "mfu", pred->mfu);
+    cJSON_AddBoolToObject(o, "fits", pred->fits);
+    add_num(o, "load_factor", pred->load_factor);
+    cJSON_AddStringToObject(o, "bottleneck", moe_phase_name(pred->bottleneck));
+    add_num(o, "worst_stage", pred->worst_stage);
+
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory_gib");
+    add_num(mem, "weights", pred->mem.weights / GIB);
+    add_num(mem, "grads", pred->mem.grads / GIB);
+    add_num(mem, "optimizer", pred->mem.optimizer / GIB);
+    add_num(mem, "activations", pred->mem.activations / GIB);
+    add_num(mem, "buffers", pred->mem.buffers / GIB);
+    add_num(mem, "total", pred->mem.total / GIB);
+    add_num(mem, "capacity", pred->mem.capacity / GIB);
+    add_num(mem, "host_offload", pred->mem.host_offload / GIB);
+
+    const struct moe_phase_times *t = &pred->time;
+    cJSON *ts = cJSON_AddObjectToObject(o, "time_s");
+    add_num(ts, "compute", t->compute);
+    add_num(ts, "expert_gemm", t->expert_gemm);
+    add_num(ts, "dispatch", t->dispatch);
+    add_num(ts, "combine", t->combine);
+    add_num(ts, "tp_comm", t->tp_comm);
+    add_num(ts, "cp_comm", t->cp_comm);
+    add_num(ts, "ep_comm", t->ep_comm);
+    add_num(ts, "pp_comm", t->pp_comm);
+    add_num(ts, "dp_comm", t->dp_comm);
+    add_num(ts, "pp_bubble", t->pp_bubble);
+    add_num(ts, "optimizer", t->optimizer);
+    add_num(ts, "host_overhead", t->host_overhead);
+    add_num(ts, "exposed_comm", t->exposed_comm);
+
+    const struct moe_layout *lay = &p->lay;
+    cJSON *l = cJSON_AddObjectToObject(o, "layout");
+    add_num(l, "tp", lay->tp);
+    add_num(l, "cp", lay->cp);
+    add_num(l, "dp", lay->dp);
+    add_num(l, "pp", lay->pp);
+    add_num(l, "vpp", lay->vpp);
+    add_num(l, "ep", lay->ep);
+    add_num(l, "etp", lay->etp);
+    add_num(l, "edp", lay->edp);
+    add_num(l, "mbs", lay->mbs);
+    add_num(l, "gbs", lay->gbs);
+    add_num(l, "num_microbatches", lay->num_microbatches);
+    add_num(l, "seq_length", lay->seq_length);
+    char pps[1024];
+    moe_layout_format_pp_string(lay, pps, (int)sizeof(pps));
+    cJSON_AddStringToObject(l, "pipeline_layout", pps);
+
+    cJSON *c = cJSON_AddObjectToObject(o, "comm");
+    add_num(c, "ep_bytes_per_layer", pred->comm.ep_bytes);
+    add_num(c, "ep_inter_domain_fraction", pred->comm.ep_inter_domain_fraction);
+    add_num(c, "tp_bytes_per_layer", pred->comm.tp_bytes);
+    add_num(c, "cp_bytes_per_layer", pred->comm.cp_bytes);
+    add_num(c, "dp_bytes_per_step", pred->comm.dp_bytes);
+    add_num(c, "pp_transfer_s", pred->comm.pp_s);
+    return o;
+}
+
+void moe_cli_error(const char *cmd, const struct moe_diag *diag)
+{
+    if (diag->source[0] != '\0' && strstr(diag->message, diag->source) == NULL) {
+        fprintf(stderr, "moefold %s: %s: %s\n", cmd, diag->source, diag->message);
+    } else {
+        fprintf(stderr, "moefold %s: %s\n", cmd, diag->message);
+    }
+}
