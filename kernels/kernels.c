@@ -21,18 +21,15 @@ struct moe_k_ctx {
 
 const struct moe_k_ops *moe_k_ops_for(enum moe_k_backend backend)
 {
-    switch (backend) {
-    case MOE_K_BACKEND_CPU:
+    if (backend == MOE_K_BACKEND_CPU) {
         return moe_k_cpu_ops();
-    case MOE_K_BACKEND_CUDA:
-#if defined(MOE_HAVE_CUDA_KERNELS)
-        return moe_k_cuda_ops();
-#else
-        return NULL;
-#endif
-    default:
-        return NULL;
     }
+#if defined(MOE_HAVE_CUDA_KERNELS)
+    if (backend == MOE_K_BACKEND_CUDA) {
+        return moe_k_cuda_ops();
+    }
+#endif
+    return NULL;
 }
 
 enum moe_status moe_k_ctx_create(const struct moe_k_ctx_desc *desc, moe_k_ctx_t **out)
@@ -79,25 +76,21 @@ void moe_k_ctx_destroy(moe_k_ctx_t *ctx)
 
 const struct moe_k_ctx_desc *moe_k_ctx_get_desc(const moe_k_ctx_t *ctx)
 {
-    MOE_ASSERT(ctx != NULL);
     return &ctx->desc;
 }
 
 const struct moe_k_ops *moe_k_ctx_ops(const moe_k_ctx_t *ctx)
 {
-    MOE_ASSERT(ctx != NULL);
     return ctx->ops;
 }
 
 void moe_k_ctx_set_backend_state(moe_k_ctx_t *ctx, void *state)
 {
-    MOE_ASSERT(ctx != NULL);
     ctx->backend_state = state;
 }
 
 void *moe_k_ctx_backend_state(const moe_k_ctx_t *ctx)
 {
-    MOE_ASSERT(ctx != NULL);
     return ctx->backend_state;
 }
 

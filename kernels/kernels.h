@@ -93,6 +93,7 @@ MOE_NODISCARD enum moe_status moe_k_ctx_create(const struct moe_k_ctx_desc *desc
 void moe_k_ctx_destroy(moe_k_ctx_t *ctx);
 
 /* The context's description (as created), its backend and its ops table; never NULL. */
+/* ctx must not be NULL in these accessors. */
 const struct moe_k_ctx_desc *moe_k_ctx_get_desc(const moe_k_ctx_t *ctx);
 const struct moe_k_ops *moe_k_ctx_ops(const moe_k_ctx_t *ctx);
 

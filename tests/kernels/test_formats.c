@@ -103,8 +103,8 @@ static void roundtrip_all(enc_fn enc, dec_fn dec, int num_codes, uint8_t canonic
                 continue; /* saturating mode maps Inf to max: checked elsewhere */
             } else {
                 if (back != c) {
-                    fprintf(stderr, "code 0x%02x (%g) -> 0x%02x (sat %d)\n", c, (double)v, back,
-                            sat);
+                    (void)fprintf(stderr, "code 0x%02x (%g) -> 0x%02x (sat %d)\n", c, (double)v,
+                                  back, sat);
                 }
                 assert_int_equal(back, c);
             }

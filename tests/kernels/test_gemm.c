@@ -67,7 +67,7 @@ static void test_matmul_transposes(void **state)
         memcpy(c, c0, sizeof(float) * (size_t)(m * n));
         ops->matmul(c, a, b, m, n, k, ta, tb, 0.5f, 2.0f, ctx);
         naive_matmul(ref, a, b, c0, m, n, k, ta, tb, 0.5, 2.0);
-        ktest_to_float(refc, ref, (size_t)(m * n));
+        ktest_to_float(refc, ref, (size_t)m * (size_t)n);
         assert_true(moe_test_allclose_f32("matmul", c, refc, (size_t)(m * n), 1e-5, 1e-5, NULL));
     }
     /* beta = 0 overwrites, even NaN garbage. */
@@ -76,7 +76,7 @@ static void test_matmul_transposes(void **state)
     }
     ops->matmul(c, a, b, m, n, k, false, false, 1.0f, 0.0f, ctx);
     naive_matmul(ref, a, b, c0, m, n, k, false, false, 1.0, 0.0);
-    ktest_to_float(refc, ref, (size_t)(m * n));
+    ktest_to_float(refc, ref, (size_t)m * (size_t)n);
     assert_true(moe_test_allclose_f32("matmul b0", c, refc, (size_t)(m * n), 1e-5, 1e-5, NULL));
     free(a);
     free(b);

@@ -129,7 +129,7 @@ static void check_permute_case(int capacity)
     struct moe_test_rng rng;
     moe_test_rng_seed(&rng, 10 + (uint64_t)capacity);
     enum { M = 9, KK = 3, EE = 6, C = 5 };
-    int idx[M * KK], per_expert[EE], per_rank[2], s2r[M * KK], r2s[M * KK];
+    int idx[M * KK] = {0}, per_expert[EE], per_rank[2], s2r[M * KK], r2s[M * KK];
     random_routing(&rng, idx, M, KK, EE);
     ops->dispatch_layout(per_expert, per_rank, s2r, r2s, idx, M, KK, EE, 2, capacity, ctx);
     int rows = 0;

@@ -89,7 +89,7 @@ static bool ref_load_path(const char *path, struct ref_file *f, char *err, size_
     }
     for (uint32_t i = 0; i < head[1] && ok; i++) {
         struct ref_tensor *t = &f->t[i];
-        uint32_t meta[6];
+        uint32_t meta[6] = {0};
         ok = read_exact(fp, t->name, REF_NAME_BYTES) && read_exact(fp, meta, sizeof(meta));
         t->dtype = meta[0];
         t->ndim = meta[1];
@@ -345,7 +345,7 @@ static void test_xent_ref(void **state)
     enum { M = 6, V = 20, VL = 10 };
     const float *logits = ref_f32(&f, "logits");
     const int *targets = ref_get(&f, "targets", REF_I32)->data;
-    float shard[2][M * VL], lmax[M], gmax[M], lsum[M], gsum[M] = {0}, ltgt[M], gtgt[M] = {0};
+    float shard[2][M * VL], lmax[M], gmax[M] = {0}, lsum[M], gsum[M] = {0}, ltgt[M], gtgt[M] = {0};
     for (int s = 0; s < 2; s++) {
         ops->copy_2d(shard[s], VL, logits + s * VL, V, M, VL, false, ctx);
         ops->xent_local_max(lmax, shard[s], M, VL, ctx);
@@ -400,10 +400,10 @@ static void test_casts_ref(void **state)
                                  : gb == bf[i];
         if (g4 != e4[i] || g5 != e5[i] || !bf_ok) {
             if (bad++ < 10) {
-                fprintf(stderr,
-                        "x=%.9g: e4m3 0x%02x (torch 0x%02x), e5m2 0x%02x (0x%02x), "
-                        "bf16 0x%04x (0x%04x)\n",
-                        (double)x[i], g4, e4[i], g5, e5[i], gb, bf[i]);
+                (void)fprintf(stderr,
+                              "x=%.9g: e4m3 0x%02x (torch 0x%02x), e5m2 0x%02x (0x%02x), "
+                              "bf16 0x%04x (0x%04x)\n",
+                              (double)x[i], g4, e4[i], g5, e5[i], gb, bf[i]);
             }
         }
     }
