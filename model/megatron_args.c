@@ -2056,17 +2056,17 @@ format_model(struct writer *w, const struct moe_model_cfg *c, const struct moe_l
     int n = c->num_layers < MOE_MAX_LAYERS ? c->num_layers : MOE_MAX_LAYERS;
     uint8_t bits[MOE_MAX_LAYERS];
     char text[2048];
-    bool any_window = false;
+    int num_windowed = 0;
     for (int i = 0; i < n; i++) {
         bits[i] = (c->layer_flags[i] & MOE_LAYER_WINDOWED) != 0;
-        any_window = any_window || bits[i];
+        num_windowed += bits[i];
     }
-    if (c->window_size > 0 && any_window) {
+    if (c->window_size > 0 && num_windowed > 0) {
         char ws[40];
         (void)snprintf(ws, sizeof(ws), "(%d,0)", c->window_size);
         w_str(w, "--window-size", ws);
-        pattern_text(bits, n, true, text, sizeof(text));
-        if (strcmp(text, "1") != 0 || n == 0) {
+        if (num_windowed < n) { /* without a skip pattern every layer is windowed */
+            pattern_text(bits, n, true, text, sizeof(text));
             w_str(w, "--window-attn-skip-freq", text);
         }
     }
