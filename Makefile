@@ -120,8 +120,9 @@ LIB_ENGINE  := $(LIBDIR)/libmoe_engine.a
 LIB_CLI     := $(LIBDIR)/libmoe_cli.a
 LIB_CUDA    := $(if $(CUDA_SRC),$(LIBDIR)/libmoe_cuda.a)
 
-CUDA_LIBS := $(if $(LIB_CUDA),-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
-             -Wl,-rpath,$(CUDA_HOME)/lib -lcublasLt -lcublas $(if $(HAVE_NCCL),-lnccl) -lcudart -lstdc++)
+comma := ,
+CUDA_LIBS := $(if $(LIB_CUDA),-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 \
+             -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib -lcublasLt -lcublas $(if $(HAVE_NCCL),-lnccl) -lcudart -lstdc++)
 
 # Link sets per layer (STYLE.md §1): planner side never sees MPI, hwloc, BLAS or CUDA.
 LINK_MODEL   := $(LIB_MODEL) $(GSL_LIBS) -lm

@@ -21,6 +21,7 @@ static const struct subcommand subcommands[] = {
     {"models", moe_cli_models, "list built-in model presets with total and active parameters"},
     {"clusters", moe_cli_clusters, "list cluster files (topologies/*.json)"},
     {"predict", moe_cli_predict, "memory, step time and throughput of one layout"},
+    {"accuracy", moe_cli_accuracy, "predictions vs published training runs"},
 };
 
 static void usage(FILE *out)

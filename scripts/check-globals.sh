@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Fail on any writable data symbol (nm types B, D, C, S/G small data) defined in project objects,
-# except the short allowlist below. Const tables (R) are fine.
+# Fail on any writable data object (in .data, .bss, or common; not .data.rel.ro, which is read-only
+# after relocation) defined in project objects, except the short allowlist below. Const tables are
+# fine. Reads the section of each symbol with objdump -t.
 set -u
 objdir=${1:-build/obj}
 allow='^$'
 bad=0
 while read -r obj; do
     case "$obj" in */tests/*) continue ;; esac
-    out=$(nm "$obj" 2>/dev/null | awk '$2 ~ /^[BDCdbSG]$/ {print $3}' | grep -vE '^(\.|__)' | grep -vE "$allow")
+    out=$(objdump -t "$obj" 2>/dev/null |
+        awk '$0 ~ / O / { for (i = 1; i <= NF; i++) if ($i == "O") { sec = $(i + 1); name = $NF;
+             if ((sec ~ /^\.(data|bss)(\.|$)/ && sec !~ /^\.data\.rel\.ro/) || sec == "*COM*") print name } }' |
+        grep -vE "$allow")
     if [ -n "$out" ]; then
         echo "globals: $obj defines writable data: $(echo $out)"
         bad=1
