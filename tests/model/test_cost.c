@@ -1,0 +1,508 @@
+/*
+ * Cost-model tests on a hand-built cluster (no files): nccl-tests bus-bandwidth factors, placement
+ * of groups on NVLink domains, hypergeometric node reach, memory by hand for a tiny model,
+ * pipeline bubble closed form vs event simulation, phases summing to the step, and invariants
+ * (more bandwidth never slower, more recompute never more memory, an EP group inside one domain
+ * never slower than across domains, more imbalance never faster).
+ */
+#include "model/comm_cost.h"
+#include "model/cost.h"
+#include "model/imbalance.h"
+#include "model/memory.h"
+#include "model/schedule.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define GIB 1073741824.0
+
+/* cmocka's assert_float_equal works in float; these checks need double. */
+#define ASSERT_NEAR(a, b, tol)                                                                     \
+    do {                                                                                           \
+        double a_ = (a);                                                                           \
+        double b_ = (b);                                                                           \
+        if (!(fabs(a_ - b_) <= (tol))) {                                                           \
+            fail_msg("%s = %.12g, expected %s = %.12g (tol %g)", #a, a_, #b, b_, (double)(tol));   \
+        }                                                                                          \
+    } while (0)
+
+/* An H100-like cluster with round numbers so expected values are easy to write down. */
+static void test_cluster(struct moe_cluster *cl)
+{
+    memset(cl, 0, sizeof(*cl));
+    strcpy(cl->name, "test");
+    cl->gpus_per_node = 8;
+    cl->max_gpus = 4096;
+    struct moe_gpu *g = &cl->gpu;
+    strcpy(g->name, "testgpu");
+    g->hbm_gib = 80.0;
+    g->hbm_tbps = 3.0;
+    g->peak_tflops[MOE_MATH_BF16] = 1000.0;
+    g->peak_tflops[MOE_MATH_FP8] = 2000.0;
+    g->peak_tflops[MOE_MATH_FP32] = 60.0;
+    g->has_fp8 = true;
+    g->num_sms = 132;
+    for (int i = 0; i < MOE_NUM_MATH; i++) {
+        g->gemm.max_eff[i] = 0.8;
+    }
+    for (int i = 0; i < MOE_CLUSTER_NUM_RECIPES; i++) {
+        g->gemm.recipe_eff[i] = 1.0;
+    }
+    g->gemm.half_flops = 8e9;
+    g->gemm.grouped_eff = 0.75;
+    g->gemm.grouped_tile_m = 128;
+    g->attn_fwd_eff = 0.6;
+    g->attn_bwd_eff = 0.45;
+    g->hbm_eff = 0.8;
+    g->kernel_launch_us = 10.0;
+    g->quant_bytes_per_elem = 3.0;
+    cl->nvlink.domain_gpus = 8;
+    cl->nvlink.gbps = 400.0;
+    cl->nvlink.eff = 1.0;
+    cl->nvlink.latency_us = 0.0;
+    cl->net.nic_gbps = 50.0;
+    cl->net.eff = 1.0;
+    cl->net.a2a_eff = 1.0;
+    cl->net.latency_us = 0.0;
+    cl->host.mem_gib_per_gpu = 200.0;
+    cl->host.link_gbps = 50.0;
+    cl->host.link_eff = 1.0;
+    cl->dispatch.deepep_intra_eff = 0.8;
+    cl->dispatch.deepep_inter_eff = 0.8;
+    cl->dispatch.hybridep_intra_eff = 0.8;
+    cl->dispatch.hybridep_inter_eff = 0.8;
+    cl->dispatch.deepep_sms = 24;
+    cl->dispatch.hybridep_sms = 16;
+    cl->dispatch.permute_bytes_eff = 0.7;
+    cl->overheads.kernels_per_layer = 20.0;
+    cl->overheads.moe_host_sync_us = 30.0;
+    cl->overheads.step_fixed_ms = 10.0;
+    cl->overheads.overlap_eff = 0.8;
+    cl->overheads.a2a_overlap_loss = 0.1;
+    cl->overheads.ep_overlap_eff = 0.5;
+    cl->overheads.context_gib = 2.0;
+    cl->overheads.alloc_reserve_frac = 0.05;
+    cl->overheads.flex_buffer_gib = 1.0;
+}
+
+/* A small MoE: 8 layers (first dense), GQA, 16 experts top-2 with a shared expert. */
+static void test_model(struct moe_model_cfg *cfg)
+{
+    moe_cfg_init(cfg);
+    strcpy(cfg->name, "test-moe");
+    cfg->num_layers = 8;
+    cfg->hidden_size = 2048;
+    cfg->ffn_hidden_size = 8192;
+    cfg->num_attention_heads = 16;
+    cfg->num_query_groups = 4;
+    cfg->kv_channels = 128;
+    cfg->is_swiglu = true;
+    cfg->is_untied_embeddings = true;
+    cfg->vocab_size = 32000;
+    cfg->make_vocab_size_divisible_by = 128;
+    cfg->seq_length = 4096;
+    cfg->num_experts = 16;
+    cfg->moe_ffn_hidden_size = 1024;
+    cfg->moe_router_topk = 2;
+    cfg->moe_shared_expert_intermediate_size = 1024;
+    moe_cfg_set_first_dense(cfg, 1);
+}
+
+static void setup(struct moe_model_cfg *cfg,
+                  struct moe_cluster *cl,
+                  struct moe_layout *lay,
+                  struct moe_options *opt,
+                  int gpus,
+                  int tp,
+                  int pp,
+                  int vpp,
+                  int ep)
+{
+    test_model(cfg);
+    test_cluster(cl);
+    moe_layout_init(lay);
+    moe_options_init(opt);
+    lay->num_gpus = gpus;
+    lay->tp = tp;
+    lay->pp = pp;
+    lay->vpp = vpp;
+    lay->ep = ep;
+    lay->etp = 1;
+    lay->mbs = 1;
+    lay->gbs = 64;
+    lay->seq_length = 4096;
+    lay->sequence_parallel = tp > 1;
+    opt->use_distributed_optimizer = true;
+    opt->moe_grouped_gemm = true;
+    opt->force_load_balancing = true;
+    struct moe_diag d = {0};
+    enum moe_status st = moe_layout_resolve(cfg, cl, opt, lay, &d);
+    if (st != MOE_OK) {
+        fail_msg("resolve: %s", d.message);
+    }
+}
+
+static struct moe_prediction predict(const struct moe_model_cfg *cfg,
+                                     const struct moe_cluster *cl,
+                                     const struct moe_layout *lay,
+                                     const struct moe_options *opt,
+                                     enum moe_schedule_mode mode)
+{
+    size_t n = moe_cost_workspace_bytes(lay, mode);
+    void *ws = malloc(n);
+    struct moe_prediction p;
+    struct moe_diag d = {0};
+    assert_int_equal(moe_cost_predict(cfg, cl, lay, opt, NULL, mode, ws, n, &p, &d), MOE_OK);
+    free(ws);
+    return p;
+}
+
+static void test_busbw_factors(void **state)
+{
+    (void)state;
+    struct moe_cluster cl;
+    test_cluster(&cl);
+    struct moe_group_place g;
+    moe_comm_group_place(8, 1, 8, &g);
+    assert_int_equal(g.local, 8);
+    assert_int_equal(g.num_domains, 1);
+    double s = 1e9;
+    /* nccl-tests: all-reduce moves 2(n-1)/n S at bus bandwidth, all-gather (n-1)/n S. */
+    ASSERT_NEAR(moe_comm_allreduce_s(&cl, &g, s), 2.0 * 7.0 / 8.0 * s / 400e9, 1e-12);
+    ASSERT_NEAR(moe_comm_allgather_s(&cl, &g, s), 7.0 / 8.0 * s / 400e9, 1e-12);
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, s), 7.0 / 8.0 * s / 400e9, 1e-12);
+    /* All-to-all inside a domain: 7/8 of the buffer over NVLink. */
+    ASSERT_NEAR(moe_comm_alltoall_s(&cl, &g, s), 7.0 / 8.0 * s / 400e9, 1e-12);
+    /* Doubling bandwidth halves the bandwidth term (latency is 0 here). */
+    double t1 = moe_comm_allgather_s(&cl, &g, s);
+    cl.nvlink.gbps *= 2.0;
+    ASSERT_NEAR(moe_comm_allgather_s(&cl, &g, s), t1 / 2.0, 1e-12);
+}
+
+static void test_group_placement(void **state)
+{
+    (void)state;
+    struct moe_cluster cl;
+    test_cluster(&cl);
+    struct moe_group_place g;
+    /* DP group of 16 with stride 8 (TP8): one member per node, 16 nodes. */
+    moe_comm_group_place(16, 8, 8, &g);
+    assert_int_equal(g.local, 1);
+    assert_int_equal(g.num_domains, 16);
+    /* Ring across nodes with one member per node: one NIC's bandwidth. */
+    ASSERT_NEAR(moe_comm_ring_busbw(&cl, &g), 50e9, 1.0);
+    /* EP32 with stride 1 on 8-GPU nodes: 8 local members, 4 domains, 8 NICs in parallel. */
+    moe_comm_group_place(32, 1, 8, &g);
+    assert_int_equal(g.local, 8);
+    assert_int_equal(g.num_domains, 4);
+    ASSERT_NEAR(moe_comm_ring_busbw(&cl, &g), 400e9, 1.0);
+    /* NVL72: EP32 stays inside the domain. */
+    moe_comm_group_place(32, 1, 72, &g);
+    assert_int_equal(g.num_domains, 1);
+    /* All-to-all over 4 domains: 24/32 of the bytes cross the network at one NIC per GPU. */
+    moe_comm_group_place(32, 1, 8, &g);
+    double s = 1e9;
+    ASSERT_NEAR(moe_comm_alltoall_s(&cl, &g, s), 24.0 / 32.0 * s / 50e9, 1e-12);
+}
+
+static void test_expected_domains(void **state)
+{
+    (void)state;
+    /* E=256, k=8, d=8: 8 * (1 - C(224,8)/C(256,8)). */
+    double miss = 1.0;
+    for (int i = 0; i < 8; i++) {
+        miss *= (224.0 - i) / (256.0 - i);
+    }
+    ASSERT_NEAR(moe_comm_expected_domains(256, 8, 8, 0, 0), 8.0 * (1.0 - miss), 1e-12);
+    /* Group-limited routing (8 groups, top-4 groups, one group per node): at most 4 nodes. */
+    double limited = moe_comm_expected_domains(256, 8, 8, 8, 4);
+    ASSERT_NEAR(limited, 4.0, 1e-12);
+    /* One domain: always 1; k = E: every domain. */
+    ASSERT_NEAR(moe_comm_expected_domains(64, 8, 1, 0, 0), 1.0, 0.0);
+    ASSERT_NEAR(moe_comm_expected_domains(16, 16, 4, 0, 0), 4.0, 1e-12);
+}
+
+static void test_memory_by_hand(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1);
+    opt.use_distributed_optimizer = false;
+    struct moe_param_counts pc;
+    moe_cfg_param_counts(&cfg, 1, &pc);
+    struct moe_mem_bytes m;
+    moe_mem_stage(&cfg, &cl, &lay, &opt, 0, 1.0, &m);
+    /* Megatron without the distributed optimizer: BF16 weight 2, FP32 grad 4, master+moments 12. */
+    ASSERT_NEAR(m.weights, 2.0 * pc.total, 1e-6 * pc.total);
+    ASSERT_NEAR(m.grads, 4.0 * pc.total, 1e-6 * pc.total);
+    ASSERT_NEAR(m.optimizer, 12.0 * pc.total, 1e-6 * pc.total);
+    /* With it, over DP=8 (EDP=8 for experts here): 12/8 per parameter. */
+    opt.use_distributed_optimizer = true;
+    moe_mem_stage(&cfg, &cl, &lay, &opt, 0, 1.0, &m);
+    ASSERT_NEAR(m.optimizer, 12.0 * pc.total / 8.0, 1e-6 * pc.total);
+    /* BF16 moments (precision-aware optimizer): 4 + 2 + 2 bytes. */
+    opt.exp_avg_dtype = MOE_DTYPE_BF16;
+    opt.exp_avg_sq_dtype = MOE_DTYPE_BF16;
+    moe_mem_stage(&cfg, &cl, &lay, &opt, 0, 1.0, &m);
+    ASSERT_NEAR(m.optimizer, 8.0 * pc.total / 8.0, 1e-6 * pc.total);
+}
+
+static void test_activation_dense_layer_by_hand(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1);
+    struct moe_act_bytes a;
+    moe_mem_layer_activations(&cfg, &lay, &opt, false, 1.0, 0u, &a);
+    double t = 4096.0;
+    double h = 2048.0;
+    /* Norm input, QKV input, q/k/v, FlashAttention output + LSE, MLP norm input,
+     * fc1 input, fc1 output (2f), activation output (f) -- BF16, no TP. */
+    double expect = t * h * 2.0                                     /* attn norm input */
+                    + t * h * 2.0                                   /* QKV input */
+                    + t * (16.0 + 2.0 * 4.0) * 128.0 * 2.0          /* q, k, v */
+                    + t * 16.0 * 128.0 * 2.0 + t * 16.0 * 4.0       /* output, LSE */
+                    + t * h * 2.0                                   /* MLP norm input */
+                    + t * h * 2.0 + t * 8192.0 * (2.0 * 2.0 + 2.0); /* fc1 in, fc1 out, act out */
+    ASSERT_NEAR(a.total, expect, 1.0);
+}
+
+static void test_recompute_never_more_memory(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 16, 2, 2, 1, 4);
+    struct moe_prediction none = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    double prev_mem = none.mem.activations;
+    double prev_time = none.step_time_s;
+    const unsigned sets[] = {MOE_RC_CORE_ATTN, MOE_RC_CORE_ATTN | MOE_RC_MOE_ACT,
+                             MOE_RC_CORE_ATTN | MOE_RC_MOE_ACT | MOE_RC_LAYERNORM,
+                             MOE_RC_CORE_ATTN | MOE_RC_MOE_ACT | MOE_RC_LAYERNORM | MOE_RC_MLP |
+                                 MOE_RC_MOE | MOE_RC_SHARED_EXPERTS};
+    opt.recompute = MOE_RECOMPUTE_SELECTIVE;
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+        opt.recompute_modules = sets[i];
+        struct moe_prediction p = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+        assert_true(p.mem.activations <= prev_mem + 1.0);
+        assert_true(p.step_time_s >= prev_time - 1e-9);
+        prev_mem = p.mem.activations;
+        prev_time = p.step_time_s;
+    }
+    opt.recompute = MOE_RECOMPUTE_FULL;
+    opt.recompute_method = MOE_RECOMPUTE_UNIFORM;
+    opt.recompute_num_layers = 1;
+    struct moe_prediction full = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(full.mem.activations < none.mem.activations / 4.0);
+    assert_true(full.step_time_s > none.step_time_s);
+}
+
+static void test_more_bandwidth_never_slower(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 32, 2, 2, 1, 16);
+    struct moe_prediction base = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    struct moe_cluster fast = cl;
+    fast.nvlink.gbps *= 2.0;
+    struct moe_prediction p1 = predict(&cfg, &fast, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(p1.step_time_s <= base.step_time_s);
+    fast = cl;
+    fast.net.nic_gbps *= 2.0;
+    struct moe_prediction p2 = predict(&cfg, &fast, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(p2.step_time_s < base.step_time_s); /* EP16 spans two nodes */
+    fast = cl;
+    fast.gpu.hbm_tbps *= 2.0;
+    struct moe_prediction p3 = predict(&cfg, &fast, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(p3.step_time_s <= base.step_time_s);
+}
+
+static void test_ep_inside_domain_not_slower(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 16, 1, 1, 1, 16);
+    struct moe_cluster big = cl; /* 16-GPU NVLink domain: EP16 inside it */
+    big.nvlink.domain_gpus = 16;
+    big.gpus_per_node = 16;
+    for (int d = MOE_DISPATCH_ALLTOALL; d < MOE_NUM_DISPATCHERS; d++) {
+        opt.dispatcher = (enum moe_dispatcher)d;
+        struct moe_prediction across = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+        struct moe_prediction inside = predict(&cfg, &big, &lay, &opt, MOE_SCHED_SIMULATE);
+        assert_true(inside.step_time_s <= across.step_time_s);
+        assert_true(inside.comm.ep_inter_domain_fraction == 0.0);
+    }
+}
+
+static void test_phases_sum_to_step(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 32, 2, 4, 2, 8);
+    opt.overlap_grad_reduce = true;
+    opt.overlap_moe_ep_comm = true;
+    for (int mode = 0; mode < 2; mode++) {
+        struct moe_prediction p = predict(&cfg, &cl, &lay, &opt, (enum moe_schedule_mode)mode);
+        const struct moe_phase_times *t = &p.time;
+        double sum = t->compute + t->expert_gemm + t->dispatch + t->combine + t->tp_comm +
+                     t->cp_comm + t->pp_comm + t->dp_comm + t->pp_bubble + t->optimizer +
+                     t->host_overhead;
+        ASSERT_NEAR(sum, p.step_time_s, 1e-9 * p.step_time_s);
+        ASSERT_NEAR(t->ep_comm, t->dispatch + t->combine, 1e-12);
+        ASSERT_NEAR(p.tokens_per_s_per_gpu * p.step_time_s * lay.num_gpus,
+                    (double)lay.gbs * lay.seq_length, 1e-6);
+    }
+}
+
+static void test_bubble_closed_form_and_simulation(void **state)
+{
+    (void)state;
+    /* Uniform stages: 1F1B total = (m + pp - 1) * (F + B); interleaved divides the bubble by vpp.
+     */
+    double fwd[16];
+    double bwd[16];
+    for (int i = 0; i < 16; i++) {
+        fwd[i] = 1.0;
+        bwd[i] = 2.0;
+    }
+    struct moe_sched_input in = {4, 1, 8, fwd, bwd, 0.0};
+    struct moe_sched_result cf;
+    struct moe_sched_result sim;
+    moe_sched_closed_form(&in, &cf);
+    ASSERT_NEAR(cf.total_s, (8 + 3) * 3.0, 1e-12);
+    size_t n = moe_sched_workspace_bytes(4, 4, 8);
+    void *ws = malloc(n);
+    assert_int_equal(moe_sched_simulate(&in, ws, n, &sim), MOE_OK);
+    ASSERT_NEAR(sim.total_s, cf.total_s, 1e-9);
+    /* Interleaved, vpp 4, chunk times 1/4 of the stage: bubble (pp-1)/vpp chunk-stage times. */
+    for (int i = 0; i < 16; i++) {
+        fwd[i] = 0.25;
+        bwd[i] = 0.5;
+    }
+    struct moe_sched_input iv = {4, 4, 8, fwd, bwd, 0.0};
+    moe_sched_closed_form(&iv, &cf);
+    ASSERT_NEAR(cf.total_s, 8 * 3.0 + 3 * 3.0 / 4.0, 1e-12);
+    assert_int_equal(moe_sched_simulate(&iv, ws, n, &sim), MOE_OK);
+    assert_true(sim.total_s <= 8 * 3.0 + 3 * 3.0 + 1e-9); /* never worse than 1F1B */
+    assert_true(sim.total_s >= 8 * 3.0 - 1e-9);
+    ASSERT_NEAR(sim.total_s, cf.total_s, 0.05 * cf.total_s);
+    /* A slow stage bounds throughput: m * S_max. */
+    for (int i = 0; i < 4; i++) {
+        fwd[i] = 1.0;
+        bwd[i] = 2.0;
+    }
+    fwd[2] = 2.0;
+    bwd[2] = 4.0;
+    in.fwd_s = fwd;
+    in.bwd_s = bwd;
+    assert_int_equal(moe_sched_simulate(&in, ws, n, &sim), MOE_OK);
+    assert_true(sim.total_s >= 8 * 6.0);
+    free(ws);
+}
+
+static void test_imbalance(void **state)
+{
+    (void)state;
+    struct moe_load_stats s0;
+    struct moe_load_stats s1;
+    struct moe_diag d = {0};
+    struct moe_imbalance_params p = {256, 8, 32, 1e6, 0.0, 200, 7};
+    assert_int_equal(moe_imbalance_monte_carlo(&p, &s0, &d), MOE_OK);
+    assert_true(s0.mean_factor >= 1.0 && s0.mean_factor < 1.02); /* finite-token noise only */
+    p.cv = 0.3;
+    assert_int_equal(moe_imbalance_monte_carlo(&p, &s1, &d), MOE_OK);
+    assert_true(s1.mean_factor > s0.mean_factor + 0.05);
+    assert_true(s1.p99_factor >= s1.p50_factor);
+    struct moe_load_stats again;
+    assert_int_equal(moe_imbalance_monte_carlo(&p, &again, &d), MOE_OK);
+    assert_true(again.mean_factor == s1.mean_factor); /* seeded: identical */
+    p.ep = 7;
+    assert_int_equal(moe_imbalance_monte_carlo(&p, &again, &d), MOE_ERR_INVALID);
+    assert_non_null(strstr(d.message, "divisible"));
+}
+
+static void test_more_imbalance_slower(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    opt.force_load_balancing = false;
+    opt.moe_imbalance = 1.0;
+    struct moe_prediction a = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    opt.moe_imbalance = 1.3;
+    struct moe_prediction b = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(b.step_time_s > a.step_time_s);
+    assert_true(b.mem.activations > a.mem.activations);
+    /* Hot-expert replicas lower the effective load, at a memory cost. */
+    opt.moe_hot_expert_replicas = 4;
+    struct moe_prediction c = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(c.step_time_s < b.step_time_s);
+    assert_true(c.mem.weights > b.mem.weights);
+}
+
+static void test_unresolved_layout_rejected(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    test_model(&cfg);
+    test_cluster(&cl);
+    moe_layout_init(&lay);
+    moe_options_init(&opt);
+    struct moe_prediction p;
+    struct moe_diag d = {0};
+    double ws[64];
+    assert_int_equal(moe_cost_predict(&cfg, &cl, &lay, &opt, NULL, MOE_SCHED_CLOSED_FORM, ws,
+                                      sizeof(ws), &p, &d),
+                     MOE_ERR_INVALID);
+    assert_non_null(strstr(d.message, "resolve"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_busbw_factors),
+        cmocka_unit_test(test_group_placement),
+        cmocka_unit_test(test_expected_domains),
+        cmocka_unit_test(test_memory_by_hand),
+        cmocka_unit_test(test_activation_dense_layer_by_hand),
+        cmocka_unit_test(test_recompute_never_more_memory),
+        cmocka_unit_test(test_more_bandwidth_never_slower),
+        cmocka_unit_test(test_ep_inside_domain_not_slower),
+        cmocka_unit_test(test_phases_sum_to_step),
+        cmocka_unit_test(test_bubble_closed_form_and_simulation),
+        cmocka_unit_test(test_imbalance),
+        cmocka_unit_test(test_more_imbalance_slower),
+        cmocka_unit_test(test_unresolved_layout_rejected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
