@@ -139,7 +139,8 @@ LINK_ENGINE  := $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOP
 all: planner $(if $(HAVE_MPI),engine) tests
 
 planner: $(BIN)/moefold
-engine: $(BIN)/moefold-train $(BIN)/moefold-bench
+ENGINE_BINS := $(patsubst engine/%_main.c,$(BIN)/moefold-%,$(wildcard engine/*_main.c))
+engine: $(ENGINE_BINS)
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)

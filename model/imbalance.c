@@ -1,6 +1,7 @@
 /*
  * Monte Carlo of the busiest EP rank's load (model/imbalance.h), on GSL's random distributions
- * and order statistics (gsl_ran_dirichlet, gsl_ran_multinomial, gsl_stats_quantile_from_sorted_data).
+ * and order statistics (gsl_ran_dirichlet, gsl_ran_multinomial,
+ * gsl_stats_quantile_from_sorted_data).
  */
 #include "model/imbalance.h"
 

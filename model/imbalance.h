@@ -29,13 +29,13 @@ extern "C" {
 #define MOE_IMBALANCE_DEFAULT_CV 0.2
 
 struct moe_imbalance_params {
-    int num_experts;     /* E */
-    int topk;            /* K */
-    int ep;              /* EP ranks sharing the experts (E % ep == 0) */
-    double tokens;       /* tokens routed by the whole EP group in one micro-batch and layer */
-    double cv;           /* per-expert popularity coefficient of variation (>= 0) */
-    int num_samples;     /* Monte Carlo samples (>= 16) */
-    unsigned long seed;  /* generator seed */
+    int num_experts;    /* E */
+    int topk;           /* K */
+    int ep;             /* EP ranks sharing the experts (E % ep == 0) */
+    double tokens;      /* tokens routed by the whole EP group in one micro-batch and layer */
+    double cv;          /* per-expert popularity coefficient of variation (>= 0) */
+    int num_samples;    /* Monte Carlo samples (>= 16) */
+    unsigned long seed; /* generator seed */
 };
 
 /*

@@ -33,10 +33,8 @@ const char *moe_status_str(enum moe_status status)
     return "unknown status";
 }
 
-enum moe_status moe_diag_vset(struct moe_diag *diag,
-                              enum moe_status status,
-                              const char *fmt,
-                              va_list args)
+enum moe_status
+moe_diag_vset(struct moe_diag *diag, enum moe_status status, const char *fmt, va_list args)
 {
     if (diag != NULL && status != MOE_OK) {
         (void)vsnprintf(diag->message, sizeof(diag->message), fmt, args);

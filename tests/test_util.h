@@ -20,9 +20,9 @@ struct moe_test_cmp {
 };
 
 /*
- * Compare got[i] with ref[i]: pass when |got-ref| <= atol + rtol*|ref| for finite refs (a non-finite
- * ref must be matched exactly). Prints "name: max abs .., max rel .., first bad i (got vs ref)" when
- * any element fails. Returns true when all pass.
+ * Compare got[i] with ref[i]: pass when |got-ref| <= atol + rtol*|ref| for finite refs (a
+ * non-finite ref must be matched exactly). Prints "name: max abs .., max rel .., first bad i (got
+ * vs ref)" when any element fails. Returns true when all pass.
  */
 bool moe_test_allclose_f32(const char *name,
                            const float *got,

@@ -10,11 +10,11 @@
 #ifndef MOE_TOPOLOGIES_CLUSTER_FILE_H
 #define MOE_TOPOLOGIES_CLUSTER_FILE_H
 
-#include <cjson/cJSON.h>
-#include <stddef.h>
-
 #include "model/cluster.h"
 #include "model/status.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,9 +24,8 @@ extern "C" {
 #define MOE_CLUSTER_FILE_VERSION 1
 
 /* Load a cluster by name or path (see above) and validate it. */
-MOE_NODISCARD enum moe_status moe_cluster_load(const char *name_or_path,
-                                               struct moe_cluster *out,
-                                               struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_diag *diag);
 
 /* Parse an already read tree (source names it in messages). */
 MOE_NODISCARD enum moe_status moe_cluster_from_json(const cJSON *root,
@@ -47,10 +46,8 @@ const char *moe_cluster_dir(char *buf, size_t len);
  * List the cluster names (file names without .json, sorted) in the cluster folder into
  * names[max][MOE_NAME_LEN]; *count gets the number found (capped at max).
  */
-MOE_NODISCARD enum moe_status moe_cluster_list(char (*names)[MOE_NAME_LEN],
-                                               size_t max,
-                                               size_t *count,
-                                               struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_cluster_list(char (*names)[MOE_NAME_LEN], size_t max, size_t *count, struct moe_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum moe_status moe_file_read_all(const char *path, char **out, size_t *len_out, struct moe_diag *diag)
+enum moe_status
+moe_file_read_all(const char *path, char **out, size_t *len_out, struct moe_diag *diag)
 {
     moe_diag_source(diag, path);
     FILE *f = fopen(path, "rb");
@@ -69,11 +70,8 @@ static void line_col(const char *text, size_t offset, int *line, int *col)
     *col = c;
 }
 
-enum moe_status moe_json_parse(const char *text,
-                               size_t len,
-                               const char *source,
-                               cJSON **out,
-                               struct moe_diag *diag)
+enum moe_status
+moe_json_parse(const char *text, size_t len, const char *source, cJSON **out, struct moe_diag *diag)
 {
     moe_diag_source(diag, source);
     if (memchr(text, '\0', len) != NULL) {
@@ -99,8 +97,8 @@ enum moe_status moe_json_parse(const char *text,
     }
     /* Trailing garbage after the value is an error too. */
     size_t off = (size_t)(end - text);
-    while (off < len && (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' ||
-                         text[off] == '\t')) {
+    while (off < len &&
+           (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' || text[off] == '\t')) {
         off++;
     }
     if (off < len) {
@@ -148,8 +146,8 @@ enum moe_status moe_json_check_keys(const cJSON *obj,
             size_t used = 0;
             list[0] = '\0';
             for (size_t i = 0; i < n && used + 2 < sizeof(list); i++) {
-                int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
-                                 allowed[i]);
+                int w =
+                    snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", allowed[i]);
                 if (w < 0) {
                     break;
                 }
@@ -321,10 +319,8 @@ enum moe_status moe_json_check_format(const cJSON *root,
     return MOE_OK;
 }
 
-enum moe_status moe_file_write_atomic(const char *path,
-                                      const char *data,
-                                      size_t len,
-                                      struct moe_diag *diag)
+enum moe_status
+moe_file_write_atomic(const char *path, const char *data, size_t len, struct moe_diag *diag)
 {
     moe_diag_source(diag, path);
     char tmp[4096];

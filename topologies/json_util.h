@@ -10,11 +10,11 @@
 #ifndef MOE_TOPOLOGIES_JSON_UTIL_H
 #define MOE_TOPOLOGIES_JSON_UTIL_H
 
+#include "model/status.h"
+
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-#include "model/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,13 +27,11 @@ extern "C" {
  * Read and parse a JSON file. On success *out owns the tree (cJSON_Delete it). Errors:
  * MOE_ERR_IO (cannot open/read, too big), MOE_ERR_PARSE (diag has line and column).
  */
-MOE_NODISCARD enum moe_status moe_json_read_file(const char *path, cJSON **out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_json_read_file(const char *path, cJSON **out, struct moe_diag *diag);
 /* Parse text of len bytes; source names it in diagnostics. */
-MOE_NODISCARD enum moe_status moe_json_parse(const char *text,
-                                             size_t len,
-                                             const char *source,
-                                             cJSON **out,
-                                             struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_json_parse(
+    const char *text, size_t len, const char *source, cJSON **out, struct moe_diag *diag);
 
 /* MOE_ERR_PARSE naming the first key of obj not in allowed[n]; where = "cluster.gpu" etc. */
 MOE_NODISCARD enum moe_status moe_json_check_keys(const cJSON *obj,
@@ -105,20 +103,15 @@ MOE_NODISCARD enum moe_status moe_json_check_format(const cJSON *root,
  * Write len bytes to path atomically: path.tmp.<pid> is written, flushed, fsync'ed and renamed over
  * path. On any failure the temporary is removed, path is untouched and MOE_ERR_IO names the cause.
  */
-MOE_NODISCARD enum moe_status moe_file_write_atomic(const char *path,
-                                                    const char *data,
-                                                    size_t len,
-                                                    struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_file_write_atomic(const char *path, const char *data, size_t len, struct moe_diag *diag);
 /* Print root (formatted) and write it atomically, with a trailing newline. */
-MOE_NODISCARD enum moe_status moe_json_write_file(const char *path,
-                                                  const cJSON *root,
-                                                  struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_json_write_file(const char *path, const cJSON *root, struct moe_diag *diag);
 
 /* Read a whole file into a malloc'd NUL-terminated buffer (*len_out bytes without NUL). */
-MOE_NODISCARD enum moe_status moe_file_read_all(const char *path,
-                                                char **out,
-                                                size_t *len_out,
-                                                struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_file_read_all(const char *path, char **out, size_t *len_out, struct moe_diag *diag);
 
 #ifdef __cplusplus
 }

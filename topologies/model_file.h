@@ -8,10 +8,10 @@
 #ifndef MOE_TOPOLOGIES_MODEL_FILE_H
 #define MOE_TOPOLOGIES_MODEL_FILE_H
 
-#include <cjson/cJSON.h>
-
 #include "model/config.h"
 #include "model/status.h"
+
+#include <cjson/cJSON.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,9 +25,8 @@ extern "C" {
  * otherwise a HuggingFace config.json (dispatch on "architectures" / "model_type").
  * The result is validated (moe_cfg_validate). Errors name the file and field.
  */
-MOE_NODISCARD enum moe_status moe_model_file_read(const char *path,
-                                                  struct moe_model_cfg *out,
-                                                  struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_model_file_read(const char *path, struct moe_model_cfg *out, struct moe_diag *diag);
 
 /* Same, from an already parsed tree; source names it in messages. */
 MOE_NODISCARD enum moe_status moe_model_from_json(const cJSON *root,
