@@ -992,6 +992,13 @@ static enum moe_status check_model_split(const struct moe_model_cfg *cfg,
                             "moe_ffn_hidden_size=%d is not divisible by etp=%d",
                             cfg->moe_ffn_hidden_size, lay->etp);
     }
+    /* [T] "Bias in Moe is only supported when ETP==1". */
+    if (cfg->has_linear_bias && lay->etp > 1) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "experts with linear biases (this model has them) need etp=1; got "
+                            "etp=%d",
+                            lay->etp);
+    }
     return MOE_OK;
 }
 

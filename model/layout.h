@@ -171,7 +171,8 @@ struct moe_options {
     unsigned cuda_graph_modules; /* MOE_CGM_* */
 
     double moe_imbalance;        /* max/mean expert load factor >= 1; 0 = auto (Monte Carlo) */
-    int moe_hot_expert_replicas; /* hottest experts cloned onto other EP ranks (ECHO) */
+    int moe_hot_expert_replicas; /* hottest experts cloned onto other EP ranks (ECHO);
+                                    0 .. E/EP and only with ep > 1 (moe_layout_resolve) */
 };
 
 /* Megatron-LM's defaults: BF16, no overlap, alltoall, no recompute, vpp 1, imbalance 1. */

@@ -154,6 +154,7 @@ enum rule_case {
     R_EXPERTS,
     R_MOE_FFN,
     R_EP_DENSE,
+    R_MOE_BIAS_ETP,
     R_SEQ_CP,
     R_SEQ_UNSET,
     R_SP_REQUIRED,
@@ -252,6 +253,7 @@ static const struct rule_expect rules[] = {
     RULE(R_EXPERTS, MOE_ERR_INFEASIBLE, "num_experts=12 is not divisible by ep=8"),
     RULE(R_MOE_FFN, MOE_ERR_INFEASIBLE, "moe_ffn_hidden_size=513 is not divisible by etp=2"),
     RULE(R_EP_DENSE, MOE_ERR_INVALID, "ep=4 needs a model with experts"),
+    RULE(R_MOE_BIAS_ETP, MOE_ERR_INVALID, "experts with linear biases (this model has them) need"),
     RULE(R_SEQ_CP, MOE_ERR_INFEASIBLE, "seq_length=4094 must be a multiple of 2*cp = 4"),
     RULE(R_SEQ_UNSET, MOE_ERR_INVALID, "give --seq-length"),
     RULE(R_SP_REQUIRED, MOE_ERR_INVALID, "needs --sequence-parallel"),
@@ -390,6 +392,10 @@ static bool apply_layout_case(enum rule_case id, struct setup *s)
         break;
     case R_EP_DENSE:
         make_dense(c);
+        break;
+    case R_MOE_BIAS_ETP: /* GPT-OSS style biases with expert TP */
+        c->has_linear_bias = true;
+        l->etp = 2;
         break;
     case R_SEQ_CP:
         l->cp = 2;
@@ -783,7 +789,8 @@ static void test_rules_accept_fixed_setups(void **state)
     struct setup s;
     struct moe_diag d;
 
-    base_setup(&s); /* full recompute, CUDA graphs off */
+    base_setup(&s); /* full recompute, CUDA graphs off; expert biases with etp 1 */
+    s.cfg.has_linear_bias = true;
     s.opt.recompute = MOE_RECOMPUTE_FULL;
     s.opt.recompute_method = MOE_RECOMPUTE_BLOCK;
     s.opt.recompute_num_layers = 4;
