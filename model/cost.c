@@ -144,6 +144,8 @@ struct pctx {
     double p2p_s;
     double ep_bytes_layer, ep_inter_layer, tp_bytes_layer, cp_bytes_layer;
     double ep_s_layer, tp_s_layer, cp_s_layer;
+    const struct moe_gpu_params *params; /* [pp] per pipeline rank */
+    const struct moe_chunk_kinds *kinds; /* [num_chunks] decoder layers by kind */
 };
 
 static double offload_bytes_for(const struct pctx *x, bool is_moe)
@@ -221,12 +223,15 @@ static void chunk_phases(struct pctx *x, int c, struct pass_phases *f, struct pa
     const struct moe_pp_chunk *ch = &x->lay->chunks[c];
     *f = (struct pass_phases){0};
     *b = (struct pass_phases){0};
-    for (int i = ch->first_layer; i < ch->first_layer + ch->num_layers && i < MOE_MAX_LAYERS; i++) {
-        bool is_moe = (cfg->layer_flags[i] & MOE_LAYER_MOE) != 0;
-        bool win = (cfg->layer_flags[i] & MOE_LAYER_WINDOWED) != 0;
-        ensure_kind(x, is_moe, win);
-        phases_add(f, &x->kind_f[is_moe][win], 1.0);
-        phases_add(b, &x->kind_b[is_moe][win], 1.0);
+    const int(*count)[2] = x->kinds[c].n;
+    for (int m = 0; m < 2; m++) {
+        for (int w = 0; w < 2; w++) {
+            if (count[m][w] > 0) {
+                ensure_kind(x, m, w);
+                phases_add(f, &x->kind_f[m][w], count[m][w]);
+                phases_add(b, &x->kind_b[m][w], count[m][w]);
+            }
+        }
     }
     if (ch->num_mtp > 0 && cfg->num_layers > 0) {
         uint8_t last = cfg->layer_flags[cfg->num_layers - 1];
@@ -263,16 +268,16 @@ struct stage_tail {
     double dp_exposed, dp_total, dp_bytes, optimizer;
 };
 
-static void stage_tail(
-    const struct pctx *x, int stage, double fwd_window, double bwd_window, struct stage_tail *out)
+static void stage_tail(const struct pctx *x,
+                       const struct moe_gpu_params *params,
+                       double fwd_window,
+                       double bwd_window,
+                       struct stage_tail *out)
 {
     const struct moe_layout *lay = x->lay;
     const struct moe_options *opt = x->opt;
     const struct moe_cluster *cl = x->cl;
-    struct moe_stage_contents sc;
-    struct moe_gpu_params p;
-    moe_mem_stage_contents(x->cfg, lay, stage, &sc);
-    moe_mem_gpu_params(x->cfg, lay, &sc, &p);
+    const struct moe_gpu_params p = *params;
 
     double grad_b = moe_dtype_bytes(opt->main_grads_dtype);
     double param_b = opt->fp8_param_gather ? 1.0 : 2.0;
@@ -325,10 +330,18 @@ static void stage_tail(
     out->optimizer = opt_s;
 }
 
-size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode)
+/* Per-stage arrays carved from the workspace ahead of the schedule's. */
+static size_t stage_arrays_bytes(const struct moe_layout *lay)
 {
     size_t chunks = (size_t)lay->pp * (size_t)lay->vpp;
-    size_t arrays = 2 * chunks * sizeof(double);
+    size_t pp = (size_t)lay->pp;
+    return 2 * chunks * sizeof(double) + pp * sizeof(struct moe_gpu_params) +
+           pp * sizeof(struct moe_stage_contents) + chunks * sizeof(struct moe_chunk_kinds);
+}
+
+size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode)
+{
+    size_t arrays = stage_arrays_bytes(lay);
     if (mode == MOE_SCHED_CLOSED_FORM) {
         return arrays;
     }
@@ -410,7 +423,7 @@ static enum moe_status step_time(struct pctx *x,
             bw += bwd[c];
         }
         struct stage_tail tail;
-        stage_tail(x, p, fw, bw, &tail);
+        stage_tail(x, &x->params[p], fw, bw, &tail);
         if (tail.dp_exposed + tail.optimizer > tail_max || p == 0) {
             tail_max = tail.dp_exposed + tail.optimizer;
             worst = tail;
@@ -501,8 +514,21 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     memset(out, 0, sizeof(*out));
     double *fwd = ws;
     double *bwd = fwd + lay->num_chunks;
-    void *sim_ws = bwd + lay->num_chunks;
-    size_t sim_bytes = ws_bytes - 2 * (size_t)lay->num_chunks * sizeof(double);
+    struct moe_gpu_params *params = (struct moe_gpu_params *)(bwd + lay->num_chunks);
+    struct moe_stage_contents *contents = (struct moe_stage_contents *)(params + lay->pp);
+    void *sim_ws = (char *)ws + stage_arrays_bytes(lay);
+    size_t sim_bytes = ws_bytes - stage_arrays_bytes(lay);
+    struct moe_chunk_kinds *kinds = (struct moe_chunk_kinds *)(contents + lay->pp);
+    for (int c = 0; c < lay->num_chunks; c++) {
+        moe_mem_chunk_kinds(cfg, &lay->chunks[c], &kinds[c]);
+    }
+    struct moe_param_units units;
+    moe_mem_param_units(cfg, lay, &units);
+    for (int p = 0; p < lay->pp; p++) {
+        moe_mem_stage_contents_from(cfg, lay, p, kinds, &contents[p]);
+        moe_mem_gpu_params_from(&units, &contents[p], &params[p]);
+    }
+    bool is_moe = moe_cfg_is_moe(cfg);
 
     struct pctx x;
     memset(&x, 0, sizeof(x));
@@ -510,7 +536,9 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     x.cl = cl;
     x.lay = lay;
     x.opt = opt;
-    x.load = moe_cfg_is_moe(cfg) ? replicated_load(cfg, lay, opt, load_factor(opt, load, 0)) : 1.0;
+    x.params = params;
+    x.kinds = kinds;
+    x.load = is_moe ? replicated_load(cfg, lay, opt, load_factor(opt, load, 0)) : 1.0;
     extras_init(&x);
 
     struct step_time st = {0};
@@ -535,7 +563,7 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     /* p50 / p99 step times from the load distribution (same model, other load factors). */
     out->step_time_p50_s = out->step_time_s;
     out->step_time_p99_s = out->step_time_s;
-    if (load != NULL && !opt->force_load_balancing && moe_cfg_is_moe(cfg)) {
+    if (load != NULL && !opt->force_load_balancing && is_moe) {
         for (int which = 1; which <= 2; which++) {
             struct pctx y = x;
             memset(y.kind_ready, 0, sizeof(y.kind_ready));
@@ -551,17 +579,18 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     }
 
     /* Memory: worst pipeline stage. */
+    struct moe_mem_layer_set set;
+    moe_mem_layer_set_init(cfg, lay, opt, x.load, &set);
     out->mem.total = -1.0;
     for (int p = 0; p < lay->pp; p++) {
         struct moe_mem_bytes mb;
-        moe_mem_stage(cfg, cl, lay, opt, p, x.load, &mb);
+        moe_mem_stage_with(cfg, cl, lay, opt, p, &contents[p], &params[p], &set, &mb);
         if (mb.total > out->mem.total) {
             out->mem = mb;
             out->worst_stage = p;
         }
     }
-    moe_mem_layer_activations(cfg, lay, opt, moe_cfg_is_moe(cfg), x.load,
-                              MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD, &out->act_layer);
+    out->act_layer = is_moe ? set.moe[2] : set.dense[2];
     double host_cap = cl->host.mem_gib_per_gpu * GIB;
     out->fits = out->mem.total <= out->mem.capacity && out->mem.host_offload <= host_cap;
 
@@ -570,9 +599,9 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     double compute_s = out->time.compute + out->time.expert_gemm;
     out->executed_flops_per_step = out->flops_per_step;
     if (opt->recompute != MOE_RECOMPUTE_NONE && compute_s > 0.0) {
-        /* Recompute repeats forward work: about a third of the executed compute per layer. */
+        /* Executed FLOPs grow by the recomputed share of one layer's compute. */
         struct moe_layer_cost lc;
-        struct moe_layer_kind kind = {moe_cfg_is_moe(cfg), false};
+        struct moe_layer_kind kind = {is_moe, false};
         moe_compute_layer(cfg, cl, lay, opt, kind, x.load, 0.0, &lc);
         double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
         if (base > 0.0) {

@@ -35,19 +35,22 @@ double moe_dtype_bytes(enum moe_dtype d)
     return 4.0;
 }
 
-static int count_moe(const struct moe_model_cfg *cfg, int first, int n, int flag)
+void moe_mem_chunk_kinds(const struct moe_model_cfg *cfg,
+                         const struct moe_pp_chunk *ch,
+                         struct moe_chunk_kinds *out)
 {
-    int c = 0;
-    for (int i = first; i < first + n && i < MOE_MAX_LAYERS; i++) {
-        c += (cfg->layer_flags[i] & flag) != 0;
+    *out = (struct moe_chunk_kinds){{{0, 0}, {0, 0}}};
+    for (int i = ch->first_layer; i < ch->first_layer + ch->num_layers && i < MOE_MAX_LAYERS; i++) {
+        uint8_t fl = cfg->layer_flags[i];
+        out->n[(fl & MOE_LAYER_MOE) != 0][(fl & MOE_LAYER_WINDOWED) != 0]++;
     }
-    return c;
 }
 
-void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
-                            const struct moe_layout *lay,
-                            int stage,
-                            struct moe_stage_contents *out)
+void moe_mem_stage_contents_from(const struct moe_model_cfg *cfg,
+                                 const struct moe_layout *lay,
+                                 int stage,
+                                 const struct moe_chunk_kinds *kinds,
+                                 struct moe_stage_contents *out)
 {
     *out = (struct moe_stage_contents){0};
     for (int v = 0; v < lay->vpp; v++) {
@@ -56,10 +59,10 @@ void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
             break;
         }
         const struct moe_pp_chunk *ch = &lay->chunks[c];
-        int moe = count_moe(cfg, ch->first_layer, ch->num_layers, MOE_LAYER_MOE);
-        out->num_moe += moe;
-        out->num_dense += ch->num_layers - moe;
-        out->num_windowed += count_moe(cfg, ch->first_layer, ch->num_layers, MOE_LAYER_WINDOWED);
+        const struct moe_chunk_kinds *k = &kinds[c];
+        out->num_moe += k->n[1][0] + k->n[1][1];
+        out->num_dense += k->n[0][0] + k->n[0][1];
+        out->num_windowed += k->n[0][1] + k->n[1][1];
         out->num_mtp += ch->num_mtp;
         out->has_embedding = out->has_embedding || ch->has_embedding;
         out->has_loss = out->has_loss || ch->has_loss;
@@ -72,6 +75,21 @@ void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
     /* Output weight: untied models own one; tied models keep a copy on the last stage when the
      * embedding lives elsewhere (Megatron's shared-embedding group); MTP reuses it there. */
     out->has_output_weight = out->has_loss && (cfg->is_untied_embeddings || !out->has_embedding);
+}
+
+void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
+                            const struct moe_layout *lay,
+                            int stage,
+                            struct moe_stage_contents *out)
+{
+    struct moe_chunk_kinds kinds[MOE_MAX_PP_CHUNKS];
+    for (int v = 0; v < lay->vpp; v++) {
+        int c = v * lay->pp + stage;
+        if (c < lay->num_chunks && c < MOE_MAX_PP_CHUNKS) {
+            moe_mem_chunk_kinds(cfg, &lay->chunks[c], &kinds[c]);
+        }
+    }
+    moe_mem_stage_contents_from(cfg, lay, stage, kinds, out);
 }
 
 static double mlp_mats(const struct moe_model_cfg *cfg)
@@ -112,49 +130,59 @@ static void attn_params(const struct moe_model_cfg *cfg, int tp, double *gemm, d
     }
 }
 
+void moe_mem_param_units(const struct moe_model_cfg *cfg,
+                         const struct moe_layout *lay,
+                         struct moe_param_units *u)
+{
+    double h = cfg->hidden_size;
+    double tp = lay->tp;
+    attn_params(cfg, lay->tp, &u->attn_gemm, &u->attn_other);
+    u->attn_other += h; /* pre-attention norm */
+    double bias = cfg->has_linear_bias ? 1.0 : 0.0;
+    u->dense_mlp = h * cfg->ffn_hidden_size * mlp_mats(cfg) / tp;
+    u->dense_other = bias * h;
+    u->shared = h * cfg->moe_shared_expert_intermediate_size * mlp_mats(cfg) / tp;
+    u->moe_other =
+        (double)cfg->num_experts * h + (cfg->has_router_expert_bias ? cfg->num_experts : 0);
+    double local_experts = lay->ep > 0 ? (double)cfg->num_experts / lay->ep : 0.0;
+    double expert_one = h * cfg->moe_ffn_hidden_size * mlp_mats(cfg) / lay->etp;
+    double expert_bias = bias * (cfg->moe_ffn_hidden_size * (mlp_mats(cfg) - 1.0) / lay->etp + h);
+    u->experts_gemm = local_experts * expert_one;
+    u->experts_all = local_experts * (expert_one + expert_bias);
+    u->embed = (double)moe_cfg_padded_vocab(cfg, lay->tp) * h / tp;
+    u->mtp_gemm = 2.0 * h * h / tp;
+    u->mtp_other = 3.0 * h;
+    u->final_norm = h;
+    u->last_is_moe =
+        cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE) != 0;
+}
+
+void moe_mem_gpu_params_from(const struct moe_param_units *u,
+                             const struct moe_stage_contents *sc,
+                             struct moe_gpu_params *out)
+{
+    /* MTP layers are layers of the last decoder layer's kind plus eh_proj and three norms. */
+    double n_moe = sc->num_moe + (u->last_is_moe ? sc->num_mtp : 0);
+    double n_dense = sc->num_dense + (u->last_is_moe ? 0 : sc->num_mtp);
+    double n_layers = n_moe + n_dense;
+    double gemm_dense = n_layers * u->attn_gemm + n_dense * u->dense_mlp + n_moe * u->shared +
+                        sc->num_mtp * u->mtp_gemm;
+    double other = n_layers * u->attn_other + n_dense * u->dense_other + n_moe * u->moe_other +
+                   sc->num_mtp * u->mtp_other + (sc->has_loss ? u->final_norm : 0.0);
+    double embed = (sc->has_embedding ? u->embed : 0.0) + (sc->has_output_weight ? u->embed : 0.0);
+    out->expert = n_moe * u->experts_all;
+    out->dense = gemm_dense + other + embed;
+    out->gemm = gemm_dense + n_moe * u->experts_gemm;
+}
+
 void moe_mem_gpu_params(const struct moe_model_cfg *cfg,
                         const struct moe_layout *lay,
                         const struct moe_stage_contents *sc,
                         struct moe_gpu_params *out)
 {
-    double h = cfg->hidden_size;
-    double tp = lay->tp;
-    double attn_gemm;
-    double attn_other;
-    attn_params(cfg, lay->tp, &attn_gemm, &attn_other);
-    double bias = cfg->has_linear_bias ? 1.0 : 0.0;
-    double dense_mlp = h * cfg->ffn_hidden_size * mlp_mats(cfg) / tp;
-    double shared = h * cfg->moe_shared_expert_intermediate_size * mlp_mats(cfg) / tp;
-    double router =
-        (double)cfg->num_experts * h + (cfg->has_router_expert_bias ? cfg->num_experts : 0);
-    double local_experts = lay->ep > 0 ? (double)cfg->num_experts / lay->ep : 0.0;
-    double expert_one = h * cfg->moe_ffn_hidden_size * mlp_mats(cfg) / lay->etp;
-    double expert_bias = bias * (cfg->moe_ffn_hidden_size * (mlp_mats(cfg) - 1.0) / lay->etp + h);
-    /* MTP layers are layers of the last decoder layer's kind plus eh_proj and three norms. */
-    int last_moe = cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE);
-    double n_moe = sc->num_moe + (last_moe ? sc->num_mtp : 0);
-    double n_dense = sc->num_dense + (last_moe ? 0 : sc->num_mtp);
-    double n_layers = n_moe + n_dense;
-
-    double gemm_dense = n_layers * attn_gemm + n_dense * dense_mlp + n_moe * shared;
-    double other = n_layers * (attn_other + h) + n_moe * router + n_dense * bias * h;
-    double vp = moe_cfg_padded_vocab(cfg, lay->tp);
-    double embed = 0.0;
-    if (sc->has_embedding) {
-        embed += vp * h / tp;
-    }
-    if (sc->has_output_weight) {
-        embed += vp * h / tp;
-    }
-    if (sc->has_loss) {
-        other += h; /* final norm */
-    }
-    gemm_dense += sc->num_mtp * 2.0 * h * h / tp;
-    other += sc->num_mtp * 3.0 * h;
-
-    out->expert = n_moe * local_experts * (expert_one + expert_bias);
-    out->dense = gemm_dense + other + embed;
-    out->gemm = gemm_dense + n_moe * local_experts * expert_one;
+    struct moe_param_units u;
+    moe_mem_param_units(cfg, lay, &u);
+    moe_mem_gpu_params_from(&u, sc, out);
 }
 
 /* Bytes per element of a GEMM input saved for backward, in the recipe's storage format. */
@@ -292,30 +320,36 @@ int moe_mem_inflight(const struct moe_layout *lay, int stage)
     return warmup + 1 < total ? warmup + 1 : total;
 }
 
+void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
+                            const struct moe_layout *lay,
+                            const struct moe_options *opt,
+                            double load_factor,
+                            struct moe_mem_layer_set *set)
+{
+    const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
+    const unsigned apply[3] = {0u, MOE_MEM_APPLY_RECOMPUTE, all};
+    for (int i = 0; i < 3; i++) {
+        moe_mem_layer_activations(cfg, lay, opt, false, load_factor, apply[i], &set->dense[i]);
+        moe_mem_layer_activations(cfg, lay, opt, true, load_factor, apply[i], &set->moe[i]);
+    }
+    set->load_factor = load_factor;
+}
+
 /* Activation bytes of all layers of the stage for one micro-batch, and the offloaded share. */
 static void stage_activations(const struct moe_model_cfg *cfg,
-                              const struct moe_layout *lay,
                               const struct moe_options *opt,
                               const struct moe_stage_contents *sc,
-                              double load_factor,
+                              const struct moe_mem_layer_set *set,
                               double *gpu_bytes,
                               double *host_bytes,
                               double *transient)
 {
-    struct moe_act_bytes dense_full;
-    struct moe_act_bytes moe_full;
-    struct moe_act_bytes dense_rc; /* after recompute, before offload */
-    struct moe_act_bytes moe_rc;
-    struct moe_act_bytes dense_opt; /* after recompute and offload */
-    struct moe_act_bytes moe_opt;
-    const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
-    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, 0u, &dense_full);
-    moe_mem_layer_activations(cfg, lay, opt, true, load_factor, 0u, &moe_full);
-    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, MOE_MEM_APPLY_RECOMPUTE,
-                              &dense_rc);
-    moe_mem_layer_activations(cfg, lay, opt, true, load_factor, MOE_MEM_APPLY_RECOMPUTE, &moe_rc);
-    moe_mem_layer_activations(cfg, lay, opt, false, load_factor, all, &dense_opt);
-    moe_mem_layer_activations(cfg, lay, opt, true, load_factor, all, &moe_opt);
+    const struct moe_act_bytes dense_full = set->dense[0];
+    const struct moe_act_bytes moe_full = set->moe[0];
+    const struct moe_act_bytes dense_rc = set->dense[1];
+    const struct moe_act_bytes moe_rc = set->moe[1];
+    const struct moe_act_bytes dense_opt = set->dense[2];
+    const struct moe_act_bytes moe_opt = set->moe[2];
 
     int last_moe = cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE);
     double n_moe = sc->num_moe + (last_moe ? sc->num_mtp : 0);
@@ -368,19 +402,20 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     *host_bytes = host;
 }
 
-void moe_mem_stage(const struct moe_model_cfg *cfg,
-                   const struct moe_cluster *cl,
-                   const struct moe_layout *lay,
-                   const struct moe_options *opt,
-                   int stage,
-                   double load_factor,
-                   struct moe_mem_bytes *out)
+void moe_mem_stage_with(const struct moe_model_cfg *cfg,
+                        const struct moe_cluster *cl,
+                        const struct moe_layout *lay,
+                        const struct moe_options *opt,
+                        int stage,
+                        const struct moe_stage_contents *stage_contents,
+                        const struct moe_gpu_params *params_gpu,
+                        const struct moe_mem_layer_set *set,
+                        struct moe_mem_bytes *out)
 {
     *out = (struct moe_mem_bytes){0};
-    struct moe_stage_contents sc;
-    moe_mem_stage_contents(cfg, lay, stage, &sc);
-    struct moe_gpu_params p;
-    moe_mem_gpu_params(cfg, lay, &sc, &p);
+    const struct moe_stage_contents sc = *stage_contents;
+    const struct moe_gpu_params p = *params_gpu;
+    double load_factor = set->load_factor;
 
     /* Hot-expert clones: each EP rank hosts its share of the replicas (weights + grads). */
     double replica_params = 0.0;
@@ -411,7 +446,7 @@ void moe_mem_stage(const struct moe_model_cfg *cfg,
     double act_per_mb;
     double host_per_mb;
     double transient;
-    stage_activations(cfg, lay, opt, &sc, load_factor, &act_per_mb, &host_per_mb, &transient);
+    stage_activations(cfg, opt, &sc, set, &act_per_mb, &host_per_mb, &transient);
     double inflight = moe_mem_inflight(lay, stage);
     double chunk_share = lay->vpp > 1 ? 1.0 / lay->vpp : 1.0; /* chunk-micro-batches hold 1/vpp */
     out->activations = act_per_mb * inflight * chunk_share;
@@ -439,4 +474,21 @@ void moe_mem_stage(const struct moe_model_cfg *cfg,
     out->buffers = buffers;
     out->total = out->weights + out->grads + out->optimizer + out->activations + out->buffers;
     out->capacity = cl->gpu.hbm_gib * GIB;
+}
+
+void moe_mem_stage(const struct moe_model_cfg *cfg,
+                   const struct moe_cluster *cl,
+                   const struct moe_layout *lay,
+                   const struct moe_options *opt,
+                   int stage,
+                   double load_factor,
+                   struct moe_mem_bytes *out)
+{
+    struct moe_stage_contents sc;
+    moe_mem_stage_contents(cfg, lay, stage, &sc);
+    struct moe_gpu_params p;
+    moe_mem_gpu_params(cfg, lay, &sc, &p);
+    struct moe_mem_layer_set set;
+    moe_mem_layer_set_init(cfg, lay, opt, load_factor, &set);
+    moe_mem_stage_with(cfg, cl, lay, opt, stage, &sc, &p, &set, out);
 }

@@ -42,12 +42,47 @@ void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
                             int stage,
                             struct moe_stage_contents *out);
 
+/* Decoder layers of one chunk by kind: n[is_moe][is_windowed]. */
+struct moe_chunk_kinds {
+    int n[2][2];
+};
+
+void moe_mem_chunk_kinds(const struct moe_model_cfg *cfg,
+                         const struct moe_pp_chunk *ch,
+                         struct moe_chunk_kinds *out);
+
+/* moe_mem_stage_contents from precomputed kinds[num_chunks] (the hot path). */
+void moe_mem_stage_contents_from(const struct moe_model_cfg *cfg,
+                                 const struct moe_layout *lay,
+                                 int stage,
+                                 const struct moe_chunk_kinds *kinds,
+                                 struct moe_stage_contents *out);
+
 /* Parameters held by one GPU of a stage, split by how the optimizer shards them (elements). */
 struct moe_gpu_params {
     double dense;  /* sharded over DP x CP by the distributed optimizer */
     double expert; /* routed experts: sharded over EDP */
     double gemm;   /* of dense+expert, weights used as GEMM operands (FP8 caches apply) */
 };
+
+/* Per-layer parameter counts on one GPU after TP/EP/ETP splits (elements), computed once. */
+struct moe_param_units {
+    double attn_gemm, attn_other;     /* attention block GEMM weights; norms (and biases) */
+    double dense_mlp, dense_other;    /* dense MLP weights; its norm and bias */
+    double shared, moe_other;         /* shared expert weights; MoE norm, router, expert bias */
+    double experts_gemm, experts_all; /* local routed experts: GEMM weights; with biases */
+    double embed;                     /* one V_padded x h / tp table */
+    double mtp_gemm, mtp_other;       /* per MTP layer: eh_proj; three norms */
+    double final_norm;
+    bool last_is_moe; /* MTP layers copy the last decoder layer's kind */
+};
+
+void moe_mem_param_units(const struct moe_model_cfg *cfg,
+                         const struct moe_layout *lay,
+                         struct moe_param_units *u);
+void moe_mem_gpu_params_from(const struct moe_param_units *u,
+                             const struct moe_stage_contents *sc,
+                             struct moe_gpu_params *out);
 
 void moe_mem_gpu_params(const struct moe_model_cfg *cfg,
                         const struct moe_layout *lay,
@@ -87,6 +122,31 @@ void moe_mem_stage(const struct moe_model_cfg *cfg,
                    int stage,
                    double load_factor,
                    struct moe_mem_bytes *out);
+
+/* One layer's activations per kind, computed once per prediction: [0] as saved without options,
+ * [1] after recompute, [2] after recompute and fine-grained offload. */
+struct moe_mem_layer_set {
+    struct moe_act_bytes dense[3];
+    struct moe_act_bytes moe[3];
+    double load_factor;
+};
+
+void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
+                            const struct moe_layout *lay,
+                            const struct moe_options *opt,
+                            double load_factor,
+                            struct moe_mem_layer_set *set);
+
+/* moe_mem_stage from precomputed contents, parameters and layer activations (the hot path). */
+void moe_mem_stage_with(const struct moe_model_cfg *cfg,
+                        const struct moe_cluster *cl,
+                        const struct moe_layout *lay,
+                        const struct moe_options *opt,
+                        int stage,
+                        const struct moe_stage_contents *sc,
+                        const struct moe_gpu_params *params,
+                        const struct moe_mem_layer_set *set,
+                        struct moe_mem_bytes *out);
 
 /* Bytes of one element in a storage dtype. */
 double moe_dtype_bytes(enum moe_dtype d);
