@@ -82,6 +82,9 @@ struct cctx {
     double eff_scale;  /* the recipe's GEMM kernel factor on max_eff */
     double grad_bytes; /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
     double hbm;        /* achieved bytes/s */
+    double inv_hbm;    /* 1 / hbm */
+    double inv_peak;   /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
+    double inv_half;   /* 1 / half_flops at the recipe's math */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -97,36 +100,51 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->eff_scale = c->math == MOE_MATH_BF16 ? 1.0 : cl->gpu.gemm.recipe_eff[opt->recipe];
     c->grad_bytes = opt->main_grads_dtype == MOE_DTYPE_FP32 ? 4.0 : 2.0;
     c->quant_s = opt->recipe == MOE_RECIPE_BF16 ? 0.0 : cl->gpu.quant_bytes_per_elem / c->hbm;
+    c->inv_hbm = 1.0 / c->hbm;
+    double peak = cl->gpu.peak_tflops[c->math] * TFLOPS;
+    double bf16 = cl->gpu.peak_tflops[MOE_MATH_BF16] * TFLOPS;
+    c->inv_peak = 1.0 / (peak * cl->gpu.gemm.max_eff[c->math] * c->eff_scale);
+    c->inv_half = 1.0 / (cl->gpu.gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0));
 }
 
-/* Forward GEMM incl. quantising its activation input. */
-static double gemm_f(const struct cctx *c, double m, double n, double k)
-{
-    return moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m, n, k, c->in_bytes) +
-           m * k * c->quant_s;
-}
+/* Forward and backward time of one GEMM shape. */
+struct fb {
+    double f; /* forward incl. quantising its activation input */
+    double b; /* dgrad + wgrad incl. quantising the output gradient */
+};
 
-/* Backward (dgrad + wgrad) incl. quantising the output gradient. */
 /*
- * Backward of y[m,n] = x[m,k] W[k,n]: dgrad dx = dy W^T and wgrad dW += x^T dy, which accumulates
- * into the main-gradient buffer (Megatron/TE fuse the accumulation: the weight-shaped output is
- * read and written every micro-batch). `groups` weights share the m rows (grouped expert GEMM).
- * Includes quantising the output gradient.
+ * y[m,n] = x[m,k] W[k,n] with `groups` weight matrices sharing the m rows (grouped expert GEMM;
+ * 1 for a plain GEMM); eff_div divides the math time (grouped kernels' efficiency factor). The
+ * efficiency curve is evaluated once for the three GEMMs of one shape. Backward is dgrad
+ * dx = dy W^T plus wgrad dW += x^T dy, which accumulates into the main-gradient buffer every
+ * micro-batch (Megatron/TE fuse the accumulation: the weight-shaped output is read and written).
  */
-static double gemm_bwd_grouped(const struct cctx *c, double m, double n, double k, double groups)
+static struct fb
+gemm_fb(const struct cctx *c, double m, double n, double k, double groups, double eff_div)
 {
+    struct fb r = {0.0, 0.0};
+    if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
+        return r;
+    }
+    double flops = 2.0 * m * n * k;
+    double t_math = flops * c->inv_peak * eff_div / (1.0 - exp(-flops * c->inv_half));
     double in = c->in_bytes;
     double w = groups * n * k;
-    double dgrad =
-        gemm_roofline(c->gpu, c->math, c->eff_scale, m, n, k, m * n * in + w * in + m * k * 2.0);
-    double wgrad = gemm_roofline(c->gpu, c->math, c->eff_scale, m, n, k,
-                                 m * k * in + m * n * in + w * 2.0 * c->grad_bytes);
-    return dgrad + wgrad + m * n * c->quant_s;
+    double t_f = (m * k * in + w * in + m * n * 2.0) * c->inv_hbm;
+    double t_d = (m * n * in + w * in + m * k * 2.0) * c->inv_hbm;
+    double t_w = (m * k * in + m * n * in + w * 2.0 * c->grad_bytes) * c->inv_hbm;
+    r.f = (t_math > t_f ? t_math : t_f) + m * k * c->quant_s;
+    r.b = (t_math > t_d ? t_math : t_d) + (t_math > t_w ? t_math : t_w) + m * n * c->quant_s;
+    return r;
 }
 
-static double gemm_b(const struct cctx *c, double m, double n, double k)
+/* Accumulate one GEMM's forward and backward time. */
+static void add_gemm(const struct cctx *c, double m, double n, double k, double *f, double *b)
 {
-    return gemm_bwd_grouped(c, m, n, k, 1.0);
+    struct fb r = gemm_fb(c, m, n, k, 1.0, 1.0);
+    *f += r.f;
+    *b += r.b;
 }
 
 static double elem(const struct cctx *c, double bytes)
@@ -176,24 +194,18 @@ static void attention(const struct cctx *c,
         double qk = cfg->qk_head_dim + rope;
         double ql = cfg->q_lora_rank;
         double kvl = cfg->kv_lora_rank;
-        double q_up = 0.0;
-        double q_up_b = 0.0;
+        double up_b = 0.0;
         if (ql > 0.0) {
-            p->gemm_f += gemm_f(c, t_sp, ql, h);
-            p->gemm_b += gemm_b(c, t_sp, ql, h);
-            q_up = gemm_f(c, t, a_loc * qk, ql);
-            q_up_b = gemm_b(c, t, a_loc * qk, ql);
+            add_gemm(c, t_sp, ql, h, &p->gemm_f, &p->gemm_b);
+            add_gemm(c, t, a_loc * qk, ql, &p->up_f, &up_b);
         } else {
-            p->gemm_f += gemm_f(c, t, a_loc * qk, h);
-            p->gemm_b += gemm_b(c, t, a_loc * qk, h);
+            add_gemm(c, t, a_loc * qk, h, &p->gemm_f, &p->gemm_b);
         }
-        p->gemm_f += gemm_f(c, t_sp, kvl + rope, h);
-        p->gemm_b += gemm_b(c, t_sp, kvl + rope, h);
-        double kv_up = gemm_f(c, t, a_loc * (cfg->qk_head_dim + cfg->v_head_dim), kvl);
-        double kv_up_b = gemm_b(c, t, a_loc * (cfg->qk_head_dim + cfg->v_head_dim), kvl);
-        p->up_f = q_up + kv_up;
-        p->gemm_f += p->up_f + gemm_f(c, t, h, a_loc * cfg->v_head_dim);
-        p->gemm_b += q_up_b + kv_up_b + gemm_b(c, t, h, a_loc * cfg->v_head_dim);
+        add_gemm(c, t_sp, kvl + rope, h, &p->gemm_f, &p->gemm_b);
+        add_gemm(c, t, a_loc * (cfg->qk_head_dim + cfg->v_head_dim), kvl, &p->up_f, &up_b);
+        add_gemm(c, t, h, a_loc * cfg->v_head_dim, &p->gemm_f, &p->gemm_b);
+        p->gemm_f += p->up_f;
+        p->gemm_b += up_b;
         d_qk = qk;
         d_v = cfg->v_head_dim;
         p->ag_bytes =
@@ -205,8 +217,8 @@ static void attention(const struct cctx *c,
     } else {
         double d = cfg->kv_channels;
         double g_loc = cfg->num_query_groups / tp;
-        p->gemm_f = gemm_f(c, t, (a_loc + 2.0 * g_loc) * d, h) + gemm_f(c, t, h, a_loc * d);
-        p->gemm_b = gemm_b(c, t, (a_loc + 2.0 * g_loc) * d, h) + gemm_b(c, t, h, a_loc * d);
+        add_gemm(c, t, (a_loc + 2.0 * g_loc) * d, h, &p->gemm_f, &p->gemm_b);
+        add_gemm(c, t, h, a_loc * d, &p->gemm_f, &p->gemm_b);
         d_qk = d;
         d_v = d;
         p->ag_bytes = t * h * c->in_bytes;
@@ -239,8 +251,10 @@ static void dense_mlp(const struct cctx *c,
     double h = cfg->hidden_size;
     double mats = cfg->is_swiglu ? 2.0 : 1.0;
     double f_loc = ffn / lay->tp;
-    p->f = gemm_f(c, t, f_loc * mats, h) + gemm_f(c, t, h, f_loc);
-    p->b = gemm_b(c, t, f_loc * mats, h) + gemm_b(c, t, h, f_loc);
+    p->f = 0.0;
+    p->b = 0.0;
+    add_gemm(c, t, f_loc * mats, h, &p->f, &p->b);
+    add_gemm(c, t, h, f_loc, &p->f, &p->b);
     p->act_f = elem(c, t * f_loc * (mats + 1.0) * 2.0);
     p->f += p->act_f;
     p->b += 2.0 * p->act_f;
@@ -298,26 +312,23 @@ static void moe_block(const struct cctx *c,
     double m_pad = ceil(m_e / tile) * tile;
     double exp_f;
     double exp_b;
+    struct fb fc1;
+    struct fb fc2;
     if (opt->moe_grouped_gemm) {
         double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
         double rows = m_pad * e_loc;
-        exp_f = (moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, rows, fe_loc * mats, h,
-                                    c->in_bytes) +
-                 moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, rows, h, fe_loc, c->in_bytes)) /
-                ge;
-        exp_b = (gemm_bwd_grouped(c, rows, fe_loc * mats, h, e_loc) +
-                 gemm_bwd_grouped(c, rows, h, fe_loc, e_loc)) /
-                ge;
+        fc1 = gemm_fb(c, rows, fe_loc * mats, h, e_loc, 1.0 / ge);
+        fc2 = gemm_fb(c, rows, h, fe_loc, e_loc, 1.0 / ge);
     } else {
-        exp_f =
-            e_loc *
-            (moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m_e, fe_loc * mats, h, c->in_bytes) +
-             moe_compute_gemm_s(c->gpu, c->math, c->eff_scale, m_e, h, fe_loc, c->in_bytes));
-        exp_b = e_loc * (gemm_bwd_grouped(c, m_e, fe_loc * mats, h, 1.0) +
-                         gemm_bwd_grouped(c, m_e, h, fe_loc, 1.0));
+        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0);
+        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0);
+        fc1.f *= e_loc;
+        fc1.b *= e_loc;
+        fc2.f *= e_loc;
+        fc2.b *= e_loc;
     }
-    exp_f += r * (h + fe_loc) * c->quant_s;
-    exp_b += r * h * c->quant_s; /* the gradient quantisations not inside gemm_bwd_grouped */
+    exp_f = fc1.f + fc2.f;
+    exp_b = fc1.b + fc2.b;
     *expert_act_f = elem(c, r * fe_loc * (mats + 1.0) * 2.0);
     exp_f += *expert_act_f;
     exp_b += 2.0 * *expert_act_f;
