@@ -318,7 +318,7 @@ static bool recipe_is_fp8(enum moe_recipe r)
 /* Pipeline layout strings [P]                                                                  */
 
 /* Items one layout string may expand to: bounds the work "(((t)*999)*999)*999" could cause. */
-#define PP_MAX_ITEMS  (4 * (MOE_MAX_LAYERS + MOE_MAX_PP_CHUNKS))
+#define PP_MAX_ITEMS  (4L * (MOE_MAX_LAYERS + MOE_MAX_PP_CHUNKS))
 #define PP_MAX_DEPTH  8
 #define PP_MAX_REPEAT 100000
 
@@ -1547,7 +1547,6 @@ enum moe_status moe_layout_resolve(const struct moe_model_cfg *cfg,
                                    struct moe_layout *lay,
                                    struct moe_diag *diag)
 {
-    MOE_ASSERT(cfg != NULL && lay != NULL);
     if (cfg->num_layers < 1 || cfg->num_layers > MOE_MAX_LAYERS || cfg->mtp_num_layers < 0 ||
         cfg->mtp_num_layers > MOE_MAX_MTP) {
         moe_diag_source(diag, "--num-layers");

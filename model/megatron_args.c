@@ -147,7 +147,7 @@ static const char *const why_text[] = {
 
 struct flag_def {
     const char *name;
-    signed char arity;
+    int arity;
     unsigned char id;
     unsigned char why; /* for F_IGNORE */
 };
@@ -683,9 +683,9 @@ flag_error(struct parse_ctx *x, const char *flag, int at, enum moe_status st, co
     }
     va_list args;
     va_start(args, fmt);
-    enum moe_status ret = moe_diag_vset(x->diag, st, fmt, args);
+    (void)moe_diag_vset(x->diag, st, fmt, args);
     va_end(args);
-    return ret;
+    return st;
 }
 
 static void add_ignored(struct parse_ctx *x, const char *arg, int len, int at, int why)
@@ -1347,7 +1347,7 @@ eval_pattern(struct parse_ctx *x, const char *s, bool window_rule, int num_layer
         memmove(buf, buf + 1, n - 1);
     }
     if (strpbrk(buf, "[(") == NULL) {
-        int freq = 0;
+        int freq = 1;
         MOE_TRY(parse_int(x, buf, 1, MOE_MAX_LAYERS, &freq));
         for (int i = 0; i < num_layers; i++) {
             out[i] = window_rule ? (uint8_t)((i + 1) % freq != 0) : (uint8_t)(i % freq == 0);
@@ -1789,7 +1789,7 @@ static enum moe_status handle_flag(struct parse_ctx *x,
                                    int name_len,
                                    const struct values *v)
 {
-    const char *val = (v->eq != NULL) ? v->eq : (v->count > 0 ? v->argv[0] : NULL);
+    const char *val = (v->eq != NULL) ? v->eq : (v->count > 0 ? v->argv[0] : "");
     if (def->id == F_IGNORE) {
         add_ignored(x, arg, name_len, x->at, def->why);
         return MOE_OK;
@@ -1815,7 +1815,6 @@ enum moe_status moe_megatron_parse_args(int argc,
                                         struct moe_megatron_result *res,
                                         struct moe_diag *diag)
 {
-    MOE_ASSERT(cfg != NULL && lay != NULL && opt != NULL && res != NULL);
     memset(res, 0, sizeof(*res));
     struct parse_ctx x;
     memset(&x, 0, sizeof(x));
