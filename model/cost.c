@@ -144,8 +144,12 @@ struct pctx {
     double p2p_s;
     double ep_bytes_layer, ep_inter_layer, tp_bytes_layer, cp_bytes_layer;
     double ep_s_layer, tp_s_layer, cp_s_layer;
-    const struct moe_gpu_params *params; /* [pp] per pipeline rank */
-    const struct moe_chunk_kinds *kinds; /* [num_chunks] decoder layers by kind */
+    double recompute_ratio; /* recompute / (fwd + bwd compute) of the last layer kind costed */
+    const struct moe_gpu_params *params;       /* [pp] per pipeline rank */
+    const struct moe_chunk_kinds *kinds;       /* [num_chunks] decoder layers by kind */
+    const struct moe_stage_contents *contents; /* [pp] */
+    struct moe_group_place dp_group;           /* DP x CP group (dense gradients) */
+    struct moe_group_place edp_group;          /* EDP group (expert gradients) */
 };
 
 static double offload_bytes_for(const struct pctx *x, bool is_moe)
@@ -180,6 +184,10 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
                       &lc);
     layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed]);
     x->kind_ready[is_moe][windowed] = true;
+    double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
+    if (is_moe == moe_cfg_is_moe(x->cfg) && base > 0.0) {
+        x->recompute_ratio = lc.recompute / base;
+    }
     if (is_moe || x->ep_bytes_layer == 0.0) {
         x->ep_bytes_layer = is_moe ? lc.ep_bytes : x->ep_bytes_layer;
         x->ep_inter_layer = is_moe ? lc.ep_inter_bytes : x->ep_inter_layer;
@@ -205,6 +213,8 @@ static void extras_init(struct pctx *x)
 
     /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
     const struct moe_layout *lay = x->lay;
+    moe_comm_group_place(lay->dp * lay->cp, lay->tp, x->cl->nvlink.domain_gpus, &x->dp_group);
+    moe_comm_group_place(lay->edp, lay->etp * lay->ep, x->cl->nvlink.domain_gpus, &x->edp_group);
     x->p2p_s = 0.0;
     if (lay->pp > 1) {
         int stage_ranks = lay->tp * lay->cp * lay->dp;
@@ -216,51 +226,89 @@ static void extras_init(struct pctx *x)
     }
 }
 
-/* Forward/backward phases of chunk c for one micro-batch. */
-static void chunk_phases(struct pctx *x, int c, struct pass_phases *f, struct pass_phases *b)
+/*
+ * Forward/backward phases of a span of chunks for one micro-batch: n[is_moe][is_windowed] decoder
+ * layers, num_mtp MTP layers, the embedding and loss if present, and the pipeline transfers it
+ * sends forward (sends_f) and backward (sends_b).
+ */
+static void span_phases(struct pctx *x,
+                        const int (*n)[2],
+                        int num_mtp,
+                        bool has_embedding,
+                        bool has_loss,
+                        int sends_f,
+                        int sends_b,
+                        struct pass_phases *f,
+                        struct pass_phases *b)
 {
     const struct moe_model_cfg *cfg = x->cfg;
-    const struct moe_pp_chunk *ch = &x->lay->chunks[c];
     *f = (struct pass_phases){0};
     *b = (struct pass_phases){0};
-    const int(*count)[2] = x->kinds[c].n;
     for (int m = 0; m < 2; m++) {
         for (int w = 0; w < 2; w++) {
-            if (count[m][w] > 0) {
+            if (n[m][w] > 0) {
                 ensure_kind(x, m, w);
-                phases_add(f, &x->kind_f[m][w], count[m][w]);
-                phases_add(b, &x->kind_b[m][w], count[m][w]);
+                phases_add(f, &x->kind_f[m][w], n[m][w]);
+                phases_add(b, &x->kind_b[m][w], n[m][w]);
             }
         }
     }
-    if (ch->num_mtp > 0 && cfg->num_layers > 0) {
+    if (num_mtp > 0 && cfg->num_layers > 0) {
         uint8_t last = cfg->layer_flags[cfg->num_layers - 1];
         bool is_moe = (last & MOE_LAYER_MOE) != 0;
         bool win = (last & MOE_LAYER_WINDOWED) != 0;
         ensure_kind(x, is_moe, win);
-        double n = ch->num_mtp;
-        phases_add(f, &x->kind_f[is_moe][win], n);
-        phases_add(b, &x->kind_b[is_moe][win], n);
-        phases_add(f, &x->mtp_f, n);
-        phases_add(b, &x->mtp_b, n);
-        phases_add(f, &x->loss_f, n);
-        phases_add(b, &x->loss_b, n);
+        double k = num_mtp;
+        phases_add(f, &x->kind_f[is_moe][win], k);
+        phases_add(b, &x->kind_b[is_moe][win], k);
+        phases_add(f, &x->mtp_f, k);
+        phases_add(b, &x->mtp_b, k);
+        phases_add(f, &x->loss_f, k);
+        phases_add(b, &x->loss_b, k);
     }
-    if (ch->has_embedding) {
+    if (has_embedding) {
         phases_add(f, &x->emb_f, 1.0);
         phases_add(b, &x->emb_b, 1.0);
     }
-    if (ch->has_loss) {
+    if (has_loss) {
         phases_add(f, &x->loss_f, 1.0);
         phases_add(b, &x->loss_b, 1.0);
     }
     /* Non-interleaved 1F1B blocks on its sends and receives; interleaving overlaps them. */
-    int last = x->lay->num_chunks - 1;
     if (x->lay->pp > 1) {
         double keep = x->lay->vpp > 1 ? 1.0 - x->cl->overheads.overlap_eff : 1.0;
-        f->pp += (c < last ? x->p2p_s : 0.0) * keep;
-        b->pp += (c > 0 ? x->p2p_s : 0.0) * keep;
+        f->pp += sends_f * x->p2p_s * keep;
+        b->pp += sends_b * x->p2p_s * keep;
     }
+}
+
+/* Forward/backward phases of chunk c for one micro-batch. */
+static void chunk_phases(struct pctx *x, int c, struct pass_phases *f, struct pass_phases *b)
+{
+    const struct moe_pp_chunk *ch = &x->lay->chunks[c];
+    int last = x->lay->num_chunks - 1;
+    span_phases(x, x->kinds[c].n, ch->num_mtp, ch->has_embedding, ch->has_loss, c<last, c> 0, f, b);
+}
+
+/* Forward/backward phases of all chunks of pipeline rank p for one micro-batch. */
+static void stage_phases(struct pctx *x, int p, struct pass_phases *f, struct pass_phases *b)
+{
+    const struct moe_layout *lay = x->lay;
+    int n[2][2] = {{0, 0}, {0, 0}};
+    int sends_f = 0;
+    int sends_b = 0;
+    int last = lay->num_chunks - 1;
+    for (int c = p; c < lay->num_chunks; c += lay->pp) {
+        for (int m = 0; m < 2; m++) {
+            n[m][0] += x->kinds[c].n[m][0];
+            n[m][1] += x->kinds[c].n[m][1];
+        }
+        sends_f += c < last;
+        sends_b += c > 0;
+    }
+    const struct moe_stage_contents *sc = &x->contents[p];
+    span_phases(x, (const int(*)[2])n, sc->num_mtp, sc->has_embedding, sc->has_loss, sends_f,
+                sends_b, f, b);
 }
 
 /* DP / EDP communication and optimizer of one stage; exposed seconds. */
@@ -274,17 +322,14 @@ static void stage_tail(const struct pctx *x,
                        double bwd_window,
                        struct stage_tail *out)
 {
-    const struct moe_layout *lay = x->lay;
     const struct moe_options *opt = x->opt;
     const struct moe_cluster *cl = x->cl;
     const struct moe_gpu_params p = *params;
 
     double grad_b = moe_dtype_bytes(opt->main_grads_dtype);
     double param_b = opt->fp8_param_gather ? 1.0 : 2.0;
-    struct moe_group_place gd;
-    struct moe_group_place ge;
-    moe_comm_group_place(lay->dp * lay->cp, lay->tp, cl->nvlink.domain_gpus, &gd);
-    moe_comm_group_place(lay->edp, lay->etp * lay->ep, cl->nvlink.domain_gpus, &ge);
+    const struct moe_group_place gd = x->dp_group;
+    const struct moe_group_place ge = x->edp_group;
     double rs;
     double ag = 0.0;
     if (opt->use_distributed_optimizer) {
@@ -368,59 +413,26 @@ static enum moe_status step_time(struct pctx *x,
     int pp = lay->pp;
     int chunks = lay->num_chunks;
     struct pass_phases stage_sum = {0};
-    int slow = 0;
     double slow_s = -1.0;
-    double fwd_window_slow = 0.0;
-    double bwd_window_slow = 0.0;
-    /* Per stage totals; the slowest stage's phase mix is what the step repeats m times. */
+    double sum_s = 0.0;
+    double tail_max = 0.0;
+    struct stage_tail worst = {0};
+    /* Per stage totals; the slowest stage's phase mix is what the step repeats m times. The DP
+     * tail and optimizer of the stage that finishes last set the end of the step. */
     for (int p = 0; p < pp; p++) {
-        struct pass_phases acc = {0};
-        double fw = 0.0;
-        double bw = 0.0;
-        for (int c = p; c < chunks; c += pp) {
-            struct pass_phases f;
-            struct pass_phases b;
-            chunk_phases(x, c, &f, &b);
-            fwd[c] = phases_sum(&f);
-            bwd[c] = phases_sum(&b);
-            fw += fwd[c];
-            bw += bwd[c];
-            phases_add(&acc, &f, 1.0);
-            phases_add(&acc, &b, 1.0);
-        }
+        struct pass_phases f;
+        struct pass_phases b;
+        stage_phases(x, p, &f, &b);
+        double fw = phases_sum(&f);
+        double bw = phases_sum(&b);
+        sum_s += fw + bw;
         if (fw + bw > slow_s) {
             slow_s = fw + bw;
-            slow = p;
-            stage_sum = acc;
-            fwd_window_slow = fw;
-            bwd_window_slow = bw;
+            stage_sum = f;
+            phases_add(&stage_sum, &b, 1.0);
         }
         if (p == 0) {
             st->stage0_s = fw + bw;
-        }
-    }
-    (void)slow;
-    struct moe_sched_input in = {pp, lay->vpp, lay->num_microbatches, fwd, bwd, x->p2p_s};
-    struct moe_sched_result res;
-    if (mode == MOE_SCHED_SIMULATE) {
-        enum moe_status s = moe_sched_simulate(&in, sim_ws, sim_ws_bytes, &res);
-        if (s != MOE_OK) {
-            return s;
-        }
-    } else {
-        moe_sched_closed_form(&in, &res);
-    }
-    double m = lay->num_microbatches;
-
-    /* DP tail and optimizer: the stage that finishes last sets the step. */
-    double tail_max = 0.0;
-    struct stage_tail worst = {0};
-    for (int p = 0; p < pp; p++) {
-        double fw = 0.0;
-        double bw = 0.0;
-        for (int c = p; c < chunks; c += pp) {
-            fw += fwd[c];
-            bw += bwd[c];
         }
         struct stage_tail tail;
         stage_tail(x, &x->params[p], fw, bw, &tail);
@@ -431,8 +443,25 @@ static enum moe_status step_time(struct pctx *x,
         st->dp_bytes = tail.dp_bytes > st->dp_bytes ? tail.dp_bytes : st->dp_bytes;
         st->dp_total = tail.dp_total > st->dp_total ? tail.dp_total : st->dp_total;
     }
-    (void)fwd_window_slow;
-    (void)bwd_window_slow;
+    struct moe_sched_result res;
+    if (mode == MOE_SCHED_SIMULATE) {
+        for (int c = 0; c < chunks; c++) {
+            struct pass_phases f;
+            struct pass_phases b;
+            chunk_phases(x, c, &f, &b);
+            fwd[c] = phases_sum(&f);
+            bwd[c] = phases_sum(&b);
+        }
+        struct moe_sched_input in = {pp, lay->vpp, lay->num_microbatches, fwd, bwd, x->p2p_s};
+        enum moe_status s = moe_sched_simulate(&in, sim_ws, sim_ws_bytes, &res);
+        if (s != MOE_OK) {
+            return s;
+        }
+    } else {
+        moe_sched_closed_form_sums(sum_s, slow_s, pp, lay->vpp, lay->num_microbatches, x->p2p_s,
+                                   &res);
+    }
+    double m = lay->num_microbatches;
 
     struct moe_phase_times *t = &st->t;
     *t = (struct moe_phase_times){0};
@@ -538,6 +567,7 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     x.opt = opt;
     x.params = params;
     x.kinds = kinds;
+    x.contents = contents;
     x.load = is_moe ? replicated_load(cfg, lay, opt, load_factor(opt, load, 0)) : 1.0;
     extras_init(&x);
 
@@ -599,14 +629,8 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     double compute_s = out->time.compute + out->time.expert_gemm;
     out->executed_flops_per_step = out->flops_per_step;
     if (opt->recompute != MOE_RECOMPUTE_NONE && compute_s > 0.0) {
-        /* Executed FLOPs grow by the recomputed share of one layer's compute. */
-        struct moe_layer_cost lc;
-        struct moe_layer_kind kind = {is_moe, false};
-        moe_compute_layer(cfg, cl, lay, opt, kind, x.load, 0.0, &lc);
-        double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
-        if (base > 0.0) {
-            out->executed_flops_per_step *= 1.0 + lc.recompute / base;
-        }
+        /* Executed FLOPs grow by the recomputed share of the model's main layer kind. */
+        out->executed_flops_per_step *= 1.0 + x.recompute_ratio;
     }
     double tokens = (double)lay->gbs * lay->seq_length;
     out->tokens_per_s_per_gpu = tokens / out->step_time_s / lay->num_gpus;

@@ -39,11 +39,24 @@ void moe_mem_chunk_kinds(const struct moe_model_cfg *cfg,
                          const struct moe_pp_chunk *ch,
                          struct moe_chunk_kinds *out)
 {
-    *out = (struct moe_chunk_kinds){{{0, 0}, {0, 0}}};
-    for (int i = ch->first_layer; i < ch->first_layer + ch->num_layers && i < MOE_MAX_LAYERS; i++) {
-        uint8_t fl = cfg->layer_flags[i];
-        out->n[(fl & MOE_LAYER_MOE) != 0][(fl & MOE_LAYER_WINDOWED) != 0]++;
+    int moe = 0;
+    int win = 0;
+    int both = 0;
+    int end = ch->first_layer + ch->num_layers;
+    if (end > MOE_MAX_LAYERS) {
+        end = MOE_MAX_LAYERS;
     }
+    for (int i = ch->first_layer; i < end; i++) {
+        unsigned fl = cfg->layer_flags[i];
+        moe += (fl & MOE_LAYER_MOE) != 0;
+        win += (fl & MOE_LAYER_WINDOWED) != 0;
+        both += (fl & (MOE_LAYER_MOE | MOE_LAYER_WINDOWED)) == (MOE_LAYER_MOE | MOE_LAYER_WINDOWED);
+    }
+    int total = end > ch->first_layer ? end - ch->first_layer : 0;
+    out->n[1][1] = both;
+    out->n[1][0] = moe - both;
+    out->n[0][1] = win - both;
+    out->n[0][0] = total - moe - win + both;
 }
 
 void moe_mem_stage_contents_from(const struct moe_model_cfg *cfg,
@@ -328,7 +341,15 @@ void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
 {
     const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
     const unsigned apply[3] = {0u, MOE_MEM_APPLY_RECOMPUTE, all};
+    bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
+    bool has_off = opt->fine_grained_offload;
     for (int i = 0; i < 3; i++) {
+        /* Without selective recompute or fine-grained offload the three views coincide. */
+        if (i > 0 && !(i == 1 ? has_rc : (has_rc || has_off))) {
+            set->dense[i] = set->dense[i - 1];
+            set->moe[i] = set->moe[i - 1];
+            continue;
+        }
         moe_mem_layer_activations(cfg, lay, opt, false, load_factor, apply[i], &set->dense[i]);
         moe_mem_layer_activations(cfg, lay, opt, true, load_factor, apply[i], &set->moe[i]);
     }

@@ -9,6 +9,22 @@
 #include <math.h>
 #include <string.h>
 
+void moe_sched_closed_form_sums(double sum_s,
+                                double max_s,
+                                int pp,
+                                int vpp,
+                                int num_microbatches,
+                                double p2p_s,
+                                struct moe_sched_result *out)
+{
+    double fill = (sum_s - max_s) / (double)vpp;
+    /* Each fill and drain hop pays one transfer. */
+    double hops = pp > 1 ? 2.0 * (double)(pp - 1) : 0.0;
+    out->busy_max_s = (double)num_microbatches * max_s;
+    out->total_s = out->busy_max_s + fill + hops * p2p_s;
+    out->bubble_s = out->total_s - out->busy_max_s;
+}
+
 void moe_sched_closed_form(const struct moe_sched_input *in, struct moe_sched_result *out)
 {
     double max_s = 0.0;
@@ -24,13 +40,7 @@ void moe_sched_closed_form(const struct moe_sched_input *in, struct moe_sched_re
             max_s = s;
         }
     }
-    double m = in->num_microbatches;
-    double fill = (sum_s - max_s) / (double)in->vpp;
-    /* Each fill and drain hop pays one transfer; interleaving crosses vpp times more boundaries. */
-    double hops = in->pp > 1 ? 2.0 * (double)(in->pp - 1) : 0.0;
-    out->busy_max_s = m * max_s;
-    out->total_s = out->busy_max_s + fill + hops * in->p2p_s;
-    out->bubble_s = out->total_s - out->busy_max_s;
+    moe_sched_closed_form_sums(sum_s, max_s, in->pp, in->vpp, in->num_microbatches, in->p2p_s, out);
 }
 
 size_t moe_sched_workspace_bytes(int pp, int vpp, int num_microbatches)

@@ -38,6 +38,15 @@ struct moe_sched_result {
     double bubble_s;   /* total_s - busy_max_s */
 };
 
+/* Closed form from the per-rank sums: sum_s = sum_p S_p, max_s = max_p S_p. */
+void moe_sched_closed_form_sums(double sum_s,
+                                double max_s,
+                                int pp,
+                                int vpp,
+                                int num_microbatches,
+                                double p2p_s,
+                                struct moe_sched_result *out);
+
 /* Closed form; never fails. */
 void moe_sched_closed_form(const struct moe_sched_input *in, struct moe_sched_result *out);
 
