@@ -232,6 +232,11 @@ san:
 	@LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ASAN_OPTIONS=detect_leaks=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 scripts/run-tests.sh build/san
 
+# The README's main job: installs missing packages, builds, then runs scripts/demo.sh.
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh $(BUILD)
+
 deps:
 	@scripts/install-deps.sh
 

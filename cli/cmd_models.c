@@ -52,7 +52,8 @@ int moe_cli_models(int argc, char **argv)
     }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
-        printf("# built-in model presets (parameters in billions; MTP layers counted in total)\n");
+        printf("# built-in model presets (parameters in billions; total includes MTP layers, active "
+               "excludes them as published)\n");
         printf("%-18s %6s %7s %5s %6s %9s %9s %9s\n", "name", "layers", "hidden", "exp", "top-k",
                "total_B", "active_B", "mtp_B");
     }
@@ -69,13 +70,13 @@ int moe_cli_models(int argc, char **argv)
             cJSON_AddNumberToObject(o, "num_experts", cfg->num_experts);
             cJSON_AddNumberToObject(o, "moe_router_topk", cfg->moe_router_topk);
             cJSON_AddNumberToObject(o, "params_total", pc.total);
-            cJSON_AddNumberToObject(o, "params_active", pc.active);
+            cJSON_AddNumberToObject(o, "params_active", pc.active_no_mtp);
             cJSON_AddNumberToObject(o, "params_mtp", mtp);
             cJSON_AddItemToArray(arr, o);
         } else {
             printf("%-18s %6d %7d %5d %6d %9.1f %9.1f %9.1f\n", cfg->name, cfg->num_layers,
                    cfg->hidden_size, cfg->num_experts, cfg->moe_router_topk, pc.total / 1e9,
-                   pc.active / 1e9, mtp / 1e9);
+                   pc.active_no_mtp / 1e9, mtp / 1e9);
         }
     }
     if (json) {

@@ -67,7 +67,12 @@ static enum moe_status collect_megatron(
     }
     int arity = 0;
     if (!moe_megatron_flag_known(tok, &arity)) {
-        return MOE_OK; /* the Megatron parser names it and suggests the closest flag */
+        /* The Megatron parser names it and suggests the closest flag; take its value along so
+         * the message is about the flag, not about a stray value. */
+        if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+            margv[(*margc)++] = argv[++(*i)];
+        }
+        return MOE_OK;
     }
     if (arity == 1 && *i + 1 < argc) {
         margv[(*margc)++] = argv[++(*i)];
