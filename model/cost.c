@@ -375,13 +375,15 @@ static void stage_tail(const struct pctx *x,
     out->optimizer = opt_s;
 }
 
-/* Per-stage arrays carved from the workspace ahead of the schedule's. */
+/* Per-stage arrays carved from the workspace ahead of the schedule's; rounded up to a multiple of
+ * sizeof(double) so the schedule's double arrays that follow stay aligned (UBSan: misaligned). */
 static size_t stage_arrays_bytes(const struct moe_layout *lay)
 {
     size_t chunks = (size_t)lay->pp * (size_t)lay->vpp;
     size_t pp = (size_t)lay->pp;
-    return 2 * chunks * sizeof(double) + pp * sizeof(struct moe_gpu_params) +
-           pp * sizeof(struct moe_stage_contents) + chunks * sizeof(struct moe_chunk_kinds);
+    size_t bytes = 2 * chunks * sizeof(double) + pp * sizeof(struct moe_gpu_params) +
+                   pp * sizeof(struct moe_stage_contents) + chunks * sizeof(struct moe_chunk_kinds);
+    return (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
 }
 
 size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode)
