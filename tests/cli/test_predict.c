@@ -1,0 +1,191 @@
+/*
+ * `moefold predict` end to end through the built binary: --json carries every documented key and
+ * its phases sum to the step; a HuggingFace config.json predicts like the matching preset; auto
+ * imbalance reports p50 <= p99 and is slower than forced balance; bad input exits non-zero with a
+ * message naming the problem.
+ */
+#include "tests/test_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define OUT_LEN (1 << 16)
+
+static const char *const dsv3_args =
+    "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --tensor-model-parallel-size 2 "
+    "--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout 'Et|(tt|)*30mL' "
+    "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1 --sequence-parallel "
+    "--global-batch-size 8192 --use-distributed-optimizer --moe-grouped-gemm";
+
+static int run(const char *args, char *out)
+{
+    char bin[1024];
+    char cmd[8192];
+    moe_test_bin_path("moefold", bin, sizeof(bin));
+    (void)snprintf(cmd, sizeof(cmd), "%s %s", bin, args);
+    return moe_test_run_capture(cmd, out, OUT_LEN);
+}
+
+static cJSON *predict_json(const char *args)
+{
+    char *out = malloc(OUT_LEN);
+    char full[4096];
+    (void)snprintf(full, sizeof(full), "predict %s --json 2>/dev/null", args);
+    int rc = run(full, out);
+    if (rc != 0) {
+        fail_msg("moefold %s exited %d: %s", full, rc, out);
+    }
+    cJSON *j = cJSON_Parse(out);
+    if (j == NULL) {
+        fail_msg("not JSON: %.300s", out);
+    }
+    free(out);
+    return j;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(it)) {
+        fail_msg("missing number %s", k);
+    }
+    return it->valuedouble;
+}
+
+static void test_json_keys(void **state)
+{
+    (void)state;
+    cJSON *j = predict_json(dsv3_args);
+    static const char *const top[] = {"flops_per_step", "step_time_s", "tokens_per_s_per_gpu",
+                                      "tflops_per_gpu", "mfu"};
+    for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++) {
+        assert_true(num(j, top[i]) > 0.0);
+    }
+    assert_true(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "fits")));
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "memory_gib");
+    static const char *const mk[] = {"weights", "grads", "optimizer", "activations",
+                                     "buffers", "total", "capacity"};
+    double sum = 0.0;
+    for (size_t i = 0; i < sizeof(mk) / sizeof(mk[0]); i++) {
+        double v = num(mem, mk[i]);
+        if (i < 5) {
+            sum += v;
+        }
+    }
+    assert_true(fabs(sum - num(mem, "total")) < 1e-6 * sum);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "time_s");
+    static const char *const phases[] = {"compute",   "expert_gemm", "dispatch",     "combine",
+                                         "tp_comm",   "cp_comm",     "pp_comm",      "dp_comm",
+                                         "pp_bubble", "optimizer",   "host_overhead"};
+    double tsum = 0.0;
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+        tsum += num(t, phases[i]);
+    }
+    assert_true(fabs(tsum - num(j, "step_time_s")) < 1e-6 * tsum);
+    assert_true(num(t, "ep_comm") >= 0.0 && num(t, "exposed_comm") >= num(t, "ep_comm") - 1e-12);
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    assert_int_equal((int)num(lay, "tp"), 2);
+    assert_int_equal((int)num(lay, "pp"), 8);
+    assert_int_equal((int)num(lay, "vpp"), 4);
+    assert_int_equal((int)num(lay, "ep"), 64);
+    assert_int_equal((int)num(lay, "edp"), 2);
+    assert_int_equal((int)num(lay, "dp"), 64);
+    assert_int_equal((int)num(lay, "num_microbatches"), 128);
+    /* Model FLOPs: 8192 sequences of 4096 tokens at ~260 GFLOP/token with MTP. */
+    double per_token = num(j, "flops_per_step") / (8192.0 * 4096.0);
+    assert_true(per_token > 250e9 && per_token < 270e9);
+    cJSON_Delete(j);
+}
+
+static void test_hf_config_matches_preset(void **state)
+{
+    (void)state;
+    char path[1024];
+    char args[2048];
+    moe_test_root_path("tests/data/hf/qwen3-30b-a3b.json", path, sizeof(path));
+    const char *rest = "--cluster dgx-h100 --gpus 16 --expert-model-parallel-size 16 "
+                       "--global-batch-size 256 --seq-length 4096 --use-distributed-optimizer";
+    (void)snprintf(args, sizeof(args), "--model-config %s %s", path, rest);
+    cJSON *a = predict_json(args);
+    (void)snprintf(args, sizeof(args), "--model qwen3-30b-a3b %s", rest);
+    cJSON *b = predict_json(args);
+    assert_true(fabs(num(a, "step_time_s") - num(b, "step_time_s")) < 1e-9 * num(b, "step_time_s"));
+    assert_true(num(a, "flops_per_step") == num(b, "flops_per_step"));
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
+static void test_auto_imbalance(void **state)
+{
+    (void)state;
+    const char *base = "--model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 "
+                       "--expert-model-parallel-size 16 --global-batch-size 256 "
+                       "--use-distributed-optimizer";
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "%s --moe-router-force-load-balancing", base);
+    cJSON *forced = predict_json(args);
+    (void)snprintf(args, sizeof(args), "%s --moe-imbalance auto", base);
+    cJSON *autoj = predict_json(args);
+    assert_true(num(autoj, "load_factor") > 1.01);
+    assert_true(num(autoj, "step_time_s") > num(forced, "step_time_s"));
+    assert_true(num(autoj, "step_time_p99_s") >= num(autoj, "step_time_p50_s"));
+    cJSON_Delete(forced);
+    cJSON_Delete(autoj);
+}
+
+struct bad_case {
+    const char *args;
+    const char *expect; /* substring of the message */
+};
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    static const struct bad_case cases[] = {
+        {"predict --model nope --cluster dgx-h100 --gpus 8", "nope"},
+        {"predict --model deepseek-v3 --cluster nowhere --gpus 8", "nowhere"},
+        {"predict --model deepseek-v3 --cluster dgx-h100 --gpus 12", "multiple of 8"},
+        {"predict --model deepseek-v3 --cluster dgx-h100", "--gpus"},
+        {"predict --cluster dgx-h100 --gpus 8", "no model"},
+        {"predict --model deepseek-v3 --cluster dgx-h100 --gpus 8 --tensor-model-parallel-size 3",
+         "tp"},
+        {"predict --model deepseek-v3 --cluster dgx-h100 --gpus 8 --expert-model-parallel-sizee 8",
+         "did you mean --expert-model-parallel-size"},
+        {"predict --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --fp8-format e4m3 "
+         "--fp8-recipe mxfp8",
+         "Blackwell"},
+        {"predict --model-config /nonexistent/config.json --cluster dgx-h100 --gpus 8",
+         "/nonexistent/config.json"},
+        {"predict --model deepseek-v3 --cluster dgx-h100 --gpus 8 --micro-batch-size abc", "abc"},
+        {"frobnicate", "unknown command"},
+    };
+    char *out = malloc(OUT_LEN);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = run(cases[i].args, out);
+        if (rc <= 0 || strstr(out, cases[i].expect) == NULL) {
+            fail_msg("moefold %s: exit %d, expected non-zero and '%s' in: %s", cases[i].args, rc,
+                     cases[i].expect, out);
+        }
+    }
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_keys),
+        cmocka_unit_test(test_hf_config_matches_preset),
+        cmocka_unit_test(test_auto_imbalance),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
