@@ -109,7 +109,14 @@ static void layer_exposed(const struct moe_cluster *cl,
         fwd->combine = lc->fwd_combine - h_fc;
         bwd->dispatch = lc->bwd_dispatch - h_bd;
         bwd->combine = lc->bwd_combine - h_bc;
+        /* GEMMs lose the SMs the dispatcher occupies while it runs beside them (DeepEP/HybridEP
+         * take a fixed SM count; NCCL's all-to-all the cluster's measured share). */
         double loss = cl->overheads.a2a_overlap_loss;
+        if (opt->dispatcher == MOE_DISPATCH_DEEPEP && cl->gpu.num_sms > 0) {
+            loss = (double)cl->dispatch.deepep_sms / cl->gpu.num_sms;
+        } else if (opt->dispatcher == MOE_DISPATCH_HYBRIDEP && cl->gpu.num_sms > 0) {
+            loss = (double)cl->dispatch.hybridep_sms / cl->gpu.num_sms;
+        }
         fwd->compute += loss * h_bd;
         fwd->expert += loss * h_bc;
         bwd->compute += loss * h_fd;
