@@ -140,6 +140,7 @@ static void layer_exposed(const struct moe_cluster *cl,
 /* Everything predict needs per call, computed once. */
 struct pctx {
     const struct moe_model_cfg *cfg;
+    bool is_moe;
     const struct moe_cluster *cl;
     const struct moe_layout *lay;
     const struct moe_options *opt;
@@ -192,7 +193,7 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed]);
     x->kind_ready[is_moe][windowed] = true;
     double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
-    if (is_moe == moe_cfg_is_moe(x->cfg) && base > 0.0) {
+    if (is_moe == x->is_moe && base > 0.0) {
         x->recompute_ratio = lc.recompute / base;
     }
     if (is_moe || x->ep_bytes_layer == 0.0) {
@@ -528,6 +529,47 @@ static double replicated_load(const struct moe_model_cfg *cfg,
     return 1.0 + (f - 1.0) / (1.0 + spread);
 }
 
+void moe_cost_prepare(const struct moe_model_cfg *cfg, struct moe_cost_prep *prep)
+{
+    prep->cfg = cfg;
+    moe_flops_terms_init(cfg, &prep->flops);
+    int n = cfg->num_layers < MOE_MAX_LAYERS ? cfg->num_layers : MOE_MAX_LAYERS;
+    prep->prefix_moe[0] = 0;
+    prep->prefix_win[0] = 0;
+    prep->prefix_both[0] = 0;
+    for (int i = 0; i < MOE_MAX_LAYERS; i++) {
+        unsigned fl = i < n ? cfg->layer_flags[i] : 0u;
+        bool moe = (fl & MOE_LAYER_MOE) != 0;
+        bool win = (fl & MOE_LAYER_WINDOWED) != 0;
+        prep->prefix_moe[i + 1] = (uint16_t)(prep->prefix_moe[i] + moe);
+        prep->prefix_win[i + 1] = (uint16_t)(prep->prefix_win[i] + win);
+        prep->prefix_both[i + 1] = (uint16_t)(prep->prefix_both[i] + (moe && win));
+    }
+    prep->is_moe = cfg->num_experts > 0 && prep->prefix_moe[n] > 0;
+}
+
+/* Decoder layers of chunk c by kind, from the prepared prefix counts. */
+static void chunk_kinds(const struct moe_cost_prep *prep,
+                        const struct moe_pp_chunk *ch,
+                        struct moe_chunk_kinds *out)
+{
+    int a = ch->first_layer;
+    int b = ch->first_layer + ch->num_layers;
+    if (b > MOE_MAX_LAYERS) {
+        b = MOE_MAX_LAYERS;
+    }
+    if (a > b) {
+        a = b;
+    }
+    int moe = prep->prefix_moe[b] - prep->prefix_moe[a];
+    int win = prep->prefix_win[b] - prep->prefix_win[a];
+    int both = prep->prefix_both[b] - prep->prefix_both[a];
+    out->n[1][1] = both;
+    out->n[1][0] = moe - both;
+    out->n[0][1] = win - both;
+    out->n[0][0] = (b - a) - moe - win + both;
+}
+
 enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                  const struct moe_cluster *cl,
                                  const struct moe_layout *lay,
@@ -539,6 +581,23 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                  struct moe_prediction *out,
                                  struct moe_diag *diag)
 {
+    struct moe_cost_prep prep;
+    moe_cost_prepare(cfg, &prep);
+    return moe_cost_predict_prepared(&prep, cl, lay, opt, load, mode, ws, ws_bytes, out, diag);
+}
+
+enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
+                                          const struct moe_cluster *cl,
+                                          const struct moe_layout *lay,
+                                          const struct moe_options *opt,
+                                          const struct moe_load_stats *load,
+                                          enum moe_schedule_mode mode,
+                                          void *ws,
+                                          size_t ws_bytes,
+                                          struct moe_prediction *out,
+                                          struct moe_diag *diag)
+{
+    const struct moe_model_cfg *cfg = prep->cfg;
     if (lay->num_chunks != lay->pp * lay->vpp || lay->num_chunks <= 0 ||
         lay->num_microbatches <= 0) {
         return moe_diag_set(diag, MOE_ERR_INVALID,
@@ -558,7 +617,7 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     size_t sim_bytes = ws_bytes - stage_arrays_bytes(lay);
     struct moe_chunk_kinds *kinds = (struct moe_chunk_kinds *)(contents + lay->pp);
     for (int c = 0; c < lay->num_chunks; c++) {
-        moe_mem_chunk_kinds(cfg, &lay->chunks[c], &kinds[c]);
+        chunk_kinds(prep, &lay->chunks[c], &kinds[c]);
     }
     struct moe_param_units units;
     moe_mem_param_units(cfg, lay, &units);
@@ -566,11 +625,12 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
         moe_mem_stage_contents_from(cfg, lay, p, kinds, &contents[p]);
         moe_mem_gpu_params_from(&units, &contents[p], &params[p]);
     }
-    bool is_moe = moe_cfg_is_moe(cfg);
+    bool is_moe = prep->is_moe;
 
     struct pctx x;
     memset(&x, 0, sizeof(x));
     x.cfg = cfg;
+    x.is_moe = is_moe;
     x.cl = cl;
     x.lay = lay;
     x.opt = opt;
@@ -634,7 +694,8 @@ enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
     out->fits = out->mem.total <= out->mem.capacity && out->mem.host_offload <= host_cap;
 
     /* Throughput. */
-    out->flops_per_step = moe_flops_per_step(cfg, lay->seq_length, lay->gbs, lay->tp);
+    out->flops_per_step =
+        (double)lay->gbs * moe_flops_terms_per_sequence(&prep->flops, lay->seq_length, lay->tp);
     double compute_s = out->time.compute + out->time.expert_gemm;
     out->executed_flops_per_step = out->flops_per_step;
     if (opt->recompute != MOE_RECOMPUTE_NONE && compute_s > 0.0) {

@@ -18,11 +18,13 @@
 
 #include "model/cluster.h"
 #include "model/config.h"
+#include "model/flops.h"
 #include "model/layout.h"
 #include "model/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -118,6 +120,33 @@ struct moe_prediction {
     enum moe_phase bottleneck; /* largest phase */
     double stage_time_s[2];    /* fwd+bwd per micro-batch: slowest stage, first stage */
 };
+
+/*
+ * What a prediction derives from the model alone, prepared once for many predictions of the same
+ * model (the planner's search). Holds a borrowed pointer to cfg, which must outlive it.
+ */
+struct moe_cost_prep {
+    const struct moe_model_cfg *cfg;
+    bool is_moe;                              /* any routed-expert layer */
+    struct moe_flops_terms flops;             /* Megatron FLOP terms */
+    uint16_t prefix_moe[MOE_MAX_LAYERS + 1];  /* MoE layers among the first i */
+    uint16_t prefix_win[MOE_MAX_LAYERS + 1];  /* windowed layers among the first i */
+    uint16_t prefix_both[MOE_MAX_LAYERS + 1]; /* windowed MoE layers among the first i */
+};
+
+void moe_cost_prepare(const struct moe_model_cfg *cfg, struct moe_cost_prep *prep);
+
+/* moe_cost_predict with the model prepared by moe_cost_prepare (same results, less work). */
+MOE_NODISCARD enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
+                                                        const struct moe_cluster *cl,
+                                                        const struct moe_layout *lay,
+                                                        const struct moe_options *opt,
+                                                        const struct moe_load_stats *load,
+                                                        enum moe_schedule_mode mode,
+                                                        void *ws,
+                                                        size_t ws_bytes,
+                                                        struct moe_prediction *out,
+                                                        struct moe_diag *diag);
 
 /* Workspace bytes moe_cost_predict needs for MOE_SCHED_SIMULATE (0 for the closed form). */
 size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode);
