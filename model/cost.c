@@ -403,6 +403,33 @@ size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_
     return arrays + moe_sched_workspace_bytes(lay->pp, lay->vpp, lay->num_microbatches);
 }
 
+/*
+ * True when pipeline rank p holds the same layers, MTP, embedding and loss as rank p - 1 and
+ * neither holds the first or the last chunk: its phases, tail and (with no more micro-batches in
+ * flight) memory cannot differ.
+ */
+static bool stage_repeats(const struct pctx *x, int p)
+{
+    const struct moe_layout *lay = x->lay;
+    if (p <= 1 || p >= lay->pp - 1) {
+        return false; /* rank 0 holds chunk 0, rank pp-1 the last chunk */
+    }
+    const struct moe_stage_contents *a = &x->contents[p];
+    const struct moe_stage_contents *c = &x->contents[p - 1];
+    if (a->num_dense != c->num_dense || a->num_moe != c->num_moe ||
+        a->num_windowed != c->num_windowed || a->num_mtp != c->num_mtp ||
+        a->has_embedding != c->has_embedding || a->has_loss != c->has_loss ||
+        a->has_output_weight != c->has_output_weight || a->num_chunks != c->num_chunks) {
+        return false;
+    }
+    for (int k = p; k < lay->num_chunks; k += lay->pp) {
+        if (memcmp(&x->kinds[k], &x->kinds[k - 1], sizeof(x->kinds[k])) != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 struct step_time {
     double total;
     struct moe_phase_times t;
@@ -429,12 +456,19 @@ static enum moe_status step_time(struct pctx *x,
     struct stage_tail worst = {0};
     /* Per stage totals; the slowest stage's phase mix is what the step repeats m times. The DP
      * tail and optimizer of the stage that finishes last set the end of the step. */
+    struct pass_phases f = {0};
+    struct pass_phases b = {0};
+    struct stage_tail tail = {0};
+    double fw = 0.0;
+    double bw = 0.0;
     for (int p = 0; p < pp; p++) {
-        struct pass_phases f;
-        struct pass_phases b;
-        stage_phases(x, p, &f, &b);
-        double fw = phases_sum(&f);
-        double bw = phases_sum(&b);
+        /* Middle stages of an even layout are alike: reuse the previous stage's figures. */
+        if (p == 0 || !stage_repeats(x, p)) {
+            stage_phases(x, p, &f, &b);
+            fw = phases_sum(&f);
+            bw = phases_sum(&b);
+            stage_tail(x, &x->params[p], fw, bw, &tail);
+        }
         sum_s += fw + bw;
         if (fw + bw > slow_s) {
             slow_s = fw + bw;
@@ -444,8 +478,6 @@ static enum moe_status step_time(struct pctx *x,
         if (p == 0) {
             st->stage0_s = fw + bw;
         }
-        struct stage_tail tail;
-        stage_tail(x, &x->params[p], fw, bw, &tail);
         if (tail.dp_exposed + tail.optimizer > tail_max || p == 0) {
             tail_max = tail.dp_exposed + tail.optimizer;
             worst = tail;
@@ -456,11 +488,11 @@ static enum moe_status step_time(struct pctx *x,
     struct moe_sched_result res;
     if (mode == MOE_SCHED_SIMULATE) {
         for (int c = 0; c < chunks; c++) {
-            struct pass_phases f;
-            struct pass_phases b;
-            chunk_phases(x, c, &f, &b);
-            fwd[c] = phases_sum(&f);
-            bwd[c] = phases_sum(&b);
+            struct pass_phases cf;
+            struct pass_phases cb;
+            chunk_phases(x, c, &cf, &cb);
+            fwd[c] = phases_sum(&cf);
+            bwd[c] = phases_sum(&cb);
         }
         struct moe_sched_input in = {pp, lay->vpp, lay->num_microbatches, fwd, bwd, x->p2p_s};
         enum moe_status s = moe_sched_simulate(&in, sim_ws, sim_ws_bytes, &res);
@@ -682,6 +714,9 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     moe_mem_layer_set_init(cfg, lay, opt, x.load, &set);
     out->mem.total = -1.0;
     for (int p = 0; p < lay->pp; p++) {
+        if (stage_repeats(&x, p)) {
+            continue; /* no more micro-batches in flight than rank p - 1, same contents */
+        }
         struct moe_mem_bytes mb;
         moe_mem_stage_with(cfg, cl, lay, opt, p, &contents[p], &params[p], &set, &mb);
         if (mb.total > out->mem.total) {
