@@ -65,29 +65,38 @@ void moe_mem_stage_contents_from(const struct moe_model_cfg *cfg,
                                  const struct moe_chunk_kinds *kinds,
                                  struct moe_stage_contents *out)
 {
-    *out = (struct moe_stage_contents){0};
-    for (int v = 0; v < lay->vpp; v++) {
-        int c = v * lay->pp + stage;
-        if (c >= lay->num_chunks) {
-            break;
-        }
+    int moe = 0;
+    int dense = 0;
+    int windowed = 0;
+    int mtp = 0;
+    int chunks = 0;
+    int max_layers = 0;
+    bool emb = false;
+    bool loss = false;
+    for (int c = stage; c < lay->num_chunks; c += lay->pp) {
         const struct moe_pp_chunk *ch = &lay->chunks[c];
-        const struct moe_chunk_kinds *k = &kinds[c];
-        out->num_moe += k->n[1][0] + k->n[1][1];
-        out->num_dense += k->n[0][0] + k->n[0][1];
-        out->num_windowed += k->n[0][1] + k->n[1][1];
-        out->num_mtp += ch->num_mtp;
-        out->has_embedding = out->has_embedding || ch->has_embedding;
-        out->has_loss = out->has_loss || ch->has_loss;
-        out->num_chunks++;
+        const int(*n)[2] = kinds[c].n;
+        moe += n[1][0] + n[1][1];
+        dense += n[0][0] + n[0][1];
+        windowed += n[0][1] + n[1][1];
+        mtp += ch->num_mtp;
+        emb |= ch->has_embedding != 0;
+        loss |= ch->has_loss != 0;
+        chunks++;
         int layers = ch->num_layers + ch->num_mtp;
-        if (layers > out->max_chunk_layers) {
-            out->max_chunk_layers = layers;
-        }
+        max_layers = layers > max_layers ? layers : max_layers;
     }
+    out->num_dense = dense;
+    out->num_moe = moe;
+    out->num_windowed = windowed;
+    out->num_mtp = mtp;
+    out->has_embedding = emb;
+    out->has_loss = loss;
+    out->num_chunks = chunks;
+    out->max_chunk_layers = max_layers;
     /* Output weight: untied models own one; tied models keep a copy on the last stage when the
      * embedding lives elsewhere (Megatron's shared-embedding group); MTP reuses it there. */
-    out->has_output_weight = out->has_loss && (cfg->is_untied_embeddings || !out->has_embedding);
+    out->has_output_weight = loss && (cfg->is_untied_embeddings || !emb);
 }
 
 void moe_mem_stage_contents(const struct moe_model_cfg *cfg,
