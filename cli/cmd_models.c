@@ -52,8 +52,9 @@ int moe_cli_models(int argc, char **argv)
     }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
-        printf("# built-in model presets (parameters in billions; total includes MTP layers, active "
-               "excludes them as published)\n");
+        printf(
+            "# built-in model presets (parameters in billions; total includes MTP layers, active "
+            "excludes them as published)\n");
         printf("%-18s %6s %7s %5s %6s %9s %9s %9s\n", "name", "layers", "hidden", "exp", "top-k",
                "total_B", "active_B", "mtp_B");
     }
