@@ -19,6 +19,7 @@
 #include "model/compute.h"
 
 #include "model/comm_cost.h"
+#include "model/memory.h"
 
 #include <math.h>
 
@@ -372,7 +373,10 @@ static void moe_block(const struct cctx *c,
         permute_f = (t_sp * k * h * 2.0 * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
         unpermute_f = (r * h * 2.0 * 2.0 + t_sp * h * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
     }
-    double disp_bytes = (flex && opt->recipe != MOE_RECIPE_BF16) ? c->in_bytes + 0.03 : 2.0;
+    /* DeepEP/HybridEP dispatch the quantised tokens (with their scales) under FP8/MX recipes;
+     * combine and every backward transfer carry BF16. */
+    double disp_bytes =
+        (flex && opt->recipe != MOE_RECIPE_BF16) ? moe_mem_recipe_elem_bytes(opt->recipe) : 2.0;
     double d_f = 0.0;
     double comb = 0.0;
     double d_b = 0.0;
@@ -542,7 +546,11 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     /* Host: launches per pass (backward launches about twice as many kernels). */
     kernels += cl->overheads.kernels_per_layer;
     if (opt->recipe != MOE_RECIPE_BF16) {
-        kernels *= 1.3; /* one quantise kernel per GEMM input: about 3 of every 10 launches */
+        /* One quantise launch per GEMM input: QKV and output (MLA: down, up and output
+         * projections), then fc1 and fc2 of the dense MLP or of the experts and shared expert. */
+        double attn_gemms = cfg->is_mla ? (cfg->q_lora_rank > 0 ? 5.0 : 4.0) : 2.0;
+        double mlp_gemms = kind.is_moe && cfg->moe_shared_expert_intermediate_size > 0 ? 4.0 : 2.0;
+        kernels += attn_gemms + mlp_gemms;
     }
     if (opt->cuda_graph_impl != MOE_CG_NONE && (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION)) {
         kernels = 0.0;

@@ -207,8 +207,7 @@ void moe_mem_gpu_params(const struct moe_model_cfg *cfg,
     moe_mem_gpu_params_from(&u, sc, out);
 }
 
-/* Bytes per element of a GEMM input saved for backward, in the recipe's storage format. */
-static double saved_gemm_input_bytes(enum moe_recipe r)
+double moe_mem_recipe_elem_bytes(enum moe_recipe r)
 {
     switch (r) {
     case MOE_RECIPE_BF16:
@@ -234,7 +233,7 @@ static double weight_cache_bytes(const struct moe_options *opt)
     if (opt->recipe == MOE_RECIPE_BF16) {
         return 0.0;
     }
-    double one = saved_gemm_input_bytes(opt->recipe);
+    double one = moe_mem_recipe_elem_bytes(opt->recipe);
     /* Row-wise and column-wise (transposed) copies; with FP8 parameters the row-wise copy is the
      * parameter itself. */
     return opt->fp8_param_gather ? one : 2.0 * one;
@@ -250,7 +249,7 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
 {
     *out = (struct moe_act_bytes){0};
     const double b = 2.0; /* BF16 activations */
-    double bq = saved_gemm_input_bytes(opt->recipe);
+    double bq = moe_mem_recipe_elem_bytes(opt->recipe);
     bool fp8 = opt->recipe != MOE_RECIPE_BF16;
     double h = cfg->hidden_size;
     double tp = lay->tp;

@@ -148,6 +148,13 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
                         const struct moe_mem_layer_set *set,
                         struct moe_mem_bytes *out);
 
+/*
+ * Bytes per element of a tensor stored in the recipe's GEMM-input format, scales included (BF16 2;
+ * FP8 1; blockwise adds an FP32 scale per 128, MXFP8 an E8M0 scale per 32, NVFP4 half a byte plus
+ * an E4M3 scale per 16).
+ */
+double moe_mem_recipe_elem_bytes(enum moe_recipe r);
+
 /* Bytes of one element in a storage dtype. */
 double moe_dtype_bytes(enum moe_dtype d);
 
