@@ -4,7 +4,8 @@
 # fine. Reads the section of each symbol with objdump -t.
 set -u
 objdir=${1:-build/obj}
-allow='^$'
+# nvcc's generated registration data (fat-binary handles) is not ours to remove.
+allow='(__cudaFatCubinHandle|__cudaPrelinkedFatbins|__nv_fatb|__nv_module_id|__cudaUnregisterBinaryUtil)'
 bad=0
 while read -r obj; do
     case "$obj" in */tests/*) continue ;; esac
