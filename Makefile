@@ -108,6 +108,9 @@ KERNELS_SRC  := $(wildcard kernels/*.c kernels/cpu/*.c)
 ENGINE_SRC   := $(filter-out %_main.c,$(wildcard engine/*.c))
 CLI_SRC      := $(filter-out %_main.c,$(wildcard cli/*.c))
 CUDA_SRC     := $(if $(HAVE_CUDA),$(wildcard kernels/cuda/*.cu engine/cuda/*.cu))
+# kernels/kernels.c references the CUDA ops table only when kernels/cuda/ is built (and is rebuilt
+# when that set changes, so the define never goes stale).
+FEATURE_DEFS += $(if $(filter kernels/cuda/%,$(CUDA_SRC)),-DMOE_HAVE_CUDA_KERNELS=1)
 TEST_UTIL_SRC := tests/test_util.c
 
 objs = $(patsubst %.c,$(OBJ)/%.o,$(1))
@@ -149,6 +152,7 @@ $(OBJ)/%.o: %.c
 # Engine, kernels and topologies-hwloc objects also see MPI/BLAS/hwloc headers.
 $(call objs,$(ENGINE_SRC) $(wildcard engine/*_main.c)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(HWLOC_CFLAGS) $(BLAS_CFLAGS)
 $(call objs,$(KERNELS_SRC)): EXTRA_CFLAGS = $(BLAS_CFLAGS)
+$(OBJ)/kernels/kernels.o: $(filter kernels/cuda/%,$(CUDA_SRC))
 $(call objs,$(TOPOHW_SRC)): EXTRA_CFLAGS = $(HWLOC_CFLAGS)
 
 $(OBJ)/%.o: %.cu

@@ -1,0 +1,230 @@
+/*
+ * RMSNorm and rotary position embedding on the GPU, twins of kernels/cpu/norm_rope.c. RMSNorm runs
+ * one block per row: the sum of squares in double (tree order), then the CPU's fp32 expressions;
+ * the weight gradient is a column sum over rows in row order by one thread per column, bit for
+ * bit the CPU's loop. RoPE computes each pair's angle, cosine and sine in double (CUDA's
+ * double-precision pow/sin/cos, within 2 ulp in double, so the fp32 roundings match the CPU's
+ * essentially always) once per (row, pair) in shared memory, then rotates every head with unfused
+ * products as the CPU does. In place (out == in) is allowed: each thread reads its pair before it
+ * writes it.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <math.h>
+
+static __global__ void rmsnorm_fwd_kernel(
+    float *y, float *rstd, const float *x, const float *weight, int num_rows, int hidden, float eps)
+{
+    __shared__ double shared[32];
+    for (int r = blockIdx.x; r < num_rows; r += gridDim.x) {
+        const float *xr = x + (size_t)r * (size_t)hidden;
+        float *yr = y + (size_t)r * (size_t)hidden;
+        double ss = 0.0;
+        for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+            ss += (double)xr[c] * (double)xr[c];
+        }
+        ss = moe_block_sum(ss, shared);
+        float rs = (float)(1.0 / sqrt(ss / (double)hidden + (double)eps));
+        if (threadIdx.x == 0) {
+            rstd[r] = rs;
+        }
+        for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+            yr[c] = xr[c] * rs * weight[c];
+        }
+    }
+}
+
+static unsigned row_grid(int num_rows)
+{
+    return (unsigned)(num_rows < 1
+                          ? 1
+                          : (num_rows > MOE_K_CUDA_MAX_BLOCKS ? MOE_K_CUDA_MAX_BLOCKS : num_rows));
+}
+
+extern "C" void moe_k_cuda_rmsnorm_fwd(float *y,
+                                       float *rstd,
+                                       const float *x,
+                                       const float *weight,
+                                       int num_rows,
+                                       int hidden,
+                                       float eps,
+                                       moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(num_rows >= 0 && hidden > 0);
+    if (num_rows == 0) {
+        return;
+    }
+    rmsnorm_fwd_kernel<<<row_grid(num_rows), MOE_K_CUDA_THREADS, 0, moe_k_cuda_stream(ctx)>>>(
+        y, rstd, x, weight, num_rows, hidden, eps);
+    MOE_CHECK_LAUNCH();
+}
+
+/* dx = rstd * (w dy - x rstd^2 mean(w dy x)), per row; unfused as on the CPU. */
+static __global__ void rmsnorm_bwd_dx_kernel(float *dx,
+                                             const float *dy,
+                                             const float *x,
+                                             const float *weight,
+                                             const float *rstd,
+                                             int num_rows,
+                                             int hidden,
+                                             bool accumulate)
+{
+    __shared__ double shared[32];
+    for (int r = blockIdx.x; r < num_rows; r += gridDim.x) {
+        const float *xr = x + (size_t)r * (size_t)hidden;
+        const float *gr = dy + (size_t)r * (size_t)hidden;
+        float *dxr = dx + (size_t)r * (size_t)hidden;
+        float rs = rstd[r];
+        double dot = 0.0;
+        for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+            dot += (double)(weight[c] * gr[c]) * (double)xr[c];
+        }
+        dot = moe_block_sum(dot, shared);
+        float k = (float)(dot / (double)hidden) * rs * rs;
+        for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+            float v = __fmul_rn(rs, __fsub_rn(__fmul_rn(weight[c], gr[c]), __fmul_rn(xr[c], k)));
+            dxr[c] = accumulate ? __fadd_rn(dxr[c], v) : v;
+        }
+    }
+}
+
+/* d_weight[c] += dy[r, c] x[r, c] rstd[r] for r in order: one thread per column. */
+static __global__ void rmsnorm_bwd_weight_kernel(
+    float *d_weight, const float *dy, const float *x, const float *rstd, int num_rows, int hidden)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= hidden) {
+        return;
+    }
+    float acc = d_weight[c];
+    for (int r = 0; r < num_rows; r++) {
+        size_t i = (size_t)r * (size_t)hidden + (size_t)c;
+        acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(dy[i], x[i]), rstd[r]));
+    }
+    d_weight[c] = acc;
+}
+
+extern "C" void moe_k_cuda_rmsnorm_bwd(float *dx,
+                                       float *d_weight,
+                                       const float *dy,
+                                       const float *x,
+                                       const float *weight,
+                                       const float *rstd,
+                                       int num_rows,
+                                       int hidden,
+                                       bool accumulate,
+                                       moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(num_rows >= 0 && hidden > 0);
+    if (num_rows == 0) {
+        return;
+    }
+    cudaStream_t s = moe_k_cuda_stream(ctx);
+    rmsnorm_bwd_dx_kernel<<<row_grid(num_rows), MOE_K_CUDA_THREADS, 0, s>>>(
+        dx, dy, x, weight, rstd, num_rows, hidden, accumulate);
+    MOE_CHECK_LAUNCH();
+    unsigned blocks = (unsigned)((hidden + MOE_K_CUDA_THREADS - 1) / MOE_K_CUDA_THREADS);
+    rmsnorm_bwd_weight_kernel<<<blocks, MOE_K_CUDA_THREADS, 0, s>>>(d_weight, dy, x, rstd, num_rows,
+                                                                    hidden);
+    MOE_CHECK_LAUNCH();
+}
+
+/* ---- RoPE --------------------------------------------------------------------------------------
+ */
+
+struct rope_args {
+    int num_rows, num_heads, head_dim, rot_start, rot_dim;
+    float theta;
+    bool interleaved;
+    double sign; /* +1 rotate, -1 rotate back */
+};
+
+/* One block per row: cos/sin per pair in shared memory, then (pair, head) rotations. */
+static __global__ void
+rope_kernel(float *out, const float *in, const int *positions, struct rope_args a)
+{
+    extern __shared__ float cs[]; /* [half] cosines, then [half] sines */
+    int half = a.rot_dim / 2;
+    size_t row_len = (size_t)a.num_heads * (size_t)a.head_dim;
+    for (int r = blockIdx.x; r < a.num_rows; r += gridDim.x) {
+        float *o = out + (size_t)r * row_len;
+        const float *x = in + (size_t)r * row_len;
+        __syncthreads(); /* cs of the previous row is no longer read */
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            double inv_freq = pow((double)a.theta, -2.0 * (double)j / (double)a.rot_dim);
+            double angle = (double)positions[r] * inv_freq;
+            cs[j] = (float)cos(angle);
+            cs[half + j] = (float)(a.sign * sin(angle));
+        }
+        if (o != x) {
+            for (size_t i = threadIdx.x; i < row_len; i += blockDim.x) {
+                int d = (int)(i % (size_t)a.head_dim);
+                if (d < a.rot_start || d >= a.rot_start + a.rot_dim) {
+                    o[i] = x[i];
+                }
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < half * a.num_heads; i += blockDim.x) {
+            int j = i % half;
+            int h = i / half;
+            int ia = a.rot_start + (a.interleaved ? 2 * j : j);
+            int ib = a.rot_start + (a.interleaved ? 2 * j + 1 : j + half);
+            size_t base = (size_t)h * (size_t)a.head_dim;
+            float c = cs[j];
+            float s = cs[half + j];
+            float xa = x[base + (size_t)ia];
+            float xb = x[base + (size_t)ib];
+            o[base + (size_t)ia] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
+            o[base + (size_t)ib] = __fadd_rn(__fmul_rn(xa, s), __fmul_rn(xb, c));
+        }
+    }
+}
+
+static void
+rope_launch(float *out, const float *in, const int *positions, struct rope_args a, moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(a.num_rows >= 0 && a.num_heads > 0 && a.rot_dim > 0 && a.rot_dim % 2 == 0);
+    MOE_ASSERT(a.rot_start >= 0 && a.rot_start + a.rot_dim <= a.head_dim);
+    if (a.num_rows == 0) {
+        return;
+    }
+    size_t smem = (size_t)a.rot_dim * sizeof(float);
+    rope_kernel<<<row_grid(a.num_rows), MOE_K_CUDA_THREADS, smem, moe_k_cuda_stream(ctx)>>>(
+        out, in, positions, a);
+    MOE_CHECK_LAUNCH();
+}
+
+extern "C" void moe_k_cuda_rope_fwd(float *out,
+                                    const float *in,
+                                    const int *positions,
+                                    int num_rows,
+                                    int num_heads,
+                                    int head_dim,
+                                    int rot_start,
+                                    int rot_dim,
+                                    float theta,
+                                    bool interleaved,
+                                    moe_k_ctx_t *ctx)
+{
+    struct rope_args a = {num_rows, num_heads, head_dim,    rot_start,
+                          rot_dim,  theta,     interleaved, 1.0};
+    rope_launch(out, in, positions, a, ctx);
+}
+
+extern "C" void moe_k_cuda_rope_bwd(float *d_in,
+                                    const float *d_out,
+                                    const int *positions,
+                                    int num_rows,
+                                    int num_heads,
+                                    int head_dim,
+                                    int rot_start,
+                                    int rot_dim,
+                                    float theta,
+                                    bool interleaved,
+                                    moe_k_ctx_t *ctx)
+{
+    struct rope_args a = {num_rows, num_heads, head_dim,    rot_start,
+                          rot_dim,  theta,     interleaved, -1.0};
+    rope_launch(d_in, d_out, positions, a, ctx);
+}
