@@ -147,8 +147,8 @@ template <typename T> static __device__ T moe_block_sum(T v, T *shared)
         shared[warp] = v;
     }
     __syncthreads();
-    T total = lane < num_warps ? shared[lane] : T(0);
     if (warp == 0) {
+        T total = lane < num_warps ? shared[lane] : T(0);
         total = moe_warp_sum(total);
         if (lane == 0) {
             shared[0] = total;
@@ -170,8 +170,8 @@ static __device__ float moe_block_max(float v, float *shared)
         shared[warp] = v;
     }
     __syncthreads();
-    float m = lane < num_warps ? shared[lane] : -INFINITY;
     if (warp == 0) {
+        float m = lane < num_warps ? shared[lane] : -INFINITY;
         m = moe_warp_max(m);
         if (lane == 0) {
             shared[0] = m;
