@@ -70,7 +70,8 @@ double moe_compute_gemm_s(const struct moe_gpu *gpu,
                           double k,
                           double in_bytes)
 {
-    return gemm_roofline(gpu, math, eff_scale, m, n, k, (m * k + k * n) * in_bytes + m * n * 2.0);
+    return gemm_roofline(gpu, math, eff_scale, m, n, k,
+                         (m * k + k * n) * in_bytes + m * n * in_bytes);
 }
 
 /* Shared per-call context. */
@@ -82,6 +83,7 @@ struct cctx {
     double quant_s;    /* seconds per element quantised (0 for BF16) */
     double eff_scale;  /* the recipe's GEMM kernel factor on max_eff */
     double grad_bytes; /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
+    double ab;         /* bytes of one activation element: BF16 2, FP32 training 4 */
     double hbm;        /* achieved bytes/s */
     double inv_hbm;    /* 1 / hbm */
     double inv_peak;   /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
@@ -92,11 +94,12 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
 {
     c->gpu = &cl->gpu;
     c->cl = cl;
+    c->ab = opt->is_fp32_training ? 4.0 : 2.0;
     c->math = moe_recipe_math(opt->recipe);
     if (cl->gpu.peak_tflops[c->math] <= 0.0) {
         c->math = MOE_MATH_BF16;
     }
-    c->in_bytes = c->math == MOE_MATH_FP8 ? 1.0 : (c->math == MOE_MATH_FP4 ? 0.5 : 2.0);
+    c->in_bytes = c->math == MOE_MATH_FP8 ? 1.0 : (c->math == MOE_MATH_FP4 ? 0.5 : c->ab);
     c->hbm = cl->gpu.hbm_tbps * TBPS * cl->gpu.hbm_eff;
     c->eff_scale = c->math == MOE_MATH_BF16 ? 1.0 : cl->gpu.gemm.recipe_eff[opt->recipe];
     c->grad_bytes = opt->main_grads_dtype == MOE_DTYPE_FP32 ? 4.0 : 2.0;
@@ -132,8 +135,8 @@ gemm_fb(const struct cctx *c, double m, double n, double k, double groups, doubl
     double t_math = flops * c->inv_peak * eff_div / (1.0 - exp(-flops * c->inv_half));
     double in = c->in_bytes;
     double w = groups * n * k;
-    double t_f = (m * k * in + w * in + m * n * 2.0) * c->inv_hbm;
-    double t_d = (m * n * in + w * in + m * k * 2.0) * c->inv_hbm;
+    double t_f = (m * k * in + w * in + m * n * c->ab) * c->inv_hbm;
+    double t_d = (m * n * in + w * in + m * k * c->ab) * c->inv_hbm;
     double t_w = (m * k * in + m * n * in + w * 2.0 * c->grad_bytes) * c->inv_hbm;
     r.f = (t_math > t_f ? t_math : t_f) + m * k * c->quant_s;
     r.b = (t_math > t_d ? t_math : t_d) + (t_math > t_w ? t_math : t_w) + m * n * c->quant_s;
@@ -210,10 +213,10 @@ static void attention(const struct cctx *c,
         d_qk = qk;
         d_v = cfg->v_head_dim;
         p->ag_bytes =
-            t * (ql + kvl + rope) * 2.0; /* latents gathered after the duplicated down proj */
-        p->elem_bytes += t * (ql + kvl) * 2.0 * 2.0 + t * a_loc * rope * 2.0 * 2.0 * 2.0 +
-                         t * a_loc * (qk + d_v) * 2.0 * 2.0; /* latent norms, RoPE, q/k concat */
-        p->cp_kv_bytes = t * a_loc * (qk + d_v) * 2.0;
+            t * (ql + kvl + rope) * c->ab; /* latents gathered after the duplicated down proj */
+        p->elem_bytes += t * (ql + kvl) * c->ab * 2.0 + t * a_loc * rope * c->ab * 2.0 * 2.0 +
+                         t * a_loc * (qk + d_v) * c->ab * 2.0; /* latent norms, RoPE, q/k concat */
+        p->cp_kv_bytes = t * a_loc * (qk + d_v) * c->ab;
         p->kernels += kernel_counts.mla_extra;
     } else {
         double d = cfg->kv_channels;
@@ -223,8 +226,9 @@ static void attention(const struct cctx *c,
         d_qk = d;
         d_v = d;
         p->ag_bytes = t * h * c->in_bytes;
-        p->elem_bytes += t * (a_loc + g_loc) * d * 2.0 * 2.0 * (cfg->has_qk_layernorm ? 2.0 : 1.0);
-        p->cp_kv_bytes = t * 2.0 * g_loc * d * 2.0;
+        p->elem_bytes +=
+            t * (a_loc + g_loc) * d * c->ab * 2.0 * (cfg->has_qk_layernorm ? 2.0 : 1.0);
+        p->cp_kv_bytes = t * 2.0 * g_loc * d * c->ab;
     }
     double s = lay->seq_length;
     double kv_avg = s / 2.0; /* causal: a query sees half the keys on average */
@@ -256,7 +260,7 @@ static void dense_mlp(const struct cctx *c,
     p->b = 0.0;
     add_gemm(c, t, f_loc * mats, h, &p->f, &p->b);
     add_gemm(c, t, h, f_loc, &p->f, &p->b);
-    p->act_f = elem(c, t * f_loc * (mats + 1.0) * 2.0);
+    p->act_f = elem(c, t * f_loc * (mats + 1.0) * c->ab);
     p->f += p->act_f;
     p->b += 2.0 * p->act_f;
 }
@@ -305,7 +309,7 @@ static void moe_block(const struct cctx *c,
     bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
 
     /* Router (BF16 GEMM to E logits) and its elementwise score / top-k work. */
-    double router_f = moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, 1.0, t_sp, e, h, 2.0) +
+    double router_f = moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, 1.0, t_sp, e, h, c->ab) +
                       elem(c, t_sp * e * 4.0 * 6.0);
     /* Experts: one grouped kernel over local experts with rows padded to the tile. */
     double m_e = r / e_loc;
@@ -330,7 +334,7 @@ static void moe_block(const struct cctx *c,
     }
     exp_f = fc1.f + fc2.f;
     exp_b = fc1.b + fc2.b;
-    *expert_act_f = elem(c, r * fe_loc * (mats + 1.0) * 2.0);
+    *expert_act_f = elem(c, r * fe_loc * (mats + 1.0) * c->ab);
     exp_f += *expert_act_f;
     exp_b += 2.0 * *expert_act_f;
 
@@ -343,22 +347,22 @@ static void moe_block(const struct cctx *c,
         dense_mlp(c, cfg, lay, fs, t, &sp);
         shared_f = sp.f;
         shared_b = sp.b;
-        shared_tp = tp_block_comm(cl, lay, t * h * c->in_bytes, t * h * 2.0, &out->tp_bytes);
+        shared_tp = tp_block_comm(cl, lay, t * h * c->in_bytes, t * h * c->ab, &out->tp_bytes);
     }
     *shared_f_out = shared_f;
     out->fwd_expert += exp_f + shared_f;
     out->bwd_expert += exp_b + shared_b;
-    out->fwd_compute += router_f + elem(c, t_sp * h * 2.0 * 5.0);
-    out->bwd_compute += 2.0 * router_f + elem(c, t_sp * h * 2.0 * 5.0 * 2.0);
+    out->fwd_compute += router_f + elem(c, t_sp * h * c->ab * 5.0);
+    out->bwd_compute += 2.0 * router_f + elem(c, t_sp * h * c->ab * 5.0 * 2.0);
 
     /* ETP: gather expert tokens inside the ETP group, reduce-scatter the outputs. */
     double etp_comm = 0.0;
     if (lay->etp > 1) {
         struct moe_group_place g;
         moe_comm_group_place(lay->etp, 1, cl->nvlink.domain_gpus, &g);
-        etp_comm = moe_comm_allgather_s(cl, &g, r * h * 2.0) +
-                   moe_comm_reducescatter_s(cl, &g, r * h * 2.0);
-        out->tp_bytes += 2.0 * 2.0 * r * h * 2.0 * (lay->etp - 1.0) / lay->etp;
+        etp_comm = moe_comm_allgather_s(cl, &g, r * h * c->ab) +
+                   moe_comm_reducescatter_s(cl, &g, r * h * c->ab);
+        out->tp_bytes += 2.0 * 2.0 * r * h * c->ab * (lay->etp - 1.0) / lay->etp;
     }
     out->fwd_tp += shared_tp + etp_comm;
     out->bwd_tp += shared_tp + etp_comm;
@@ -370,13 +374,13 @@ static void moe_block(const struct cctx *c,
     double unpermute_f = 0.0;
     if (!flex) {
         double pe = cl->dispatch.permute_bytes_eff > 0.0 ? cl->dispatch.permute_bytes_eff : 1.0;
-        permute_f = (t_sp * k * h * 2.0 * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
-        unpermute_f = (r * h * 2.0 * 2.0 + t_sp * h * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
+        permute_f = (t_sp * k * h * c->ab * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
+        unpermute_f = (r * h * c->ab * 2.0 + t_sp * h * c->ab) / (c->gpu->hbm_tbps * TBPS * pe);
     }
     /* DeepEP/HybridEP dispatch the quantised tokens (with their scales) under FP8/MX recipes;
      * combine and every backward transfer carry BF16. */
     double disp_bytes =
-        (flex && opt->recipe != MOE_RECIPE_BF16) ? moe_mem_recipe_elem_bytes(opt->recipe) : 2.0;
+        (flex && opt->recipe != MOE_RECIPE_BF16) ? moe_mem_recipe_elem_bytes(opt->recipe) : c->ab;
     double d_f = 0.0;
     double comb = 0.0;
     double d_b = 0.0;
@@ -384,7 +388,7 @@ static void moe_block(const struct cctx *c,
         struct moe_ep_traffic tr_disp;
         struct moe_ep_traffic tr_comb;
         if (opt->dispatcher == MOE_DISPATCH_ALLGATHER) {
-            double gathered = t_sp * h * 2.0 * lay->ep;
+            double gathered = t_sp * h * c->ab * lay->ep;
             d_f = moe_comm_allgather_s(cl, &g, gathered);
             comb = moe_comm_reducescatter_s(cl, &g, gathered);
             tr_disp.inter_bytes = gathered * (g.size - g.local) / g.size;
@@ -407,8 +411,8 @@ static void moe_block(const struct cctx *c,
                 moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk, lay->ep, 0, 0);
             moe_comm_ep_traffic(cl, &g, t_sp, h * disp_bytes, cfg->moe_router_topk, gpus, reach,
                                 flex, ie, xe, &tr_disp);
-            moe_comm_ep_traffic(cl, &g, t_sp, h * 2.0, cfg->moe_router_topk, gpus, reach, flex, ie,
-                                xe, &tr_comb);
+            moe_comm_ep_traffic(cl, &g, t_sp, h * c->ab, cfg->moe_router_topk, gpus, reach, flex,
+                                ie, xe, &tr_comb);
             d_f = tr_disp.time_s;
             comb = tr_comb.time_s;
             /* Backward dispatch carries BF16 gradients. */
@@ -470,7 +474,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
 
     struct attn_parts at;
     attention(&c, cfg, lay, kind.is_windowed, t, t_sp, &at);
-    double attn_tp = tp_block_comm(cl, lay, at.ag_bytes, t * h * 2.0, &out->tp_bytes);
+    double attn_tp = tp_block_comm(cl, lay, at.ag_bytes, t * h * c.ab, &out->tp_bytes);
     double attn_elem = elem(&c, at.elem_bytes);
     out->fwd_compute = at.gemm_f + at.core_f + attn_elem;
     out->bwd_compute = at.gemm_b + at.core_b + 2.0 * attn_elem;
@@ -495,7 +499,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     double shared_f = 0.0;
     double mlp_recompute = 0.0;
     double mlp_recompute_comm = 0.0;
-    double norm_f = elem(&c, t_sp * h * 2.0 * 2.0) + t_sp * h * c.quant_s;
+    double norm_f = elem(&c, t_sp * h * c.ab * 2.0) + t_sp * h * c.quant_s;
     if (kind.is_moe) {
         double fwd_before = out->fwd_compute;
         double moe_comm = 0.0;
@@ -512,8 +516,8 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     } else {
         struct mlp_parts mp = {0};
         dense_mlp(&c, cfg, lay, cfg->ffn_hidden_size, t, &mp);
-        double mlp_tp = tp_block_comm(cl, lay, t * h * c.in_bytes, t * h * 2.0, &out->tp_bytes);
-        double mlp_elem = elem(&c, t_sp * h * 2.0 * 5.0);
+        double mlp_tp = tp_block_comm(cl, lay, t * h * c.in_bytes, t * h * c.ab, &out->tp_bytes);
+        double mlp_elem = elem(&c, t_sp * h * c.ab * 5.0);
         out->fwd_compute += mp.f + mlp_elem;
         out->bwd_compute += mp.b + 2.0 * mlp_elem;
         out->fwd_tp += mlp_tp;
@@ -576,12 +580,12 @@ void moe_compute_loss(const struct moe_model_cfg *cfg,
     double v_loc = (double)moe_cfg_padded_vocab(cfg, lay->tp) / lay->tp;
     double h = cfg->hidden_size;
     /* The output layer runs in BF16 (Megatron keeps the LM head out of FP8). */
-    double g = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, 1.0, t, v_loc, h, 2.0);
+    double g = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, 1.0, t, v_loc, h, c.ab);
     double ce = elem(&c, t * v_loc * (2.0 + 4.0 + 4.0)); /* logits read, FP32 softmax, grad write */
-    out->fwd_compute = g + ce + elem(&c, t * h * 2.0 * 2.0);
+    out->fwd_compute = g + ce + elem(&c, t * h * c.ab * 2.0);
     out->bwd_compute = 2.0 * g + ce;
     double dummy = 0.0;
-    out->fwd_tp = tp_block_comm(cl, lay, t * h * 2.0, 0.0, &dummy);
+    out->fwd_tp = tp_block_comm(cl, lay, t * h * c.ab, 0.0, &dummy);
     out->bwd_tp = out->fwd_tp;
     out->tp_bytes = 2.0 * dummy;
     out->host_fwd = 8.0 * cl->gpu.kernel_launch_us * 1e-6;
@@ -601,8 +605,9 @@ void moe_compute_mtp_extra(const struct moe_model_cfg *cfg,
     double h = cfg->hidden_size;
     /* eh_proj: [embedding ; hidden] (2h) -> h, column-parallel over TP; two norms and an embedding.
      */
-    out->fwd_compute = moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, 1.0, t, h / lay->tp, 2.0 * h, 2.0) +
-                       elem(&c, t * h * 2.0 * 6.0);
+    out->fwd_compute =
+        moe_compute_gemm_s(c.gpu, MOE_MATH_BF16, 1.0, t, h / lay->tp, 2.0 * h, c.ab) +
+        elem(&c, t * h * c.ab * 6.0);
     out->bwd_compute = 2.0 * out->fwd_compute;
     out->host_fwd = 6.0 * cl->gpu.kernel_launch_us * 1e-6;
     out->host_bwd = out->host_fwd;
@@ -611,18 +616,20 @@ void moe_compute_mtp_extra(const struct moe_model_cfg *cfg,
 void moe_compute_embedding(const struct moe_model_cfg *cfg,
                            const struct moe_cluster *cl,
                            const struct moe_layout *lay,
+                           const struct moe_options *opt,
                            struct moe_layer_cost *out)
 {
     *out = (struct moe_layer_cost){0};
     double t = (double)lay->mbs * lay->seq_length / lay->cp;
     double hbm = cl->gpu.hbm_tbps * TBPS * cl->gpu.hbm_eff;
-    out->fwd_compute = t * cfg->hidden_size * 2.0 * 2.0 / hbm;
+    double ab = opt->is_fp32_training ? 4.0 : 2.0;
+    out->fwd_compute = t * cfg->hidden_size * ab * 2.0 / hbm;
     out->bwd_compute = 2.0 * out->fwd_compute;
     if (lay->tp > 1) {
         /* Vocab-parallel embedding: partial rows reduced (reduce-scatter with SP) over TP. */
         struct moe_group_place g;
         moe_comm_group_place(lay->tp, 1, cl->nvlink.domain_gpus, &g);
-        out->fwd_tp = moe_comm_reducescatter_s(cl, &g, t * cfg->hidden_size * 2.0);
+        out->fwd_tp = moe_comm_reducescatter_s(cl, &g, t * cfg->hidden_size * ab);
         out->bwd_tp = out->fwd_tp;
     }
 }

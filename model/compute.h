@@ -74,6 +74,7 @@ void moe_compute_mtp_extra(const struct moe_model_cfg *cfg,
 void moe_compute_embedding(const struct moe_model_cfg *cfg,
                            const struct moe_cluster *cl,
                            const struct moe_layout *lay,
+                           const struct moe_options *opt,
                            struct moe_layer_cost *out);
 
 /*

@@ -216,7 +216,7 @@ static void extras_init(struct pctx *x)
     layer_exposed(x->cl, x->opt, &lc, &x->loss_f, &x->loss_b);
     moe_compute_mtp_extra(x->cfg, x->cl, x->lay, x->opt, &lc);
     layer_exposed(x->cl, x->opt, &lc, &x->mtp_f, &x->mtp_b);
-    moe_compute_embedding(x->cfg, x->cl, x->lay, &lc);
+    moe_compute_embedding(x->cfg, x->cl, x->lay, x->opt, &lc);
     layer_exposed(x->cl, x->opt, &lc, &x->emb_f, &x->emb_b);
 
     /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
@@ -230,7 +230,8 @@ static void extras_init(struct pctx *x)
         moe_comm_group_place(lay->pp, stage_ranks, x->cl->nvlink.domain_gpus, &g);
         double t = (double)lay->mbs * lay->seq_length / lay->cp;
         double t_sp = lay->sequence_parallel ? t / lay->tp : t;
-        x->p2p_s = moe_comm_p2p_s(x->cl, g.num_domains == 1, t_sp * x->cfg->hidden_size * 2.0);
+        double ab = x->opt->is_fp32_training ? 4.0 : 2.0;
+        x->p2p_s = moe_comm_p2p_s(x->cl, g.num_domains == 1, t_sp * x->cfg->hidden_size * ab);
     }
 }
 
@@ -335,7 +336,7 @@ static void stage_tail(const struct pctx *x,
     const struct moe_gpu_params p = *params;
 
     double grad_b = moe_dtype_bytes(opt->main_grads_dtype);
-    double param_b = opt->fp8_param_gather ? 1.0 : 2.0;
+    double param_b = opt->fp8_param_gather ? 1.0 : (opt->is_fp32_training ? 4.0 : 2.0);
     const struct moe_group_place gd = x->dp_group;
     const struct moe_group_place ge = x->edp_group;
     double rs;

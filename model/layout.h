@@ -140,6 +140,8 @@ struct moe_layout {
 
 struct moe_options {
     enum moe_recipe recipe;
+    bool is_fp32_training;          /* weights and activations in FP32 (moefold's CPU engine);
+                                       false: BF16 mixed precision (Megatron --bf16) */
     bool fp8_param_gather;          /* FP8 (or MX) weights all-gathered for DP */
     bool use_distributed_optimizer; /* ZeRO-1 style sharding over DP / EDP */
     bool overlap_grad_reduce;

@@ -230,8 +230,8 @@ double moe_mem_recipe_elem_bytes(enum moe_recipe r)
 /* Extra bytes per GEMM weight for the quantised copies Transformer Engine caches. */
 static double weight_cache_bytes(const struct moe_options *opt)
 {
-    if (opt->recipe == MOE_RECIPE_BF16) {
-        return 0.0;
+    if (opt->recipe == MOE_RECIPE_BF16 || opt->is_fp32_training) {
+        return 0.0; /* FP32 training emulates quantisation on the fly: no cached copies */
     }
     double one = moe_mem_recipe_elem_bytes(opt->recipe);
     /* Row-wise and column-wise (transposed) copies; with FP8 parameters the row-wise copy is the
@@ -248,9 +248,11 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
                                struct moe_act_bytes *out)
 {
     *out = (struct moe_act_bytes){0};
-    const double b = 2.0; /* BF16 activations */
-    double bq = moe_mem_recipe_elem_bytes(opt->recipe);
-    bool fp8 = opt->recipe != MOE_RECIPE_BF16;
+    /* BF16 activations and GEMM inputs in the recipe's storage format; FP32 training (the CPU
+     * engine) keeps everything in FP32, quantising GEMM inputs on the fly. */
+    const double b = opt->is_fp32_training ? 4.0 : 2.0;
+    double bq = opt->is_fp32_training ? 4.0 : moe_mem_recipe_elem_bytes(opt->recipe);
+    bool fp8 = opt->recipe != MOE_RECIPE_BF16 && !opt->is_fp32_training;
     double h = cfg->hidden_size;
     double tp = lay->tp;
     double t = (double)lay->mbs * lay->seq_length / lay->cp; /* tokens per CP rank */
@@ -456,9 +458,10 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     }
 
     double params = p.dense + p.expert + replica_params;
-    double w_bytes = opt->fp8_param_gather ? 1.0 : 2.0;
+    double ab = opt->is_fp32_training ? 4.0 : 2.0; /* BF16 (or FP32) weights */
+    double w_bytes = opt->fp8_param_gather ? 1.0 : ab;
     out->weights =
-        (params - p.gemm) * 2.0 + (p.gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
+        (params - p.gemm) * ab + (p.gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
     out->grads = params * moe_dtype_bytes(opt->main_grads_dtype);
     double per_param_opt =
         4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
@@ -487,7 +490,7 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     if (sc.has_loss) {
         double vp = moe_cfg_padded_vocab(cfg, lay->tp);
         double logits = t * vp / lay->tp;
-        buffers += logits * (2.0 * (1.0 + sc.num_mtp) + 4.0);
+        buffers += logits * (ab * (1.0 + sc.num_mtp) + 4.0);
     }
     if (sc.num_moe > 0 && lay->ep > 1) {
         if (opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP) {
@@ -495,7 +498,7 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
         } else {
             double t_sp = t / lay->tp;
             buffers +=
-                2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * 2.0;
+                2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * ab;
         }
     }
     double dynamic = out->activations + buffers;

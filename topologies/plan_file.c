@@ -44,6 +44,7 @@ static const char *const layout_keys[] = {
 
 static const char *const option_keys[] = {
     "recipe",
+    "fp32_training",
     "fp8_param_gather",
     "use_distributed_optimizer",
     "overlap_grad_reduce",
@@ -80,6 +81,7 @@ struct opt_bool {
     size_t off;
 };
 static const struct opt_bool opt_bools[] = {
+    {"fp32_training", offsetof(struct moe_options, is_fp32_training)},
     {"fp8_param_gather", offsetof(struct moe_options, fp8_param_gather)},
     {"use_distributed_optimizer", offsetof(struct moe_options, use_distributed_optimizer)},
     {"overlap_grad_reduce", offsetof(struct moe_options, overlap_grad_reduce)},
