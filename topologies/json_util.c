@@ -92,8 +92,17 @@ moe_json_parse(const char *text, size_t len, const char *source, cJSON **out, st
             diag->line = line;
             diag->column = col;
         }
-        return moe_diag_set(diag, MOE_ERR_PARSE, "%s:%d:%d: malformed JSON near '%.20s'", source,
-                            line, col, text + off);
+        if (len == 0) {
+            return moe_diag_set(diag, MOE_ERR_PARSE, "%s: empty file; expected a JSON object",
+                                source);
+        }
+        /* text need not be NUL-terminated: quote at most the bytes that are there. */
+        char near[24];
+        size_t n = len - off < sizeof(near) - 4 ? len - off : sizeof(near) - 4;
+        memcpy(near, text + off, n);
+        near[n] = '\0';
+        return moe_diag_set(diag, MOE_ERR_PARSE, "%s:%d:%d: malformed JSON near '%s'", source, line,
+                            col, near);
     }
     /* Trailing garbage after the value is an error too. */
     size_t off = (size_t)(end - text);
@@ -347,14 +356,20 @@ moe_file_write_atomic(const char *path, const char *data, size_t len, struct moe
         }
         done += (size_t)n;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int err = errno;
+    /* Close even when fsync fails, so the descriptor is not leaked. */
+    int sync_rc = fsync(fd);
+    int err = errno;
+    if (close(fd) != 0 && sync_rc == 0) {
+        sync_rc = -1;
+        err = errno;
+    }
+    if (sync_rc != 0) {
         (void)unlink(tmp);
         return moe_diag_set(diag, MOE_ERR_IO, "flushing %s failed: %s (previous file kept)", path,
                             strerror(err));
     }
     if (rename(tmp, path) != 0) {
-        int err = errno;
+        err = errno;
         (void)unlink(tmp);
         return moe_diag_set(diag, MOE_ERR_IO, "renaming into %s failed: %s (previous file kept)",
                             path, strerror(err));
