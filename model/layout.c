@@ -21,6 +21,7 @@
  */
 #include "model/layout.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -1045,6 +1046,13 @@ check_sequence(const struct moe_model_cfg *cfg, struct moe_layout *lay, struct m
 static enum moe_status derive_batch(struct moe_layout *lay, struct moe_diag *diag)
 {
     long step = (long)lay->mbs * lay->dp;
+    if (step > INT_MAX) {
+        moe_diag_source(diag, "--micro-batch-size");
+        return moe_diag_set(diag, MOE_ERR_INFEASIBLE,
+                            "micro-batch %d x dp %d = %ld sequences per step is over %d; lower "
+                            "--micro-batch-size or the GPU count",
+                            lay->mbs, lay->dp, step, INT_MAX);
+    }
     if (lay->gbs == 0) {
         lay->gbs = (int)step;
     }
