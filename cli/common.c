@@ -7,10 +7,16 @@
 #include "topologies/cluster_file.h"
 #include "topologies/model_file.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define GIB 1073741824.0
+/* Largest schedule-simulation workspace predict allocates (bytes): an absurd global batch must be
+ * refused in bounded memory and time (issue 7), not simulated micro-batch by micro-batch. 1 GiB is
+ * 64M (micro-batch, chunk) cells, far past real runs (thousands of micro-batches x <= 512 chunks),
+ * and simulates in about 4 s on one core. */
+#define MOE_CLI_MAX_SIM_BYTES ((size_t)1 << 30)
 
 /* Value of `--name value` or `--name=value` at argv[*i]; advances *i past it. NULL if absent. */
 static const char *
@@ -256,7 +262,10 @@ enum moe_status moe_cli_resolve(struct moe_cli_problem *p, struct moe_diag *diag
             "no model: give --model NAME (see `moefold models`), --model-config "
             "FILE, or Megatron model-shape flags (--num-layers, --hidden-size, ...)");
     }
+    /* Name the model in the message, not whatever file was read last (the cluster). */
+    moe_diag_source(diag, p->model_source);
     MOE_TRY(moe_cfg_validate(&p->cfg, diag));
+    moe_diag_source(diag, "");
     if (!p->has_cluster) {
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "no cluster: give --cluster NAME (see `moefold clusters`) or a cluster "
@@ -272,7 +281,9 @@ enum moe_status moe_cli_resolve(struct moe_cli_problem *p, struct moe_diag *diag
     }
     int per_replica = p->lay.tp * p->lay.cp * p->lay.pp;
     if (p->lay.gbs <= 0 && per_replica > 0 && p->num_gpus % per_replica == 0) {
-        p->lay.gbs = p->lay.mbs * (p->num_gpus / per_replica); /* Megatron's default */
+        /* Megatron's default; past INT_MAX it stays 0 and moe_layout_resolve says why. */
+        long long gbs = (long long)p->lay.mbs * (p->num_gpus / per_replica);
+        p->lay.gbs = gbs <= INT_MAX ? (int)gbs : 0;
     }
     return moe_layout_resolve(&p->cfg, &p->cl, &p->opt, &p->lay, diag);
 }
@@ -307,6 +318,15 @@ enum moe_status moe_cli_run_predict(const struct moe_cli_problem *p,
                                     struct moe_diag *diag)
 {
     size_t need = moe_cost_workspace_bytes(&p->lay, MOE_SCHED_SIMULATE);
+    if (need > MOE_CLI_MAX_SIM_BYTES) {
+        return moe_diag_set(
+            diag, MOE_ERR_INFEASIBLE,
+            "simulating the pipeline schedule of %d micro-batches x %d chunks would "
+            "take %.1f GiB (limit %.0f GiB); lower --global-batch-size or raise "
+            "--micro-batch-size",
+            p->lay.num_microbatches, p->lay.num_chunks, (double)need / GIB,
+            (double)MOE_CLI_MAX_SIM_BYTES / GIB);
+    }
     void *ws = malloc(need);
     if (ws == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM,
