@@ -277,3 +277,15 @@ clean:
 # PyTorch reference files for tests/kernels/test_refs.c (needs PyTorch on CPU; CI never runs it).
 refs:
 	python3 scripts/gen_refs.py tests/data/refs
+
+# ---------------------------------------------------------------------------------------------
+# GPU checks (run them on a machine with an NVIDIA GPU; elsewhere the CUDA tests skip). `make
+# test-gpu` builds and runs the CUDA-vs-CPU op tests (tests/kernels/test_cuda_*.c); `make
+# gpu-check` runs scripts/gpu-check.sh: build, op tests, compute-sanitizer, the grouped expert GEMM
+# against dense BF16 (>= 70%), GPU training when the engine has a CUDA path, and a summary table.
+CUDA_TEST_BIN := $(patsubst tests/%.c,$(BIN)/tests/%,$(wildcard tests/kernels/test_cuda_*.c))
+.PHONY: test-gpu gpu-check
+test-gpu: $(CUDA_TEST_BIN)
+	@for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || exit 1; done
+gpu-check:
+	@scripts/gpu-check.sh $(BUILD)

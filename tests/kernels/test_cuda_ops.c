@@ -19,9 +19,10 @@
  * test_availability always runs and checks the fallback contract (ops table NULL without the
  * build; MOE_ERR_UNSUPPORTED and a reason without a device).
  *
- * `test_cuda_ops --bench` instead times the grouped expert GEMM against one dense BF16 cuBLAS GEMM
- * of equal FLOPs and prints a table (scripts/gpu-check.sh); exit status 1 when a balanced shape
- * is below the 70% target, 2 when no device is present.
+ * `test_cuda_ops --filter 'test_qdq*'` runs the matching tests only. `test_cuda_ops --bench`
+ * times the grouped expert GEMM against one dense BF16 cuBLAS GEMM of equal FLOPs and prints a
+ * table (scripts/gpu-check.sh); exit status 1 when a balanced shape is below the 70% target, 2
+ * when no device is present.
  */
 #include "tests/kernels/ktest.h"
 
@@ -1462,6 +1463,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         return run_bench();
+    }
+    if (argc > 2 && strcmp(argv[1], "--filter") == 0) {
+        cmocka_set_test_filter(argv[2]); /* e.g. "test_router*" */
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_availability),
