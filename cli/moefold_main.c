@@ -22,6 +22,7 @@ static const struct subcommand subcommands[] = {
     {"clusters", moe_cli_clusters, "list cluster files (topologies/*.json)"},
     {"predict", moe_cli_predict, "memory, step time and throughput of one layout"},
     {"accuracy", moe_cli_accuracy, "predictions vs published training runs"},
+    {"compare", moe_cli_compare, "predicted vs measured, per phase (plan.json run.json)"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,317 @@
+/*
+ * `moefold compare plan.json run.json`: the prediction for a plan next to what `moefold-train`
+ * measured running it -- per phase and in total (predicted, measured, error), memory per category,
+ * and the expert-load imbalance (the busiest EP rank's tokens over the mean) predicted vs observed.
+ * The prediction is recomputed from the plan on the plan's cluster (or --cluster), so it reflects
+ * the current cost model and cluster file. --json prints one object; --plot FILE.svg|png draws the
+ * per-phase bars with gnuplot.
+ */
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "model/imbalance.h"
+#include "topologies/cluster_file.h"
+#include "topologies/plan_file.h"
+#include "topologies/run_file.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GIB 1073741824.0
+
+struct compare_opts {
+    const char *plan_path;
+    const char *run_path;
+    const char *cluster;
+    const char *plot;
+    bool json;
+};
+
+static int usage(FILE *out)
+{
+    fprintf(out, "usage: moefold compare PLAN.json RUN.json [--cluster NAME|FILE] [--json]\n"
+                 "                       [--plot FILE.svg|FILE.png]\n"
+                 "  --cluster  predict on this cluster instead of the one the plan names\n"
+                 "  --json     one JSON object on stdout\n"
+                 "  --plot     bar chart of predicted vs measured time per phase (gnuplot)\n");
+    return out == stdout ? 0 : 2;
+}
+
+static const char *const phase_keys[MOE_NUM_PHASES] = {
+    "compute", "expert_gemm", "dispatch",  "combine",   "tp_comm",      "cp_comm",
+    "pp_comm", "dp_comm",     "pp_bubble", "optimizer", "host_overhead"};
+
+static void phase_values(const struct moe_phase_times *t, double v[MOE_NUM_PHASES])
+{
+    const double tmp[MOE_NUM_PHASES] = {t->compute,   t->expert_gemm, t->dispatch,     t->combine,
+                                        t->tp_comm,   t->cp_comm,     t->pp_comm,      t->dp_comm,
+                                        t->pp_bubble, t->optimizer,   t->host_overhead};
+    memcpy(v, tmp, sizeof(tmp));
+}
+
+/* Error in percent of the measured value; NAN when the measured value is 0. */
+static double err_pct(double pred, double meas)
+{
+    return meas > 0.0 ? 100.0 * (pred / meas - 1.0) : (double)NAN;
+}
+
+static double observed_load(const struct moe_run *run)
+{
+    if (run->num_moe_layers == 0) {
+        return (double)NAN;
+    }
+    double s = 0.0;
+    for (int i = 0; i < run->num_moe_layers; i++) {
+        s += run->load_max_over_mean[i];
+    }
+    return s / run->num_moe_layers;
+}
+
+static int
+plot_phases(const char *path, const double pred[MOE_NUM_PHASES], const double meas[MOE_NUM_PHASES])
+{
+    const char *ext = strrchr(path, '.');
+    const char *term = NULL;
+    if (ext != NULL && strcmp(ext, ".svg") == 0) {
+        term = "svg size 900,480";
+    } else if (ext != NULL && strcmp(ext, ".png") == 0) {
+        term = "pngcairo size 900,480";
+    } else {
+        fprintf(stderr, "moefold compare: --plot %s: use a .svg or .png file name\n", path);
+        return 1;
+    }
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "moefold compare: --plot needs gnuplot (Debian package gnuplot-nox)\n");
+        return 1;
+    }
+    char data[] = "/tmp/moefold_compare_XXXXXX";
+    int fd = mkstemp(data);
+    if (fd < 0) {
+        fprintf(stderr, "moefold compare: cannot create a temporary file for gnuplot\n");
+        return 1;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (f == NULL) {
+        close(fd);
+        unlink(data);
+        return 1;
+    }
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        fprintf(f, "%s %.9g %.9g\n", phase_keys[i], pred[i], meas[i]);
+    }
+    fclose(f);
+    FILE *g = popen("gnuplot", "w");
+    if (g == NULL) {
+        unlink(data);
+        return 1;
+    }
+    fprintf(g,
+            "set terminal %s\nset output '%s'\nset style data histograms\n"
+            "set style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
+            "set xtics rotate by -30\nset ylabel 'seconds per step'\nset key top right\n"
+            "set title 'moefold: predicted vs measured time per phase'\n"
+            "plot '%s' using 2:xtic(1) title 'predicted', '' using 3 title 'measured'\n",
+            term, path, data);
+    int rc = pclose(g);
+    unlink(data);
+    if (rc != 0) {
+        fprintf(stderr, "moefold compare: gnuplot failed writing %s\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+static void print_table(const struct moe_cli_problem *p,
+                        const struct moe_prediction *pr,
+                        const struct moe_run *run)
+{
+    double pv[MOE_NUM_PHASES];
+    double mv[MOE_NUM_PHASES];
+    phase_values(&pr->time, pv);
+    phase_values(&run->time, mv);
+    char lays[256];
+    moe_cli_layout_str(&p->lay, lays, sizeof(lays));
+    printf("# plan: %s on %d x %s; run: %d ranks, %s backend, %d measured steps\n", p->cfg.name,
+           p->lay.num_gpus, p->cl.name, run->num_ranks, run->backend, run->measured_steps);
+    printf("# layout: %s\n", lays);
+    printf("%-14s %12s %12s %9s\n", "phase", "predicted_s", "measured_s", "error");
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        double e = err_pct(pv[i], mv[i]);
+        /* Phases under 1% of the step on both sides carry no meaningful relative error. */
+        bool tiny = pv[i] < 0.01 * pr->step_time_s && mv[i] < 0.01 * run->step_time_s;
+        if (tiny || isnan(e)) {
+            printf("%-14s %12.6f %12.6f %9s\n", phase_keys[i], pv[i], mv[i], "-");
+        } else {
+            printf("%-14s %12.6f %12.6f %+8.1f%%\n", phase_keys[i], pv[i], mv[i], e);
+        }
+    }
+    printf("%-14s %12.6f %12.6f %+8.1f%%\n", "step", pr->step_time_s, run->step_time_s,
+           err_pct(pr->step_time_s, run->step_time_s));
+    printf("\n%-14s %12s %12s %9s\n", "memory", "predicted_MiB", "measured_MiB", "error");
+    const char *mk[] = {"weights", "grads", "optimizer", "activations", "buffers", "total"};
+    const double pm[] = {pr->mem.weights,     pr->mem.grads,   pr->mem.optimizer,
+                         pr->mem.activations, pr->mem.buffers, pr->mem.total};
+    const double mm[] = {run->mem.weights,     run->mem.grads,   run->mem.optimizer,
+                         run->mem.activations, run->mem.buffers, run->mem.total};
+    for (size_t i = 0; i < sizeof(mk) / sizeof(mk[0]); i++) {
+        double e = err_pct(pm[i], mm[i]);
+        if (isnan(e)) {
+            printf("%-14s %12.3f %12.3f %9s\n", mk[i], pm[i] / 1048576.0, mm[i] / 1048576.0, "-");
+        } else {
+            printf("%-14s %12.3f %12.3f %+8.1f%%\n", mk[i], pm[i] / 1048576.0, mm[i] / 1048576.0,
+                   e);
+        }
+    }
+    double obs = observed_load(run);
+    if (!isnan(obs)) {
+        printf("\nexpert load (busiest EP rank / mean): predicted %.3f, observed %.3f (mean of %d "
+               "MoE layers)\n",
+               pr->load_factor, obs, run->num_moe_layers);
+    }
+    printf("loss: first step %.4f, last step %.4f\n", run->first_loss, run->final_loss);
+}
+
+static cJSON *compare_json(const struct moe_prediction *pr, const struct moe_run *run)
+{
+    cJSON *o = cJSON_CreateObject();
+    double pv[MOE_NUM_PHASES];
+    double mv[MOE_NUM_PHASES];
+    phase_values(&pr->time, pv);
+    phase_values(&run->time, mv);
+    cJSON *ph = cJSON_AddObjectToObject(o, "time_s");
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        cJSON *r = cJSON_AddObjectToObject(ph, phase_keys[i]);
+        cJSON_AddNumberToObject(r, "predicted", pv[i]);
+        cJSON_AddNumberToObject(r, "measured", mv[i]);
+    }
+    cJSON *st = cJSON_AddObjectToObject(o, "step_time_s");
+    cJSON_AddNumberToObject(st, "predicted", pr->step_time_s);
+    cJSON_AddNumberToObject(st, "measured", run->step_time_s);
+    cJSON_AddNumberToObject(st, "error_pct", err_pct(pr->step_time_s, run->step_time_s));
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory_gib");
+    const char *mk[] = {"weights", "grads", "optimizer", "activations", "buffers", "total"};
+    const double pm[] = {pr->mem.weights,     pr->mem.grads,   pr->mem.optimizer,
+                         pr->mem.activations, pr->mem.buffers, pr->mem.total};
+    const double mm[] = {run->mem.weights,     run->mem.grads,   run->mem.optimizer,
+                         run->mem.activations, run->mem.buffers, run->mem.total};
+    for (size_t i = 0; i < sizeof(mk) / sizeof(mk[0]); i++) {
+        cJSON *r = cJSON_AddObjectToObject(mem, mk[i]);
+        cJSON_AddNumberToObject(r, "predicted", pm[i] / GIB);
+        cJSON_AddNumberToObject(r, "measured", mm[i] / GIB);
+    }
+    cJSON *load = cJSON_AddObjectToObject(o, "expert_load");
+    cJSON_AddNumberToObject(load, "predicted", pr->load_factor);
+    double obs = observed_load(run);
+    if (!isnan(obs)) {
+        cJSON_AddNumberToObject(load, "observed", obs);
+    }
+    return o;
+}
+
+static int parse_args(int argc, char **argv, struct compare_opts *o)
+{
+    static const struct option longs[] = {{"cluster", required_argument, NULL, 'c'},
+                                          {"plot", required_argument, NULL, 'p'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    memset(o, 0, sizeof(*o));
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "c:p:jh", longs, NULL)) != -1) {
+        if (c == 'c') {
+            o->cluster = optarg;
+        } else if (c == 'p') {
+            o->plot = optarg;
+        } else if (c == 'j') {
+            o->json = true;
+        } else if (c == 'h') {
+            return usage(stdout) - 1; /* -1: printed help */
+        } else {
+            fprintf(stderr, "moefold compare: unknown or incomplete option '%s'\n",
+                    argv[optind - 1]);
+            return usage(stderr);
+        }
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "moefold compare: need a plan file and a run file\n");
+        return usage(stderr);
+    }
+    o->plan_path = argv[optind];
+    o->run_path = argv[optind + 1];
+    return 0;
+}
+
+int moe_cli_compare(int argc, char **argv)
+{
+    struct compare_opts o;
+    int prc = parse_args(argc, argv, &o);
+    if (prc != 0) {
+        return prc < 0 ? 0 : prc;
+    }
+    struct moe_diag diag = {0};
+    struct moe_plan *plan = calloc(1, sizeof(*plan));
+    struct moe_cli_problem *p = calloc(1, sizeof(*p));
+    struct moe_run run;
+    memset(&run, 0, sizeof(run));
+    int rc = 1;
+    if (plan == NULL || p == NULL) {
+        fprintf(stderr, "moefold compare: out of memory\n");
+        goto out_free;
+    }
+    if (moe_plan_read(o.plan_path, NULL, plan, NULL, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
+    const char *cluster = o.cluster != NULL ? o.cluster : plan->cluster;
+    if (moe_cluster_load(cluster, &p->cl, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
+    if (moe_run_read(o.run_path, &run, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
+    p->cfg = plan->model;
+    p->lay = plan->layout;
+    p->opt = plan->options;
+    p->num_gpus = plan->layout.num_gpus;
+    p->imbalance_cv = MOE_IMBALANCE_DEFAULT_CV;
+    struct moe_load_stats load;
+    bool auto_load = false;
+    struct moe_prediction pred;
+    if (moe_cli_load_stats(p, &load, &auto_load, &diag) != MOE_OK ||
+        moe_cli_run_predict(p, auto_load ? &load : NULL, &pred, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
+    if (o.json) {
+        cJSON *j = compare_json(&pred, &run);
+        char *s = j != NULL ? cJSON_Print(j) : NULL;
+        if (s != NULL) {
+            puts(s);
+            free(s);
+        }
+        cJSON_Delete(j);
+    } else {
+        print_table(p, &pred, &run);
+    }
+    rc = 0;
+    if (o.plot != NULL) {
+        double pv[MOE_NUM_PHASES];
+        double mv[MOE_NUM_PHASES];
+        phase_values(&pred.time, pv);
+        phase_values(&run.time, mv);
+        rc = plot_phases(o.plot, pv, mv);
+    }
+out_free:
+    moe_run_fini(&run);
+    free(p);
+    free(plan);
+    return rc;
+}

@@ -1,0 +1,174 @@
+/*
+ * Reader of run files (topologies/run_file.h).
+ */
+#include "topologies/run_file.h"
+
+#include "topologies/json_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB 1073741824.0
+
+static enum moe_status
+read_phases(const cJSON *o, const char *w, struct moe_phase_times *t, struct moe_diag *diag)
+{
+    static const char *const keys[] = {"compute",     "expert_gemm", "dispatch",  "combine",
+                                       "tp_comm",     "cp_comm",     "ep_comm",   "pp_comm",
+                                       "dp_comm",     "pp_bubble",   "optimizer", "host_overhead",
+                                       "exposed_comm"};
+    double *dst[] = {&t->compute,   &t->expert_gemm,   &t->dispatch,    &t->combine, &t->tp_comm,
+                     &t->cp_comm,   &t->ep_comm,       &t->pp_comm,     &t->dp_comm, &t->pp_bubble,
+                     &t->optimizer, &t->host_overhead, &t->exposed_comm};
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
+    for (size_t i = 0; i < MOE_ARRAY_LEN(keys); i++) {
+        MOE_TRY(moe_json_get_double(o, keys[i], true, 0.0, 1e9, dst[i], w, diag));
+    }
+    return MOE_OK;
+}
+
+static enum moe_status
+read_memory(const cJSON *o, const char *w, struct moe_mem_bytes *m, struct moe_diag *diag)
+{
+    static const char *const keys[] = {"weights", "grads", "optimizer",   "activations",
+                                       "buffers", "total", "host_offload"};
+    double v[7] = {0};
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
+    for (size_t i = 0; i < MOE_ARRAY_LEN(keys); i++) {
+        MOE_TRY(moe_json_get_double(o, keys[i], true, 0.0, 1e9, &v[i], w, diag));
+    }
+    m->weights = v[0] * GIB;
+    m->grads = v[1] * GIB;
+    m->optimizer = v[2] * GIB;
+    m->activations = v[3] * GIB;
+    m->buffers = v[4] * GIB;
+    m->total = v[5] * GIB;
+    m->host_offload = v[6] * GIB;
+    return MOE_OK;
+}
+
+static enum moe_status
+read_losses(const cJSON *arr, const char *w, struct moe_run *run, struct moe_diag *diag)
+{
+    if (!cJSON_IsArray(arr)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s.per_step: expected an array", w);
+    }
+    int n = 0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double loss = 0.0;
+        MOE_TRY(moe_json_get_double(it, "loss", true, -1e30, 1e30, &loss, "per_step[]", diag));
+        if (n == 0) {
+            run->first_loss = loss;
+        }
+        run->final_loss = loss;
+        n++;
+    }
+    return MOE_OK;
+}
+
+static enum moe_status read_load(const cJSON *arr, struct moe_run *run, struct moe_diag *diag)
+{
+    if (arr == NULL) {
+        return MOE_OK;
+    }
+    if (!cJSON_IsArray(arr)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "expert_load_max_over_mean: expected an array");
+    }
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, arr)
+    {
+        if (run->num_moe_layers >= MOE_RUN_MAX_MOE_LAYERS || !cJSON_IsNumber(it) ||
+            it->valuedouble < 0.0) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "expert_load_max_over_mean: expected at most %d numbers >= 0",
+                                MOE_RUN_MAX_MOE_LAYERS);
+        }
+        run->load_max_over_mean[run->num_moe_layers++] = it->valuedouble;
+    }
+    return MOE_OK;
+}
+
+static enum moe_status
+read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_diag *diag)
+{
+    static const char *const keys[] = {"format",
+                                       "version",
+                                       "model",
+                                       "cluster",
+                                       "backend",
+                                       "num_ranks",
+                                       "layout",
+                                       "steps",
+                                       "measured_steps",
+                                       "tokens_per_step",
+                                       "step_time_s",
+                                       "tokens_per_s",
+                                       "tokens_per_s_per_rank",
+                                       "critical_rank",
+                                       "time_s",
+                                       "per_step",
+                                       "memory_gib",
+                                       "memory_rank",
+                                       "peak_rss_gib",
+                                       "offload_copy_s",
+                                       "dropped_token_fraction",
+                                       "bytes_sent",
+                                       "tokens_per_expert",
+                                       "expert_load_max_over_mean",
+                                       "plan"};
+    MOE_TRY(moe_json_check_format(root, MOE_RUN_FILE_FORMAT, MOE_RUN_FILE_VERSION, path, diag));
+    MOE_TRY(moe_json_check_keys(root, keys, MOE_ARRAY_LEN(keys), path, diag));
+    MOE_TRY(moe_json_get_string(root, "model", false, run->model, sizeof(run->model), path, diag));
+    MOE_TRY(moe_json_get_string(root, "cluster", false, run->cluster, sizeof(run->cluster), path,
+                                diag));
+    MOE_TRY(moe_json_get_string(root, "backend", false, run->backend, sizeof(run->backend), path,
+                                diag));
+    MOE_TRY(moe_json_get_int(root, "num_ranks", true, 1, 1 << 24, &run->num_ranks, path, diag));
+    MOE_TRY(moe_json_get_int(root, "steps", true, 1, 1 << 30, &run->steps, path, diag));
+    MOE_TRY(moe_json_get_int(root, "measured_steps", true, 1, 1 << 30, &run->measured_steps, path,
+                             diag));
+    MOE_TRY(moe_json_get_double(root, "tokens_per_step", true, 0.0, 1e15, &run->tokens_per_step,
+                                path, diag));
+    MOE_TRY(
+        moe_json_get_double(root, "step_time_s", true, 0.0, 1e9, &run->step_time_s, path, diag));
+    MOE_TRY(
+        moe_json_get_double(root, "tokens_per_s", true, 0.0, 1e15, &run->tokens_per_s, path, diag));
+    MOE_TRY(
+        read_phases(cJSON_GetObjectItemCaseSensitive(root, "time_s"), "time_s", &run->time, diag));
+    MOE_TRY(read_memory(cJSON_GetObjectItemCaseSensitive(root, "memory_gib"), "memory_gib",
+                        &run->mem, diag));
+    double rss = 0.0;
+    MOE_TRY(moe_json_get_double(root, "peak_rss_gib", false, 0.0, 1e9, &rss, path, diag));
+    run->peak_rss_bytes = rss * GIB;
+    MOE_TRY(read_losses(cJSON_GetObjectItemCaseSensitive(root, "per_step"), path, run, diag));
+    MOE_TRY(
+        read_load(cJSON_GetObjectItemCaseSensitive(root, "expert_load_max_over_mean"), run, diag));
+    return MOE_OK;
+}
+
+enum moe_status moe_run_read(const char *path, struct moe_run *out, struct moe_diag *diag)
+{
+    memset(out, 0, sizeof(*out));
+    cJSON *root = NULL;
+    MOE_TRY(moe_json_read_file(path, &root, diag));
+    enum moe_status st = read_root(root, path, out, diag);
+    if (st == MOE_OK) {
+        out->tokens_per_expert = cJSON_DetachItemFromObjectCaseSensitive(root, "tokens_per_expert");
+        out->plan = cJSON_DetachItemFromObjectCaseSensitive(root, "plan");
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+void moe_run_fini(struct moe_run *run)
+{
+    if (run == NULL) {
+        return;
+    }
+    cJSON_Delete(run->tokens_per_expert);
+    cJSON_Delete(run->plan);
+    run->tokens_per_expert = NULL;
+    run->plan = NULL;
+}

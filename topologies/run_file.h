@@ -1,0 +1,57 @@
+/*
+ * Run files ("format": "moefold-run", version 1): what `moefold-train` measured, under the names
+ * `moefold predict --json` uses (time_s per phase, memory_gib per category), plus per-step losses
+ * and times, bytes per collective, tokens per expert and the plan that ran. This is the reader
+ * `moefold compare` uses; the engine writes the file (engine/report.c). Unknown top-level keys are
+ * errors naming them; the embedded plan and the bytes-per-collective map are kept as trees.
+ */
+#ifndef MOE_TOPOLOGIES_RUN_FILE_H
+#define MOE_TOPOLOGIES_RUN_FILE_H
+
+#include "model/cost.h"
+#include "model/status.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOE_RUN_FILE_FORMAT    "moefold-run"
+#define MOE_RUN_FILE_VERSION   1
+#define MOE_RUN_MAX_MOE_LAYERS 512
+
+struct moe_run {
+    char model[64];
+    char cluster[64];
+    char backend[32];
+    int num_ranks;
+    int steps;          /* steps run */
+    int measured_steps; /* steps averaged (the first is warm-up) */
+    double tokens_per_step;
+    double step_time_s; /* mean measured step */
+    double tokens_per_s;
+    struct moe_phase_times time; /* mean per step, critical rank; sums to step_time_s */
+    struct moe_mem_bytes mem;    /* bytes by category on the rank with the largest total */
+    double peak_rss_bytes;
+    double final_loss;                                 /* loss of the last step */
+    double first_loss;                                 /* loss of the first step */
+    int num_moe_layers;                                /* entries in load_max_over_mean */
+    double load_max_over_mean[MOE_RUN_MAX_MOE_LAYERS]; /* busiest EP rank / mean, per MoE layer */
+    cJSON *tokens_per_expert; /* owned: [layer][expert] token copies per step, or NULL */
+    cJSON *plan;              /* owned: the plan object that ran, or NULL */
+};
+
+/* Read and check a run file. *out owns its trees: release with moe_run_fini. */
+MOE_NODISCARD enum moe_status
+moe_run_read(const char *path, struct moe_run *out, struct moe_diag *diag);
+
+/* Release the trees of a run read by moe_run_read. NULL-safe. */
+void moe_run_fini(struct moe_run *run);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_TOPOLOGIES_RUN_FILE_H */
