@@ -186,6 +186,35 @@ static const struct moe_model_cfg moe_presets[] = {
         .is_swiglu = true, .is_untied_embeddings = true,
         .vocab_size = 128256, .make_vocab_size_divisible_by = 128, .seq_length = 8192,
     },
+    /* moefold's own test models for moefold-train on a CPU (seconds per step, not published
+     * models). Byte-level vocabulary (256); make_vocab_size_divisible_by 32 keeps the padded
+     * vocabulary at 256 for tp up to 8, so layouts with different TP train the same function.
+     * tiny-moe: 4 layers, first dense, GQA 4/2 heads of 16, 8 routed experts top-2 (softmax)
+     * plus one shared expert. */
+    {
+        .name = "tiny-moe",
+        .num_layers = 4, .hidden_size = 64, .ffn_hidden_size = 128,
+        .num_attention_heads = 4, .num_query_groups = 2, .kv_channels = 16,
+        .is_swiglu = true, .is_untied_embeddings = true,
+        .vocab_size = 256, .make_vocab_size_divisible_by = 32, .seq_length = 64,
+        .num_experts = 8, .moe_ffn_hidden_size = 32, .moe_router_topk = 2,
+        .moe_shared_expert_intermediate_size = 32, .router_score = MOE_ROUTER_SOFTMAX,
+        .layer_flags = {0, MOE_M, MOE_M, MOE_M},
+    },
+    /* tiny-dsv3: DeepSeek-V3's structure in miniature (GQA instead of MLA, no MTP): first layer
+     * dense, 16 routed experts top-4 in 4 groups with group top-2, sigmoid router with the
+     * aux-loss-free expert bias, one shared expert of the routed size. */
+    {
+        .name = "tiny-dsv3",
+        .num_layers = 4, .hidden_size = 64, .ffn_hidden_size = 160,
+        .num_attention_heads = 4, .num_query_groups = 4, .kv_channels = 16,
+        .is_swiglu = true, .is_untied_embeddings = true,
+        .vocab_size = 256, .make_vocab_size_divisible_by = 32, .seq_length = 64,
+        .num_experts = 16, .moe_ffn_hidden_size = 16, .moe_router_topk = 4,
+        .moe_shared_expert_intermediate_size = 16, .router_score = MOE_ROUTER_SIGMOID,
+        .has_router_expert_bias = true, .moe_router_num_groups = 4, .moe_router_group_topk = 2,
+        .layer_flags = {0, MOE_M, MOE_M, MOE_M},
+    },
 };
 /* clang-format on */
 

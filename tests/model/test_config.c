@@ -65,8 +65,9 @@ static void test_preset_list(void **state)
 {
     (void)state;
     static const char *const names[] = {
-        "deepseek-v3",  "kimi-k2",       "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen2-57b-a14b",
-        "mixtral-8x7b", "mixtral-8x22b", "gpt-oss-120b",    "llama3-8b",     "llama3-70b",
+        "deepseek-v3",    "kimi-k2",      "qwen3-235b-a22b", "qwen3-30b-a3b",
+        "qwen2-57b-a14b", "mixtral-8x7b", "mixtral-8x22b",   "gpt-oss-120b",
+        "llama3-8b",      "llama3-70b",   "tiny-moe",        "tiny-dsv3",
     };
     assert_int_equal(moe_cfg_num_presets(), MOE_ARRAY_LEN(names));
     for (size_t i = 0; i < MOE_ARRAY_LEN(names); i++) {
