@@ -1,22 +1,18 @@
 /*
- * Saved-activation layout: which tensors each layer keeps for backward and
- * where (activation slot, shared recompute scratch, or offload staging + host
- * pool), one slot per micro-batch in flight per chunk (the count comes from the
- * schedule), and the buffers category (chunk outputs for the pipeline sends,
- * gradient streams, token ids, the recompute scratch, offload staging and the
+ * Saved-activation layout: which tensors each layer keeps for backward and where (activation slot,
+ * shared recompute scratch, or offload staging + host pool), one slot per micro-batch in flight per
+ * chunk (the count comes from the schedule), and the buffers category (chunk outputs for the
+ * pipeline sends, gradient streams, token ids, the recompute scratch, offload staging and the
  * per-op temporaries).
  *
- * Recompute (Megatron's --recompute-granularity/--recompute-modules): a
- * selectively recomputed module's tensors go to a scratch region shared by all
- * layers and are recomputed in backward; full recompute keeps only the input of
- * each unit of recompute_num_layers layers (uniform) or of the first
- * recompute_num_layers layers of each chunk (block). Offload
- * (--offload-modules,
- * --cpu-offloading-num-layers): a module's tensors are written to a staging
- * area (two halves, so a layer's output never lands on the previous layer's
- * staged tensors), copied to a host pool after the layer's forward and back
- * before its backward. A layer's input is the previous layer's output in place,
- * so the first layer of a chunk never offloads its input.
+ * Recompute (Megatron's --recompute-granularity/--recompute-modules): a selectively recomputed
+ * module's tensors go to a scratch region shared by all layers and are recomputed in backward; full
+ * recompute keeps only the input of each unit of recompute_num_layers layers (uniform) or of the
+ * first recompute_num_layers layers of each chunk (block). Offload (--offload-modules,
+ * --cpu-offloading-num-layers): a module's tensors are written to a staging area (two halves, so a
+ * layer's output never lands on the previous layer's staged tensors), copied to a host pool after
+ * the layer's forward and back before its backward. A layer's input is the previous layer's output
+ * in place, so the first layer of a chunk never offloads its input.
  */
 #include "engine/internal.h"
 
@@ -24,497 +20,510 @@
 
 /* Arenas a layer's tensors are carved from. */
 struct placement {
-  struct moe_eng_arena *slot;    /* activations */
-  struct moe_eng_arena *scratch; /* recompute scratch */
-  struct moe_eng_arena *stage;   /* offload staging half of this layer */
+    struct moe_eng_arena *slot;    /* activations */
+    struct moe_eng_arena *scratch; /* recompute scratch */
+    struct moe_eng_arena *stage;   /* offload staging half of this layer */
 };
 
-static void *take(struct placement *pl, enum moe_eng_store s, size_t bytes) {
-  switch (s) {
-  case MOE_ENG_STORE_SCRATCH:
-    return moe_eng_arena_take(pl->scratch, bytes);
-  case MOE_ENG_STORE_OFFLOAD:
-    return moe_eng_arena_take(pl->stage, bytes);
-  case MOE_ENG_STORE_SLOT:
-    break;
-  }
-  return moe_eng_arena_take(pl->slot, bytes);
+static void *take(struct placement *pl, enum moe_eng_store s, size_t bytes)
+{
+    switch (s) {
+    case MOE_ENG_STORE_SCRATCH:
+        return moe_eng_arena_take(pl->scratch, bytes);
+    case MOE_ENG_STORE_OFFLOAD:
+        return moe_eng_arena_take(pl->stage, bytes);
+    case MOE_ENG_STORE_SLOT:
+        break;
+    }
+    return moe_eng_arena_take(pl->slot, bytes);
 }
 
-static float *tf(struct placement *pl, enum moe_eng_store s, size_t n) {
-  return take(pl, s, n * sizeof(float));
+static float *tf(struct placement *pl, enum moe_eng_store s, size_t n)
+{
+    return take(pl, s, n * sizeof(float));
 }
 
-static int *ti(struct placement *pl, enum moe_eng_store s, size_t n) {
-  return take(pl, s, n * sizeof(int));
+static int *ti(struct placement *pl, enum moe_eng_store s, size_t n)
+{
+    return take(pl, s, n * sizeof(int));
 }
 
-/* Storage of a tensor given the recompute module bit that drops it and the
- * offload bit. */
-static enum moe_eng_store store_of(const struct moe_eng_rc *rc, unsigned rc_bit,
-                                   unsigned off_bit) {
-  if (rc->is_full) {
-    return MOE_ENG_STORE_SCRATCH;
-  }
-  if (rc_bit != 0 && (rc->modules & rc_bit)) {
-    return MOE_ENG_STORE_SCRATCH;
-  }
-  if (off_bit != 0 && (rc->offload & off_bit)) {
-    return MOE_ENG_STORE_OFFLOAD;
-  }
-  return MOE_ENG_STORE_SLOT;
+/* Storage of a tensor given the recompute module bit that drops it and the offload bit. */
+static enum moe_eng_store store_of(const struct moe_eng_rc *rc, unsigned rc_bit, unsigned off_bit)
+{
+    if (rc->is_full) {
+        return MOE_ENG_STORE_SCRATCH;
+    }
+    if (rc_bit != 0 && (rc->modules & rc_bit)) {
+        return MOE_ENG_STORE_SCRATCH;
+    }
+    if (off_bit != 0 && (rc->offload & off_bit)) {
+        return MOE_ENG_STORE_OFFLOAD;
+    }
+    return MOE_ENG_STORE_SLOT;
 }
 
 static void carve_attention(const struct moe_eng_dims *d,
-                            const struct moe_eng_rc *rc, struct placement *pl,
-                            struct moe_eng_layer_act *a) {
-  size_t ms = (size_t)d->tokens_sp;
-  size_t m = (size_t)d->tokens;
-  size_t C = (size_t)d->hidden;
-  size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
-  size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
-  a->rstd1 = tf(pl, store_of(rc, 0, MOE_OFF_ATTN_NORM), ms);
-  a->h1 = tf(pl, store_of(rc, MOE_RC_LAYERNORM, MOE_OFF_QKV_LINEAR), ms * C);
-  enum moe_eng_store qkv_store = store_of(rc, 0, MOE_OFF_CORE_ATTN);
-  a->q = tf(pl, qkv_store, m * hq);
-  a->k = tf(pl, qkv_store, m * hkv);
-  a->v = tf(pl, qkv_store, m * hkv);
-  unsigned o_off = MOE_OFF_CORE_ATTN | MOE_OFF_ATTN_PROJ;
-  a->o = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, o_off), m * hq);
-  a->lse = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, MOE_OFF_CORE_ATTN),
-              (size_t)d->mbs * (size_t)d->heads_l * (size_t)d->seq_l);
-  a->x2 = tf(pl, store_of(rc, 0, MOE_OFF_MLP_NORM), ms * C);
-  a->rstd2 = tf(pl, store_of(rc, 0, MOE_OFF_MLP_NORM), ms);
-  a->h2 = tf(pl, store_of(rc, MOE_RC_LAYERNORM, 0), ms * C);
+                            const struct moe_eng_rc *rc,
+                            struct placement *pl,
+                            struct moe_eng_layer_act *a)
+{
+    size_t ms = (size_t)d->tokens_sp;
+    size_t m = (size_t)d->tokens;
+    size_t C = (size_t)d->hidden;
+    size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
+    size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
+    a->rstd1 = tf(pl, store_of(rc, 0, MOE_OFF_ATTN_NORM), ms);
+    a->h1 = tf(pl, store_of(rc, MOE_RC_LAYERNORM, MOE_OFF_QKV_LINEAR), ms * C);
+    enum moe_eng_store qkv_store = store_of(rc, 0, MOE_OFF_CORE_ATTN);
+    a->q = tf(pl, qkv_store, m * hq);
+    a->k = tf(pl, qkv_store, m * hkv);
+    a->v = tf(pl, qkv_store, m * hkv);
+    unsigned o_off = MOE_OFF_CORE_ATTN | MOE_OFF_ATTN_PROJ;
+    a->o = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, o_off), m * hq);
+    a->lse = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, MOE_OFF_CORE_ATTN),
+                (size_t)d->mbs * (size_t)d->heads_l * (size_t)d->seq_l);
+    a->x2 = tf(pl, store_of(rc, 0, MOE_OFF_MLP_NORM), ms * C);
+    a->rstd2 = tf(pl, store_of(rc, 0, MOE_OFF_MLP_NORM), ms);
+    a->h2 = tf(pl, store_of(rc, MOE_RC_LAYERNORM, 0), ms * C);
 }
 
-static void carve_mlp(const struct moe_eng_dims *d, const struct moe_eng_rc *rc,
-                      unsigned rc_bit, int ffn_l, struct placement *pl,
-                      struct moe_eng_layer_act *a) {
-  size_t m = (size_t)d->tokens;
-  enum moe_eng_store s = store_of(rc, rc_bit, 0);
-  a->fc1 = tf(pl, s, m * 2 * (size_t)ffn_l);
-  a->act = tf(pl, s, m * (size_t)ffn_l);
+static void carve_mlp(const struct moe_eng_dims *d,
+                      const struct moe_eng_rc *rc,
+                      unsigned rc_bit,
+                      int ffn_l,
+                      struct placement *pl,
+                      struct moe_eng_layer_act *a)
+{
+    size_t m = (size_t)d->tokens;
+    enum moe_eng_store s = store_of(rc, rc_bit, 0);
+    a->fc1 = tf(pl, s, m * 2 * (size_t)ffn_l);
+    a->act = tf(pl, s, m * (size_t)ffn_l);
 }
 
-static void carve_moe(const struct moe_eng_dims *d, const struct moe_eng_rc *rc,
-                      struct placement *pl, struct moe_eng_layer_act *a) {
-  size_t ms = (size_t)d->tokens_sp;
-  size_t E = (size_t)d->experts;
-  size_t K = (size_t)d->topk;
-  size_t C = (size_t)d->hidden;
-  size_t r = (size_t)d->rows_exp;
-  size_t fel = (size_t)d->expert_ffn_l;
-  enum moe_eng_store s = store_of(rc, MOE_RC_MOE, 0);
-  a->logits = tf(pl, s, ms * E);
-  a->scores = tf(pl, s, ms * E);
-  a->topk_w = tf(pl, s, ms * K);
-  a->topk_idx = ti(pl, s, ms * K);
-  a->slot_to_row = ti(pl, s, ms * K);
-  a->row_to_slot = ti(pl, s, ms * K);
-  a->tokens_per_expert = ti(pl, s, E);
-  a->counts_mb = ti(pl, s, E);
-  a->recv_counts = ti(pl, s, (size_t)d->ep * (size_t)d->experts_l);
-  a->gath_counts =
-      ti(pl, s, (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l);
-  a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
-  a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * 2 * fel);
-  a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
-  a->y_rows = tf(pl, s, ms * K * C);
+static void carve_moe(const struct moe_eng_dims *d,
+                      const struct moe_eng_rc *rc,
+                      struct placement *pl,
+                      struct moe_eng_layer_act *a)
+{
+    size_t ms = (size_t)d->tokens_sp;
+    size_t E = (size_t)d->experts;
+    size_t K = (size_t)d->topk;
+    size_t C = (size_t)d->hidden;
+    size_t r = (size_t)d->rows_exp;
+    size_t fel = (size_t)d->expert_ffn_l;
+    enum moe_eng_store s = store_of(rc, MOE_RC_MOE, 0);
+    a->logits = tf(pl, s, ms * E);
+    a->scores = tf(pl, s, ms * E);
+    a->topk_w = tf(pl, s, ms * K);
+    a->topk_idx = ti(pl, s, ms * K);
+    a->slot_to_row = ti(pl, s, ms * K);
+    a->row_to_slot = ti(pl, s, ms * K);
+    a->tokens_per_expert = ti(pl, s, E);
+    a->counts_mb = ti(pl, s, E);
+    a->recv_counts = ti(pl, s, (size_t)d->ep * (size_t)d->experts_l);
+    a->gath_counts = ti(pl, s, (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l);
+    a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
+    a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * 2 * fel);
+    a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
+    a->y_rows = tf(pl, s, ms * K * C);
 }
 
 static void carve_layer(const struct moe_eng *e,
                         const struct moe_eng_layer_w *w,
-                        const struct moe_eng_rc *rc, bool is_chunk_first,
-                        struct placement *pl, struct moe_eng_layer_act *a) {
-  const struct moe_eng_dims *d = &e->d;
-  memset(a, 0, sizeof(*a));
-  size_t stage_before = moe_eng_arena_mark(pl->stage);
-  /* The input: the chunk input for the first layer (set by the caller), else
-   * the previous layer's output, kept unless the unit is recomputed from an
-   * earlier input. */
-  if (!is_chunk_first) {
-    enum moe_eng_store xs = MOE_ENG_STORE_SLOT;
-    if (rc->is_full && !rc->is_unit_start) {
-      xs = MOE_ENG_STORE_SCRATCH;
-    } else if (!rc->is_full && (rc->offload & MOE_OFF_ATTN_NORM)) {
-      xs = MOE_ENG_STORE_OFFLOAD;
+                        const struct moe_eng_rc *rc,
+                        bool is_chunk_first,
+                        struct placement *pl,
+                        struct moe_eng_layer_act *a)
+{
+    const struct moe_eng_dims *d = &e->d;
+    memset(a, 0, sizeof(*a));
+    size_t stage_before = moe_eng_arena_mark(pl->stage);
+    /* The input: the chunk input for the first layer (set by the caller), else the previous layer's
+     * output, kept unless the unit is recomputed from an earlier input. */
+    if (!is_chunk_first) {
+        enum moe_eng_store xs = MOE_ENG_STORE_SLOT;
+        if (rc->is_full && !rc->is_unit_start) {
+            xs = MOE_ENG_STORE_SCRATCH;
+        } else if (!rc->is_full && (rc->offload & MOE_OFF_ATTN_NORM)) {
+            xs = MOE_ENG_STORE_OFFLOAD;
+        }
+        a->x = tf(pl, xs, (size_t)d->tokens_sp * (size_t)d->hidden);
     }
-    a->x = tf(pl, xs, (size_t)d->tokens_sp * (size_t)d->hidden);
-  }
-  carve_attention(d, rc, pl, a);
-  if (!w->is_moe) {
-    carve_mlp(d, rc, MOE_RC_MLP, d->ffn_l, pl, a);
-  } else {
-    carve_moe(d, rc, pl, a);
-    if (d->shared_ffn_l > 0) {
-      unsigned bit = MOE_RC_SHARED_EXPERTS | MOE_RC_MOE;
-      carve_mlp(d, rc, bit, d->shared_ffn_l, pl, a);
+    carve_attention(d, rc, pl, a);
+    if (!w->is_moe) {
+        carve_mlp(d, rc, MOE_RC_MLP, d->ffn_l, pl, a);
+    } else {
+        carve_moe(d, rc, pl, a);
+        if (d->shared_ffn_l > 0) {
+            unsigned bit = MOE_RC_SHARED_EXPERTS | MOE_RC_MOE;
+            carve_mlp(d, rc, bit, d->shared_ffn_l, pl, a);
+        }
     }
-  }
-  a->offload_bytes = moe_eng_arena_mark(pl->stage) - stage_before;
-  a->stage = pl->stage->base != NULL ? pl->stage->base + stage_before : NULL;
+    a->offload_bytes = moe_eng_arena_mark(pl->stage) - stage_before;
+    a->stage = pl->stage->base != NULL ? pl->stage->base + stage_before : NULL;
 }
 
 /* Recompute and offload policy per layer of a chunk. */
-static void chunk_policy(const struct moe_eng *e, struct moe_eng_chunk *ch) {
-  const struct moe_options *o = &e->plan.options;
-  int n = o->recompute_num_layers > 0 ? o->recompute_num_layers : 1;
-  for (int i = 0; i < ch->num_layers; i++) {
-    struct moe_eng_rc *rc = &ch->rc[i];
-    memset(rc, 0, sizeof(*rc));
-    if (o->recompute == MOE_RECOMPUTE_FULL) {
-      if (o->recompute_method == MOE_RECOMPUTE_UNIFORM) {
-        rc->is_full = true;
-        rc->is_unit_start = i % n == 0;
-        int left = ch->num_layers - i;
-        rc->unit_len = rc->is_unit_start ? (n < left ? n : left) : 0;
-      } else if (i < n) {
-        rc->is_full = true;
-        rc->is_unit_start = true;
-        rc->unit_len = 1;
-      }
-    } else if (o->recompute == MOE_RECOMPUTE_SELECTIVE) {
-      rc->modules = o->recompute_modules;
+static void chunk_policy(const struct moe_eng *e, struct moe_eng_chunk *ch)
+{
+    const struct moe_options *o = &e->plan.options;
+    int n = o->recompute_num_layers > 0 ? o->recompute_num_layers : 1;
+    for (int i = 0; i < ch->num_layers; i++) {
+        struct moe_eng_rc *rc = &ch->rc[i];
+        memset(rc, 0, sizeof(*rc));
+        if (o->recompute == MOE_RECOMPUTE_FULL) {
+            if (o->recompute_method == MOE_RECOMPUTE_UNIFORM) {
+                rc->is_full = true;
+                rc->is_unit_start = i % n == 0;
+                int left = ch->num_layers - i;
+                rc->unit_len = rc->is_unit_start ? (n < left ? n : left) : 0;
+            } else if (i < n) {
+                rc->is_full = true;
+                rc->is_unit_start = true;
+                rc->unit_len = 1;
+            }
+        } else if (o->recompute == MOE_RECOMPUTE_SELECTIVE) {
+            rc->modules = o->recompute_modules;
+        }
+        if (!rc->is_full) {
+            if (o->fine_grained_offload) {
+                rc->offload = o->offload_modules;
+            }
+            if (o->cpu_offloading_num_layers > i) {
+                rc->offload = MOE_OFF_ALL;
+            }
+        }
     }
-    if (!rc->is_full) {
-      if (o->fine_grained_offload) {
-        rc->offload = o->offload_modules;
-      }
-      if (o->cpu_offloading_num_layers > i) {
-        rc->offload = MOE_OFF_ALL;
-      }
-    }
-  }
 }
 
-void moe_eng_acts_carve(struct moe_eng *e) {
-  const struct moe_eng_dims *d = &e->d;
-  struct moe_eng_arena *acts = &e->mem[MOE_ENG_MEM_ACTIVATIONS].arena;
-  struct moe_eng_arena *bufs = &e->mem[MOE_ENG_MEM_BUFFERS].arena;
-  struct moe_eng_arena *host = &e->mem[MOE_ENG_MEM_HOST].arena;
-  bool sizing = acts->is_sizing;
-  struct moe_eng_arena scratch;
-  struct moe_eng_arena stage[2];
-  size_t half = e->staging_bytes / 2;
-  if (sizing) {
-    moe_eng_arena_init_sizing(&scratch);
-    moe_eng_arena_init_sizing(&stage[0]);
-    moe_eng_arena_init_sizing(&stage[1]);
-  } else {
-    moe_eng_arena_init(&scratch, e->rc_scratch, e->rc_scratch_bytes);
-    moe_eng_arena_init(&stage[0], e->staging, half);
-    moe_eng_arena_init(&stage[1], (char *)e->staging + half, half);
-  }
-  size_t ms_c = (size_t)d->tokens_sp * (size_t)d->hidden;
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    struct moe_eng_chunk *ch = &e->chunks[v];
-    chunk_policy(e, ch);
-    for (int s = 0; s < ch->num_slots; s++) {
-      struct moe_eng_slot *sl = &ch->slots[s];
-      struct moe_eng_layer_act *acts_arr = sl->acts; /* allocated at create */
-      memset(sl, 0, sizeof(*sl));
-      sl->acts = acts_arr;
-      sl->x0 = moe_eng_arena_floats(acts, ms_c);
-      sl->dout = ch->has_loss ? moe_eng_arena_floats(acts, ms_c) : NULL;
-      sl->out = moe_eng_arena_floats(bufs, ms_c);
-      sl->dx_send = ch->c > 0 ? moe_eng_arena_floats(bufs, ms_c) : NULL;
-      for (int i = 0; i < ch->num_layers; i++) {
-        const struct moe_eng_rc *rc = &ch->rc[i];
-        if (!rc->is_full || rc->is_unit_start) {
-          moe_eng_arena_reset(&scratch);
+void moe_eng_acts_carve(struct moe_eng *e)
+{
+    const struct moe_eng_dims *d = &e->d;
+    struct moe_eng_arena *acts = &e->mem[MOE_ENG_MEM_ACTIVATIONS].arena;
+    struct moe_eng_arena *bufs = &e->mem[MOE_ENG_MEM_BUFFERS].arena;
+    struct moe_eng_arena *host = &e->mem[MOE_ENG_MEM_HOST].arena;
+    bool sizing = acts->is_sizing;
+    struct moe_eng_arena scratch;
+    struct moe_eng_arena stage[2];
+    size_t half = e->staging_bytes / 2;
+    if (sizing) {
+        moe_eng_arena_init_sizing(&scratch);
+        moe_eng_arena_init_sizing(&stage[0]);
+        moe_eng_arena_init_sizing(&stage[1]);
+    } else {
+        moe_eng_arena_init(&scratch, e->rc_scratch, e->rc_scratch_bytes);
+        moe_eng_arena_init(&stage[0], e->staging, half);
+        moe_eng_arena_init(&stage[1], (char *)e->staging + half, half);
+    }
+    size_t ms_c = (size_t)d->tokens_sp * (size_t)d->hidden;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        struct moe_eng_chunk *ch = &e->chunks[v];
+        chunk_policy(e, ch);
+        for (int s = 0; s < ch->num_slots; s++) {
+            struct moe_eng_slot *sl = &ch->slots[s];
+            struct moe_eng_layer_act *acts_arr = sl->acts; /* allocated at create */
+            memset(sl, 0, sizeof(*sl));
+            sl->acts = acts_arr;
+            sl->x0 = moe_eng_arena_floats(acts, ms_c);
+            sl->dout = ch->has_loss ? moe_eng_arena_floats(acts, ms_c) : NULL;
+            sl->out = moe_eng_arena_floats(bufs, ms_c);
+            sl->dx_send = ch->c > 0 ? moe_eng_arena_floats(bufs, ms_c) : NULL;
+            for (int i = 0; i < ch->num_layers; i++) {
+                const struct moe_eng_rc *rc = &ch->rc[i];
+                if (!rc->is_full || rc->is_unit_start) {
+                    moe_eng_arena_reset(&scratch);
+                }
+                moe_eng_arena_reset(&stage[i % 2]);
+                struct placement pl = {.slot = acts, .scratch = &scratch, .stage = &stage[i % 2]};
+                struct moe_eng_layer_act *a = &sl->acts[i];
+                carve_layer(e, &e->layers[ch->first_layer + i], rc, i == 0, &pl, a);
+                if (i == 0) {
+                    a->x = sl->x0;
+                }
+                a->host = a->offload_bytes > 0 ? moe_eng_arena_take(host, a->offload_bytes) : NULL;
+            }
         }
-        moe_eng_arena_reset(&stage[i % 2]);
-        struct placement pl = {
-            .slot = acts, .scratch = &scratch, .stage = &stage[i % 2]};
-        struct moe_eng_layer_act *a = &sl->acts[i];
-        carve_layer(e, &e->layers[ch->first_layer + i], rc, i == 0, &pl, a);
-        if (i == 0) {
-          a->x = sl->x0;
+    }
+    if (sizing) {
+        e->rc_scratch_bytes = scratch.peak;
+        size_t st = stage[0].peak > stage[1].peak ? stage[0].peak : stage[1].peak;
+        e->staging_bytes = 2 * st;
+    }
+    /* Gradient stream, token ids, positions, K/V reorder tables, expert statistics. */
+    e->grad_stream = moe_eng_arena_floats(bufs, ms_c);
+    e->grad_tmp = moe_eng_arena_floats(bufs, ms_c);
+    size_t mt = (size_t)e->plan.layout.num_microbatches * (size_t)d->tokens;
+    e->ids = moe_eng_arena_ints(bufs, mt);
+    e->targets = moe_eng_arena_ints(bufs, mt);
+    e->positions = moe_eng_arena_ints(bufs, (size_t)d->tokens);
+    e->cp_chunk_rows = moe_eng_arena_ints(bufs, (size_t)d->cp * (size_t)d->mbs);
+    e->cp_chunk_order = moe_eng_arena_ints(bufs, (size_t)d->cp * (size_t)d->mbs);
+    e->step_counts = moe_eng_arena_take(
+        bufs, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1) * sizeof(long));
+    if (!sizing) {
+        for (int b = 0; b < d->mbs; b++) {
+            for (int t = 0; t < d->seq_l; t++) {
+                e->positions[b * d->seq_l + t] = d->pos0 + t;
+            }
         }
-        a->host = a->offload_bytes > 0
-                      ? moe_eng_arena_take(host, a->offload_bytes)
-                      : NULL;
-      }
+        /* All-gathered K/V arrive as [CP][B][Tl]; attention wants [B][CP][Tl]. */
+        for (int i = 0; i < d->cp * d->mbs; i++) {
+            e->cp_chunk_rows[i] = d->seq_l;
+        }
+        for (int b = 0; b < d->mbs; b++) {
+            for (int c = 0; c < d->cp; c++) {
+                e->cp_chunk_order[b * d->cp + c] = c * d->mbs + b;
+            }
+        }
     }
-  }
-  if (sizing) {
-    e->rc_scratch_bytes = scratch.peak;
-    size_t st = stage[0].peak > stage[1].peak ? stage[0].peak : stage[1].peak;
-    e->staging_bytes = 2 * st;
-  }
-  /* Gradient stream, token ids, positions, K/V reorder tables, expert
-   * statistics. */
-  e->grad_stream = moe_eng_arena_floats(bufs, ms_c);
-  e->grad_tmp = moe_eng_arena_floats(bufs, ms_c);
-  size_t mt = (size_t)e->plan.layout.num_microbatches * (size_t)d->tokens;
-  e->ids = moe_eng_arena_ints(bufs, mt);
-  e->targets = moe_eng_arena_ints(bufs, mt);
-  e->positions = moe_eng_arena_ints(bufs, (size_t)d->tokens);
-  e->cp_chunk_rows = moe_eng_arena_ints(bufs, (size_t)d->cp * (size_t)d->mbs);
-  e->cp_chunk_order = moe_eng_arena_ints(bufs, (size_t)d->cp * (size_t)d->mbs);
-  e->step_counts = moe_eng_arena_take(
-      bufs, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1) *
-                sizeof(long));
-  if (!sizing) {
-    for (int b = 0; b < d->mbs; b++) {
-      for (int t = 0; t < d->seq_l; t++) {
-        e->positions[b * d->seq_l + t] = d->pos0 + t;
-      }
-    }
-    /* All-gathered K/V arrive as [CP][B][Tl]; attention wants [B][CP][Tl]. */
-    for (int i = 0; i < d->cp * d->mbs; i++) {
-      e->cp_chunk_rows[i] = d->seq_l;
-    }
-    for (int b = 0; b < d->mbs; b++) {
-      for (int c = 0; c < d->cp; c++) {
-        e->cp_chunk_order[b * d->cp + c] = c * d->mbs + b;
-      }
-    }
-  }
 }
 
-/* ---- Per-op temporaries
- * ----------------------------------------------------------------------- */
+/* ---- Per-op temporaries ---------------------------------------------------------------------- */
 /*
- * The temporaries each forward/backward function carves from the temp arena,
- * replayed in the same order and nesting on a sizing arena; the arena's peak is
- * the size of the temp region. An overflow at run time (a carve missing here)
- * aborts with both sizes.
+ * The temporaries each forward/backward function carves from the temp arena, replayed in the same
+ * order and nesting on a sizing arena; the arena's peak is the size of the temp region. An overflow
+ * at run time (a carve missing here) aborts with both sizes.
  */
 
 struct tsim {
-  struct moe_eng_arena a;
+    struct moe_eng_arena a;
 };
 
-static void tf_(struct tsim *s, size_t n) {
-  (void)moe_eng_arena_floats(&s->a, n);
+static void tf_(struct tsim *s, size_t n)
+{
+    (void)moe_eng_arena_floats(&s->a, n);
 }
 
-static void ti_(struct tsim *s, size_t n) {
-  (void)moe_eng_arena_ints(&s->a, n);
+static void ti_(struct tsim *s, size_t n)
+{
+    (void)moe_eng_arena_ints(&s->a, n);
 }
 
-/* Largest qdq carve a GEMM helper stacks on top of its caller (precision
- * emulation only). */
-static void qdq_reserve(const struct moe_eng *e, struct tsim *s) {
-  if (!e->opts.emulate_precision) {
-    return;
-  }
-  const struct moe_eng_dims *d = &e->d;
-  size_t rows = (size_t)(d->tokens > d->rows_exp ? d->tokens : d->rows_exp);
-  size_t dims[] = {
-      (size_t)d->hidden,           (size_t)d->qkv_cols,
-      2 * (size_t)d->ffn_l,        2 * (size_t)d->shared_ffn_l,
-      2 * (size_t)d->expert_ffn_l, (size_t)d->heads_l * (size_t)d->head_dim};
-  size_t dim = 0;
-  for (size_t i = 0; i < MOE_ARRAY_LEN(dims); i++) {
-    dim = dims[i] > dim ? dims[i] : dim;
-  }
-  size_t wmax = 0;
-  for (int p = 0; p < e->num_params; p++) {
-    wmax = e->params[p].numel > wmax ? e->params[p].numel : wmax;
-  }
-  ti_(s, (size_t)(d->experts_l > 0 ? d->experts_l : 1));
-  tf_(s, rows * dim);
-  tf_(s, rows * dim);
-  tf_(s, wmax);
+/* Largest qdq carve a GEMM helper stacks on top of its caller (precision emulation only). */
+static void qdq_reserve(const struct moe_eng *e, struct tsim *s)
+{
+    if (!e->opts.emulate_precision) {
+        return;
+    }
+    const struct moe_eng_dims *d = &e->d;
+    size_t rows = (size_t)(d->tokens > d->rows_exp ? d->tokens : d->rows_exp);
+    size_t dims[] = {(size_t)d->hidden,           (size_t)d->qkv_cols,
+                     2 * (size_t)d->ffn_l,        2 * (size_t)d->shared_ffn_l,
+                     2 * (size_t)d->expert_ffn_l, (size_t)d->heads_l * (size_t)d->head_dim};
+    size_t dim = 0;
+    for (size_t i = 0; i < MOE_ARRAY_LEN(dims); i++) {
+        dim = dims[i] > dim ? dims[i] : dim;
+    }
+    size_t wmax = 0;
+    for (int p = 0; p < e->num_params; p++) {
+        wmax = e->params[p].numel > wmax ? e->params[p].numel : wmax;
+    }
+    ti_(s, (size_t)(d->experts_l > 0 ? d->experts_l : 1));
+    tf_(s, rows * dim);
+    tf_(s, rows * dim);
+    tf_(s, wmax);
 }
 
-static void sim_ep_plan(const struct moe_eng_dims *d, struct tsim *s) {
-  for (int i = 0; i < 4; i++) {
+static void sim_ep_plan(const struct moe_eng_dims *d, struct tsim *s)
+{
+    for (int i = 0; i < 4; i++) {
+        ti_(s, (size_t)d->ep);
+    }
+    ti_(s, (size_t)d->etp);
+    ti_(s, (size_t)d->etp);
+    size_t nch = (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l;
+    ti_(s, nch);
+    ti_(s, nch);
+    ti_(s, (size_t)d->experts_l);
+}
+
+static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
+    size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
+    if (d->sp) {
+        tf_(s, M * C);
+    }
+    tf_(s, M * (size_t)d->qkv_cols);
+    if (d->cp > 1) {
+        for (int i = 0; i < 3; i++) {
+            tf_(s, M * (size_t)d->cp * hkv);
+        }
+    }
+    (void)moe_eng_arena_take(&s->a, e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc));
+    if (d->sp) {
+        tf_(s, M * C);
+    }
+    qdq_reserve(e, s);
+}
+
+static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
+    size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
+    size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
+    size_t ws = e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc);
+    if (d->cp > 1) {
+        for (int i = 0; i < 3; i++) {
+            tf_(s, M * (size_t)d->cp * hkv);
+        }
+    }
+    (void)moe_eng_arena_take(&s->a, ws); /* core-attention recompute */
+    if (d->sp) {
+        tf_(s, M * C);
+    }
+    tf_(s, M * hq);
+    tf_(s, M * hq);
+    tf_(s, M * (size_t)d->cp * hkv);
+    tf_(s, M * (size_t)d->cp * hkv);
+    (void)moe_eng_arena_take(&s->a, ws);
+    if (d->cp > 1) {
+        tf_(s, M * hkv);
+        tf_(s, M * hkv);
+        tf_(s, M * (size_t)d->cp * hkv); /* reduce_dkv transient */
+    }
+    tf_(s, M * (size_t)d->qkv_cols);
+    if (d->sp) {
+        tf_(s, M * C);
+    }
+    tf_(s, M * C);
+    if (d->sp) {
+        tf_(s, (size_t)d->tokens_sp * C);
+    }
+    qdq_reserve(e, s);
+}
+
+static void sim_mlp_fwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
+    if (d->sp) {
+        tf_(s, M * C);
+        tf_(s, M * C);
+    }
+    qdq_reserve(e, s);
+}
+
+static void sim_mlp_bwd(const struct moe_eng *e, struct tsim *s, int ffn_l)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
+    if (d->sp) {
+        tf_(s, M * C);
+        tf_(s, M * C);
+    }
+    tf_(s, M * (size_t)ffn_l);
+    tf_(s, M * 2 * (size_t)ffn_l);
+    tf_(s, M * C);
+    if (d->sp) {
+        tf_(s, (size_t)d->tokens_sp * C);
+    }
+    qdq_reserve(e, s);
+}
+
+static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t C = (size_t)d->hidden;
+    size_t mark = moe_eng_arena_mark(&s->a);
+    ti_(s, (size_t)d->experts);
     ti_(s, (size_t)d->ep);
-  }
-  ti_(s, (size_t)d->etp);
-  ti_(s, (size_t)d->etp);
-  size_t nch = (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l;
-  ti_(s, nch);
-  ti_(s, nch);
-  ti_(s, (size_t)d->experts_l);
+    moe_eng_arena_release(&s->a, mark);
+    tf_(s, (size_t)d->rows_send * C);
+    tf_(s, (size_t)d->rows_recv * C);
+    tf_(s, (size_t)d->rows_exp * C);
+    sim_ep_plan(d, s);
+    tf_(s, (size_t)d->rows_exp * C);
+    qdq_reserve(e, s);
 }
 
-static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
-  size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
-  if (d->sp) {
-    tf_(s, M * C);
-  }
-  tf_(s, M * (size_t)d->qkv_cols);
-  if (d->cp > 1) {
-    for (int i = 0; i < 3; i++) {
-      tf_(s, M * (size_t)d->cp * hkv);
-    }
-  }
-  (void)moe_eng_arena_take(
-      &s->a, e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc));
-  if (d->sp) {
-    tf_(s, M * C);
-  }
-  qdq_reserve(e, s);
+static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t C = (size_t)d->hidden, fel = (size_t)d->expert_ffn_l;
+    size_t ms = (size_t)d->tokens_sp;
+    tf_(s, ms * (size_t)d->topk);
+    size_t mark = moe_eng_arena_mark(&s->a);
+    sim_ep_plan(d, s);
+    tf_(s, (size_t)d->rows_recv * C);
+    tf_(s, (size_t)d->rows_exp * C);
+    tf_(s, (size_t)d->rows_exp * C);
+    tf_(s, (size_t)d->rows_send * C);
+    tf_(s, (size_t)d->rows_exp * fel);
+    tf_(s, (size_t)d->rows_exp * 2 * fel);
+    qdq_reserve(e, s);
+    moe_eng_arena_release(&s->a, mark);
+    tf_(s, ms * (size_t)d->experts);
+    tf_(s, ms * (size_t)d->experts);
 }
 
-static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
-  size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
-  size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
-  size_t ws = e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc);
-  if (d->cp > 1) {
-    for (int i = 0; i < 3; i++) {
-      tf_(s, M * (size_t)d->cp * hkv);
-    }
-  }
-  (void)moe_eng_arena_take(&s->a, ws); /* core-attention recompute */
-  if (d->sp) {
-    tf_(s, M * C);
-  }
-  tf_(s, M * hq);
-  tf_(s, M * hq);
-  tf_(s, M * (size_t)d->cp * hkv);
-  tf_(s, M * (size_t)d->cp * hkv);
-  (void)moe_eng_arena_take(&s->a, ws);
-  if (d->cp > 1) {
-    tf_(s, M * hkv);
-    tf_(s, M * hkv);
-    tf_(s, M * (size_t)d->cp * hkv); /* reduce_dkv transient */
-  }
-  tf_(s, M * (size_t)d->qkv_cols);
-  if (d->sp) {
-    tf_(s, M * C);
-  }
-  tf_(s, M * C);
-  if (d->sp) {
-    tf_(s, (size_t)d->tokens_sp * C);
-  }
-  qdq_reserve(e, s);
-}
-
-static void sim_mlp_fwd(const struct moe_eng *e, struct tsim *s) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
-  if (d->sp) {
-    tf_(s, M * C);
-    tf_(s, M * C);
-  }
-  qdq_reserve(e, s);
-}
-
-static void sim_mlp_bwd(const struct moe_eng *e, struct tsim *s, int ffn_l) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
-  if (d->sp) {
-    tf_(s, M * C);
-    tf_(s, M * C);
-  }
-  tf_(s, M * (size_t)ffn_l);
-  tf_(s, M * 2 * (size_t)ffn_l);
-  tf_(s, M * C);
-  if (d->sp) {
-    tf_(s, (size_t)d->tokens_sp * C);
-  }
-  qdq_reserve(e, s);
-}
-
-static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t C = (size_t)d->hidden;
-  size_t mark = moe_eng_arena_mark(&s->a);
-  ti_(s, (size_t)d->experts);
-  ti_(s, (size_t)d->ep);
-  moe_eng_arena_release(&s->a, mark);
-  tf_(s, (size_t)d->rows_send * C);
-  tf_(s, (size_t)d->rows_recv * C);
-  tf_(s, (size_t)d->rows_exp * C);
-  sim_ep_plan(d, s);
-  tf_(s, (size_t)d->rows_exp * C);
-  qdq_reserve(e, s);
-}
-
-static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t C = (size_t)d->hidden, fel = (size_t)d->expert_ffn_l;
-  size_t ms = (size_t)d->tokens_sp;
-  tf_(s, ms * (size_t)d->topk);
-  size_t mark = moe_eng_arena_mark(&s->a);
-  sim_ep_plan(d, s);
-  tf_(s, (size_t)d->rows_recv * C);
-  tf_(s, (size_t)d->rows_exp * C);
-  tf_(s, (size_t)d->rows_exp * C);
-  tf_(s, (size_t)d->rows_send * C);
-  tf_(s, (size_t)d->rows_exp * fel);
-  tf_(s, (size_t)d->rows_exp * 2 * fel);
-  qdq_reserve(e, s);
-  moe_eng_arena_release(&s->a, mark);
-  tf_(s, ms * (size_t)d->experts);
-  tf_(s, ms * (size_t)d->experts);
-}
-
-static void sim_head(const struct moe_eng *e, struct tsim *s) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t M = (size_t)d->tokens, C = (size_t)d->hidden,
-         ms = (size_t)d->tokens_sp;
-  size_t vl = (size_t)d->vocab_l;
-  tf_(s, ms * C);
-  tf_(s, ms);
-  if (d->sp) {
-    tf_(s, M * C);
-  }
-  tf_(s, M * vl);
-  tf_(s, M);
-  tf_(s, 2 * M);
-  tf_(s, M);
-  tf_(s, M * vl);
-  tf_(s, M * C);
-  if (d->sp) {
+static void sim_head(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden, ms = (size_t)d->tokens_sp;
+    size_t vl = (size_t)d->vocab_l;
     tf_(s, ms * C);
-  }
+    tf_(s, ms);
+    if (d->sp) {
+        tf_(s, M * C);
+    }
+    tf_(s, M * vl);
+    tf_(s, M);
+    tf_(s, 2 * M);
+    tf_(s, M);
+    tf_(s, M * vl);
+    tf_(s, M * C);
+    if (d->sp) {
+        tf_(s, ms * C);
+    }
 }
 
-size_t moe_eng_temp_bytes(const struct moe_eng *e) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t msc = (size_t)d->tokens_sp * (size_t)d->hidden;
-  struct tsim s;
-  moe_eng_arena_init_sizing(&s.a);
-  size_t m0 = moe_eng_arena_mark(&s.a);
-  sim_attn_fwd(e, &s);
-  moe_eng_arena_release(&s.a, m0);
-  sim_attn_bwd(e, &s);
-  moe_eng_arena_release(&s.a, m0);
-  sim_head(e, &s);
-  moe_eng_arena_release(&s.a, m0);
-  tf_(&s,
-      (size_t)d->tokens * (size_t)d->hidden); /* embedding forward / backward */
-  moe_eng_arena_release(&s.a, m0);
-  ti_(&s,
-      (size_t)(d->experts > 0 ? d->experts : 1)); /* optimizer expert counts */
-  moe_eng_arena_release(&s.a, m0);
-  if (d->ffn_l > 0) {
-    sim_mlp_fwd(e, &s);
+size_t moe_eng_temp_bytes(const struct moe_eng *e)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t msc = (size_t)d->tokens_sp * (size_t)d->hidden;
+    struct tsim s;
+    moe_eng_arena_init_sizing(&s.a);
+    size_t m0 = moe_eng_arena_mark(&s.a);
+    sim_attn_fwd(e, &s);
     moe_eng_arena_release(&s.a, m0);
-    tf_(&s, msc); /* dh2 */
-    sim_mlp_bwd(e, &s, d->ffn_l);
+    sim_attn_bwd(e, &s);
     moe_eng_arena_release(&s.a, m0);
-  }
-  if (d->experts > 0) {
-    sim_moe_fwd(e, &s);
+    sim_head(e, &s);
     moe_eng_arena_release(&s.a, m0);
-    tf_(&s, msc); /* shared expert output */
-    sim_mlp_fwd(e, &s);
+    tf_(&s, (size_t)d->tokens * (size_t)d->hidden); /* embedding forward / backward */
     moe_eng_arena_release(&s.a, m0);
-    tf_(&s, msc); /* dh2 */
-    tf_(&s, msc); /* moe recompute output */
-    sim_moe_fwd(e, &s);
+    ti_(&s, (size_t)(d->experts > 0 ? d->experts : 1)); /* optimizer expert counts */
     moe_eng_arena_release(&s.a, m0);
-    tf_(&s, msc);
-    tf_(&s, msc);
-    if (d->shared_ffn_l > 0) {
-      size_t m1 = moe_eng_arena_mark(&s.a);
-      sim_mlp_bwd(e, &s, d->shared_ffn_l);
-      moe_eng_arena_release(&s.a, m1);
+    if (d->ffn_l > 0) {
+        sim_mlp_fwd(e, &s);
+        moe_eng_arena_release(&s.a, m0);
+        tf_(&s, msc); /* dh2 */
+        sim_mlp_bwd(e, &s, d->ffn_l);
+        moe_eng_arena_release(&s.a, m0);
     }
-    sim_moe_bwd(e, &s);
-    moe_eng_arena_release(&s.a, m0);
-  }
-  return s.a.peak;
+    if (d->experts > 0) {
+        sim_moe_fwd(e, &s);
+        moe_eng_arena_release(&s.a, m0);
+        tf_(&s, msc); /* shared expert output */
+        sim_mlp_fwd(e, &s);
+        moe_eng_arena_release(&s.a, m0);
+        tf_(&s, msc); /* dh2 */
+        tf_(&s, msc); /* moe recompute output */
+        sim_moe_fwd(e, &s);
+        moe_eng_arena_release(&s.a, m0);
+        tf_(&s, msc);
+        tf_(&s, msc);
+        if (d->shared_ffn_l > 0) {
+            size_t m1 = moe_eng_arena_mark(&s.a);
+            sim_mlp_bwd(e, &s, d->shared_ffn_l);
+            moe_eng_arena_release(&s.a, m1);
+        }
+        sim_moe_bwd(e, &s);
+        moe_eng_arena_release(&s.a, m0);
+    }
+    return s.a.peak;
 }

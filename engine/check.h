@@ -1,14 +1,13 @@
 /*
- * Library-call checks for the engine (STYLE.md §4): one generic macro that
- * compares a call's return code with the library's success value and, on
- * failure, prints the rank, host, file:line, the call's text and the library's
- * own message, then stops the job (MPI_Abort when MPI is up, so peers do not
- * hang; abort() otherwise). MOE_CHECK_MPI is the MPI instance; the CUDA backend
- * adds MOE_CHECK_CUDA / MOE_CHECK_CUBLAS / MOE_CHECK_NCCL with their
- * error-string functions the same way.
+ * Library-call checks for the engine (STYLE.md §4): one generic macro that compares a call's return
+ * code with the library's success value and, on failure, prints the rank, host, file:line, the
+ * call's text and the library's own message, then stops the job (MPI_Abort when MPI is up, so peers
+ * do not hang; abort() otherwise). MOE_CHECK_MPI is the MPI instance; the CUDA backend adds
+ * MOE_CHECK_CUDA / MOE_CHECK_CUBLAS / MOE_CHECK_NCCL with their error-string functions the same
+ * way.
  *
- * These are for failures nobody can act on (a lost rank, a broken
- * communicator). Anything a caller can act on returns enum moe_status instead.
+ * These are for failures nobody can act on (a lost rank, a broken communicator). Anything a caller
+ * can act on returns enum moe_status instead.
  */
 #ifndef MOE_ENGINE_CHECK_H
 #define MOE_ENGINE_CHECK_H
@@ -26,13 +25,11 @@ typedef void (*moe_eng_errstr_fn)(int code, char *buf, size_t len);
 void moe_eng_mpi_errstr(int code, char *buf, size_t len);
 
 /*
- * Print "moefold: rank R on HOST: FILE:LINE: CALL failed: MESSAGE (code N)" to
- * stderr and stop the job: MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialised
- * and not finalised, else abort().
+ * Print "moefold: rank R on HOST: FILE:LINE: CALL failed: MESSAGE (code N)" to stderr and stop the
+ * job: MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialised and not finalised, else abort().
  */
-_Noreturn void moe_eng_check_fail(const char *call, int code,
-                                  const char *message, const char *file,
-                                  int line);
+_Noreturn void
+moe_eng_check_fail(const char *call, int code, const char *message, const char *file, int line);
 
 /* Stop the job with a formatted message (same prefix as moe_eng_check_fail). */
 _Noreturn void moe_eng_fatal(const char *file, int line, const char *fmt, ...)
@@ -40,16 +37,15 @@ _Noreturn void moe_eng_fatal(const char *file, int line, const char *fmt, ...)
 
 /* Generic check: evaluates call once, compares with ok, reports through errstr.
  */
-#define MOE_CHECK_LIB(call, ok, errstr)                                        \
-  do {                                                                         \
-    int moe_check_rc_ = (int)(call);                                           \
-    if (moe_check_rc_ != (int)(ok)) {                                          \
-      char moe_check_msg_[512];                                                \
-      (errstr)(moe_check_rc_, moe_check_msg_, sizeof(moe_check_msg_));         \
-      moe_eng_check_fail(#call, moe_check_rc_, moe_check_msg_, __FILE__,       \
-                         __LINE__);                                            \
-    }                                                                          \
-  } while (0)
+#define MOE_CHECK_LIB(call, ok, errstr)                                                            \
+    do {                                                                                           \
+        int moe_check_rc_ = (int)(call);                                                           \
+        if (moe_check_rc_ != (int)(ok)) {                                                          \
+            char moe_check_msg_[512];                                                              \
+            (errstr)(moe_check_rc_, moe_check_msg_, sizeof(moe_check_msg_));                       \
+            moe_eng_check_fail(#call, moe_check_rc_, moe_check_msg_, __FILE__, __LINE__);          \
+        }                                                                                          \
+    } while (0)
 
 /* MPI calls return MPI_SUCCESS (0) on success. */
 #define MOE_CHECK_MPI(call) MOE_CHECK_LIB(call, 0, moe_eng_mpi_errstr)

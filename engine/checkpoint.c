@@ -1,18 +1,14 @@
 /*
- * Checkpoints: every rank writes its shard -- the weights it holds, its fp32
- * master shard and Adam moments, the expert biases, the step, the data position
- * and the RNG state -- as one binary file (magic "MOEFCKPT", version, a
- * fingerprint of model + layout) into DIR/step_<N>.tmp/, each file written to a
- * temporary name and renamed (moe_file_write_atomic). After a barrier rank 0
- * renames the directory to DIR/step_<N>/ and then atomically rewrites
- * DIR/latest, so a crash at any point leaves the previous checkpoint intact and
- * never a torn one. Loading reads DIR/latest and refuses a file written for
- * another layout, rank count or format version with a message saying which.
- * Resuming restores everything a step reads, so the losses continue bit for
- * bit.
+ * Checkpoints: every rank writes its shard -- the weights it holds, its fp32 master shard and Adam
+ * moments, the expert biases, the step, the data position and the RNG state -- as one binary file
+ * (magic "MOEFCKPT", version, a fingerprint of model + layout) into DIR/step_<N>.tmp/, each file
+ * written to a temporary name and renamed (moe_file_write_atomic). After a barrier rank 0 renames
+ * the directory to DIR/step_<N>/ and then atomically rewrites DIR/latest, so a crash at any point
+ * leaves the previous checkpoint intact and never a torn one. Loading reads DIR/latest and refuses
+ * a file written for another layout, rank count or format version with a message saying which.
+ * Resuming restores everything a step reads, so the losses continue bit for bit.
  */
 #include "engine/internal.h"
-
 #include "topologies/json_util.h"
 
 #include <errno.h>
@@ -21,256 +17,246 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CKPT_MAGIC "MOEFCKPT"
+#define CKPT_MAGIC   "MOEFCKPT"
 #define CKPT_VERSION 1u
 
 struct ckpt_header {
-  char magic[8];
-  uint32_t version;
-  uint32_t world_size;
-  uint32_t rank;
-  uint32_t num_buckets;
-  uint64_t fingerprint;
-  int64_t step;
-  uint64_t next_seq;
-  uint64_t rng[4];
+    char magic[8];
+    uint32_t version;
+    uint32_t world_size;
+    uint32_t rank;
+    uint32_t num_buckets;
+    uint64_t fingerprint;
+    int64_t step;
+    uint64_t next_seq;
+    uint64_t rng[4];
 };
 
 /* FNV-1a over the values that fix every buffer's shape and meaning. */
-static uint64_t fingerprint(const struct moe_eng *e) {
-  const struct moe_layout *l = &e->plan.layout;
-  const struct moe_eng_dims *d = &e->d;
-  long v[] = {l->tp,
-              l->cp,
-              l->dp,
-              l->pp,
-              l->vpp,
-              l->ep,
-              l->etp,
-              l->mbs,
-              l->gbs,
-              l->seq_length,
-              e->plan.options.use_distributed_optimizer,
-              d->hidden,
-              d->vocab,
-              d->heads,
-              d->kv_heads,
-              d->head_dim,
-              d->ffn,
-              d->experts,
-              d->expert_ffn,
-              d->shared_ffn,
-              d->topk,
-              d->num_layers,
-              e->num_buckets,
-              e->num_params};
-  uint64_t h = 1469598103934665603ULL;
-  const unsigned char *p = (const unsigned char *)v;
-  for (size_t i = 0; i < sizeof(v); i++) {
-    h = (h ^ p[i]) * 1099511628211ULL;
-  }
-  for (int b = 0; b < e->num_buckets; b++) {
-    h = (h ^ (uint64_t)e->buckets[b].padded) * 1099511628211ULL;
-  }
-  return h;
+static uint64_t fingerprint(const struct moe_eng *e)
+{
+    const struct moe_layout *l = &e->plan.layout;
+    const struct moe_eng_dims *d = &e->d;
+    long v[] = {l->tp,
+                l->cp,
+                l->dp,
+                l->pp,
+                l->vpp,
+                l->ep,
+                l->etp,
+                l->mbs,
+                l->gbs,
+                l->seq_length,
+                e->plan.options.use_distributed_optimizer,
+                d->hidden,
+                d->vocab,
+                d->heads,
+                d->kv_heads,
+                d->head_dim,
+                d->ffn,
+                d->experts,
+                d->expert_ffn,
+                d->shared_ffn,
+                d->topk,
+                d->num_layers,
+                e->num_buckets,
+                e->num_params};
+    uint64_t h = 1469598103934665603ULL;
+    const unsigned char *p = (const unsigned char *)v;
+    for (size_t i = 0; i < sizeof(v); i++) {
+        h = (h ^ p[i]) * 1099511628211ULL;
+    }
+    for (int b = 0; b < e->num_buckets; b++) {
+        h = (h ^ (uint64_t)e->buckets[b].padded) * 1099511628211ULL;
+    }
+    return h;
 }
 
 /* Bytes of this rank's payload after the header. */
-static size_t payload_bytes(const struct moe_eng *e) {
-  size_t n = 0;
-  for (int b = 0; b < e->num_buckets; b++) {
-    n += (e->buckets[b].padded + 3 * e->buckets[b].shard) * sizeof(float);
-  }
-  for (int l = 0; l < e->d.num_layers; l++) {
-    n += e->layers[l].expert_bias != NULL ? (size_t)e->d.experts * sizeof(float)
-                                          : 0;
-  }
-  return n;
+static size_t payload_bytes(const struct moe_eng *e)
+{
+    size_t n = 0;
+    for (int b = 0; b < e->num_buckets; b++) {
+        n += (e->buckets[b].padded + 3 * e->buckets[b].shard) * sizeof(float);
+    }
+    for (int l = 0; l < e->d.num_layers; l++) {
+        n += e->layers[l].expert_bias != NULL ? (size_t)e->d.experts * sizeof(float) : 0;
+    }
+    return n;
 }
 
 /* Walk the payload: copy to (save) or from (load) buf. */
-static void walk(struct moe_eng *e, unsigned char *buf, bool is_save) {
-  size_t off = 0;
-#define MOVE(ptr, bytes)                                                       \
-  do {                                                                         \
-    if (is_save) {                                                             \
-      memcpy(buf + off, (ptr), (bytes));                                       \
-    } else {                                                                   \
-      memcpy((ptr), buf + off, (bytes));                                       \
-    }                                                                          \
-    off += (bytes);                                                            \
-  } while (0)
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    MOVE(bk->w, bk->padded * sizeof(float));
-    MOVE(bk->master, bk->shard * sizeof(float));
-    MOVE(bk->m, bk->shard * sizeof(float));
-    MOVE(bk->v, bk->shard * sizeof(float));
-  }
-  for (int l = 0; l < e->d.num_layers; l++) {
-    if (e->layers[l].expert_bias != NULL) {
-      MOVE(e->layers[l].expert_bias, (size_t)e->d.experts * sizeof(float));
+static void walk(struct moe_eng *e, unsigned char *buf, bool is_save)
+{
+    size_t off = 0;
+#define MOVE(ptr, bytes)                                                                           \
+    do {                                                                                           \
+        if (is_save) {                                                                             \
+            memcpy(buf + off, (ptr), (bytes));                                                     \
+        } else {                                                                                   \
+            memcpy((ptr), buf + off, (bytes));                                                     \
+        }                                                                                          \
+        off += (bytes);                                                                            \
+    } while (0)
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        MOVE(bk->w, bk->padded * sizeof(float));
+        MOVE(bk->master, bk->shard * sizeof(float));
+        MOVE(bk->m, bk->shard * sizeof(float));
+        MOVE(bk->v, bk->shard * sizeof(float));
     }
-  }
+    for (int l = 0; l < e->d.num_layers; l++) {
+        if (e->layers[l].expert_bias != NULL) {
+            MOVE(e->layers[l].expert_bias, (size_t)e->d.experts * sizeof(float));
+        }
+    }
 #undef MOVE
 }
 
-static enum moe_status make_dir(const char *path, struct moe_diag *diag) {
-  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-    return moe_diag_set(diag, MOE_ERR_IO,
-                        "cannot create checkpoint directory %s: %s", path,
-                        strerror(errno));
-  }
-  return MOE_OK;
+static enum moe_status make_dir(const char *path, struct moe_diag *diag)
+{
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        return moe_diag_set(diag, MOE_ERR_IO, "cannot create checkpoint directory %s: %s", path,
+                            strerror(errno));
+    }
+    return MOE_OK;
 }
 
-static enum moe_status write_rank(struct moe_eng *e, const char *dir,
-                                  struct moe_diag *diag) {
-  size_t pb = payload_bytes(e);
-  size_t total = sizeof(struct ckpt_header) + pb;
-  unsigned char *buf = moe_eng_heap_alloc(&e->ctx.heap, total);
-  if (buf == NULL) {
-    return moe_diag_set(diag, MOE_ERR_NOMEM,
-                        "out of memory for a %zu-byte checkpoint", total);
-  }
-  struct ckpt_header h;
-  memset(&h, 0, sizeof(h));
-  memcpy(h.magic, CKPT_MAGIC, sizeof(h.magic));
-  h.version = CKPT_VERSION;
-  h.world_size = (uint32_t)e->ctx.size;
-  h.rank = (uint32_t)e->ctx.rank;
-  h.num_buckets = (uint32_t)e->num_buckets;
-  h.fingerprint = fingerprint(e);
-  h.step = e->step;
-  h.next_seq = e->data.next_seq;
-  memcpy(h.rng, e->ctx.rng.s, sizeof(h.rng));
-  memcpy(buf, &h, sizeof(h));
-  walk(e, buf + sizeof(h), true);
-  char path[1100];
-  (void)snprintf(path, sizeof(path), "%s/rank_%05d.ckpt", dir, e->ctx.rank);
-  enum moe_status st =
-      moe_file_write_atomic(path, (const char *)buf, total, diag);
-  moe_eng_heap_free(&e->ctx.heap, buf, total);
-  return st;
+static enum moe_status write_rank(struct moe_eng *e, const char *dir, struct moe_diag *diag)
+{
+    size_t pb = payload_bytes(e);
+    size_t total = sizeof(struct ckpt_header) + pb;
+    unsigned char *buf = moe_eng_heap_alloc(&e->ctx.heap, total);
+    if (buf == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for a %zu-byte checkpoint", total);
+    }
+    struct ckpt_header h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, CKPT_MAGIC, sizeof(h.magic));
+    h.version = CKPT_VERSION;
+    h.world_size = (uint32_t)e->ctx.size;
+    h.rank = (uint32_t)e->ctx.rank;
+    h.num_buckets = (uint32_t)e->num_buckets;
+    h.fingerprint = fingerprint(e);
+    h.step = e->step;
+    h.next_seq = e->data.next_seq;
+    memcpy(h.rng, e->ctx.rng.s, sizeof(h.rng));
+    memcpy(buf, &h, sizeof(h));
+    walk(e, buf + sizeof(h), true);
+    char path[1100];
+    (void)snprintf(path, sizeof(path), "%s/rank_%05d.ckpt", dir, e->ctx.rank);
+    enum moe_status st = moe_file_write_atomic(path, (const char *)buf, total, diag);
+    moe_eng_heap_free(&e->ctx.heap, buf, total);
+    return st;
 }
 
 /* Agree on a status over the world (worst wins), keeping the local message. */
-static enum moe_status agree(struct moe_eng *e, enum moe_status st,
-                             struct moe_diag *diag) {
-  int v = -(int)st;
-  int worst = v;
-  moe_comm_allreduce(e->ctx.world, &v, &worst, 1, MOE_COMM_I32, MOE_COMM_MAX);
-  if (worst != 0 && st == MOE_OK) {
-    (void)moe_diag_set(
-        diag, (enum moe_status)(-worst),
-        "checkpoint failed on another rank (its message says why)");
-  }
-  return (enum moe_status)(-worst);
+static enum moe_status agree(struct moe_eng *e, enum moe_status st, struct moe_diag *diag)
+{
+    int v = -(int)st;
+    int worst = v;
+    moe_comm_allreduce(e->ctx.world, &v, &worst, 1, MOE_COMM_I32, MOE_COMM_MAX);
+    if (worst != 0 && st == MOE_OK) {
+        (void)moe_diag_set(diag, (enum moe_status)(-worst),
+                           "checkpoint failed on another rank (its message says why)");
+    }
+    return (enum moe_status)(-worst);
 }
 
-enum moe_status moe_eng_save(moe_eng_t *e, const char *dir,
-                             struct moe_diag *diag) {
-  moe_eng_params_wait(e, MOE_ENG_TAG_EMBED);
-  moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
-  for (int l = 0; l < e->d.num_layers; l++) {
-    moe_eng_params_wait(e, l);
-  }
-  char tmp[1024];
-  char fin[1024];
-  (void)snprintf(tmp, sizeof(tmp), "%s/step_%06d.tmp", dir, e->step);
-  (void)snprintf(fin, sizeof(fin), "%s/step_%06d", dir, e->step);
-  enum moe_status st = MOE_OK;
-  if (e->ctx.rank == 0) {
-    st = make_dir(dir, diag);
-    if (st == MOE_OK) {
-      st = make_dir(tmp, diag);
+enum moe_status moe_eng_save(moe_eng_t *e, const char *dir, struct moe_diag *diag)
+{
+    moe_eng_params_wait(e, MOE_ENG_TAG_EMBED);
+    moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
+    for (int l = 0; l < e->d.num_layers; l++) {
+        moe_eng_params_wait(e, l);
     }
-  }
-  MOE_TRY(agree(e, st, diag));
-  st = write_rank(e, tmp, diag);
-  MOE_TRY(agree(e, st, diag));
-  if (e->ctx.rank == 0) {
-    char old[1100];
-    (void)snprintf(old, sizeof(old), "%s.old", fin);
-    (void)rename(
-        fin,
-        old); /* a checkpoint of the same step already there: keep it aside */
-    if (rename(tmp, fin) != 0) {
-      st = moe_diag_set(diag, MOE_ERR_IO, "cannot rename %s to %s: %s", tmp,
-                        fin, strerror(errno));
+    char tmp[1024];
+    char fin[1024];
+    (void)snprintf(tmp, sizeof(tmp), "%s/step_%06d.tmp", dir, e->step);
+    (void)snprintf(fin, sizeof(fin), "%s/step_%06d", dir, e->step);
+    enum moe_status st = MOE_OK;
+    if (e->ctx.rank == 0) {
+        st = make_dir(dir, diag);
+        if (st == MOE_OK) {
+            st = make_dir(tmp, diag);
+        }
+    }
+    MOE_TRY(agree(e, st, diag));
+    st = write_rank(e, tmp, diag);
+    MOE_TRY(agree(e, st, diag));
+    if (e->ctx.rank == 0) {
+        char old[1100];
+        (void)snprintf(old, sizeof(old), "%s.old", fin);
+        (void)rename(fin, old); /* a checkpoint of the same step already there: keep it aside */
+        if (rename(tmp, fin) != 0) {
+            st = moe_diag_set(diag, MOE_ERR_IO, "cannot rename %s to %s: %s", tmp, fin,
+                              strerror(errno));
+        } else {
+            char latest[1100];
+            char text[64];
+            (void)snprintf(latest, sizeof(latest), "%s/latest", dir);
+            int n = snprintf(text, sizeof(text), "step_%06d\n", e->step);
+            st = moe_file_write_atomic(latest, text, (size_t)n, diag);
+        }
+    }
+    MOE_TRY(agree(e, st, diag));
+    moe_eng_log_info(&e->ctx.log, "saved checkpoint %s (step %d)", fin, e->step);
+    return MOE_OK;
+}
+
+static enum moe_status read_rank(struct moe_eng *e, const char *dir, struct moe_diag *diag)
+{
+    char latest[1100];
+    (void)snprintf(latest, sizeof(latest), "%s/latest", dir);
+    char *text = NULL;
+    size_t len = 0;
+    MOE_TRY(moe_file_read_all(latest, &text, &len, diag));
+    char sub[128] = "";
+    (void)sscanf(text, "%127s", sub);
+    free(text);
+    char path[1400];
+    (void)snprintf(path, sizeof(path), "%s/%s/rank_%05d.ckpt", dir, sub, e->ctx.rank);
+    char *buf = NULL;
+    MOE_TRY(moe_file_read_all(path, &buf, &len, diag));
+    struct ckpt_header h;
+    enum moe_status st = MOE_OK;
+    if (len < sizeof(h)) {
+        st = moe_diag_set(diag, MOE_ERR_IO, "%s is truncated (%zu bytes)", path, len);
+        goto out_free_buf;
+    }
+    memcpy(&h, buf, sizeof(h));
+    if (memcmp(h.magic, CKPT_MAGIC, sizeof(h.magic)) != 0) {
+        st = moe_diag_set(diag, MOE_ERR_IO, "%s is not a moefold checkpoint (bad magic)", path);
+    } else if (h.version != CKPT_VERSION) {
+        st = moe_diag_set(diag, MOE_ERR_IO,
+                          "%s has checkpoint version %u; this moefold-train reads version %u", path,
+                          h.version, CKPT_VERSION);
+    } else if (h.world_size != (uint32_t)e->ctx.size || h.rank != (uint32_t)e->ctx.rank) {
+        st = moe_diag_set(diag, MOE_ERR_INVALID,
+                          "%s was written by rank %u of %u; this is rank %d of %d "
+                          "(resume with the "
+                          "same number of ranks)",
+                          path, h.rank, h.world_size, e->ctx.rank, e->ctx.size);
+    } else if (h.fingerprint != fingerprint(e) || len != sizeof(h) + payload_bytes(e)) {
+        st = moe_diag_set(diag, MOE_ERR_INVALID,
+                          "%s was written for another model or layout; resume with the same "
+                          "plan",
+                          path);
     } else {
-      char latest[1100];
-      char text[64];
-      (void)snprintf(latest, sizeof(latest), "%s/latest", dir);
-      int n = snprintf(text, sizeof(text), "step_%06d\n", e->step);
-      st = moe_file_write_atomic(latest, text, (size_t)n, diag);
+        walk(e, (unsigned char *)buf + sizeof(h), false);
+        e->step = (int)h.step;
+        e->data.next_seq = h.next_seq;
+        memcpy(e->ctx.rng.s, h.rng, sizeof(h.rng));
     }
-  }
-  MOE_TRY(agree(e, st, diag));
-  moe_eng_log_info(&e->ctx.log, "saved checkpoint %s (step %d)", fin, e->step);
-  return MOE_OK;
-}
-
-static enum moe_status read_rank(struct moe_eng *e, const char *dir,
-                                 struct moe_diag *diag) {
-  char latest[1100];
-  (void)snprintf(latest, sizeof(latest), "%s/latest", dir);
-  char *text = NULL;
-  size_t len = 0;
-  MOE_TRY(moe_file_read_all(latest, &text, &len, diag));
-  char sub[128] = "";
-  (void)sscanf(text, "%127s", sub);
-  free(text);
-  char path[1400];
-  (void)snprintf(path, sizeof(path), "%s/%s/rank_%05d.ckpt", dir, sub,
-                 e->ctx.rank);
-  char *buf = NULL;
-  MOE_TRY(moe_file_read_all(path, &buf, &len, diag));
-  struct ckpt_header h;
-  enum moe_status st = MOE_OK;
-  if (len < sizeof(h)) {
-    st = moe_diag_set(diag, MOE_ERR_IO, "%s is truncated (%zu bytes)", path,
-                      len);
-    goto out_free_buf;
-  }
-  memcpy(&h, buf, sizeof(h));
-  if (memcmp(h.magic, CKPT_MAGIC, sizeof(h.magic)) != 0) {
-    st = moe_diag_set(diag, MOE_ERR_IO,
-                      "%s is not a moefold checkpoint (bad magic)", path);
-  } else if (h.version != CKPT_VERSION) {
-    st = moe_diag_set(
-        diag, MOE_ERR_IO,
-        "%s has checkpoint version %u; this moefold-train reads version %u",
-        path, h.version, CKPT_VERSION);
-  } else if (h.world_size != (uint32_t)e->ctx.size ||
-             h.rank != (uint32_t)e->ctx.rank) {
-    st = moe_diag_set(diag, MOE_ERR_INVALID,
-                      "%s was written by rank %u of %u; this is rank %d of %d "
-                      "(resume with the "
-                      "same number of ranks)",
-                      path, h.rank, h.world_size, e->ctx.rank, e->ctx.size);
-  } else if (h.fingerprint != fingerprint(e) ||
-             len != sizeof(h) + payload_bytes(e)) {
-    st = moe_diag_set(
-        diag, MOE_ERR_INVALID,
-        "%s was written for another model or layout; resume with the same "
-        "plan",
-        path);
-  } else {
-    walk(e, (unsigned char *)buf + sizeof(h), false);
-    e->step = (int)h.step;
-    e->data.next_seq = h.next_seq;
-    memcpy(e->ctx.rng.s, h.rng, sizeof(h.rng));
-  }
 out_free_buf:
-  free(buf);
-  return st;
+    free(buf);
+    return st;
 }
 
-enum moe_status moe_eng_load(moe_eng_t *e, const char *dir,
-                             struct moe_diag *diag) {
-  enum moe_status st = read_rank(e, dir, diag);
-  MOE_TRY(agree(e, st, diag));
-  moe_eng_log_info(&e->ctx.log, "resumed from %s at step %d", dir, e->step);
-  return MOE_OK;
+enum moe_status moe_eng_load(moe_eng_t *e, const char *dir, struct moe_diag *diag)
+{
+    enum moe_status st = read_rank(e, dir, diag);
+    MOE_TRY(agree(e, st, diag));
+    moe_eng_log_info(&e->ctx.log, "resumed from %s at step %d", dir, e->step);
+    return MOE_OK;
 }

@@ -1,10 +1,8 @@
 /*
- * MPI backend of engine/comm.h on host buffers: a thin mapping of each table
- * member to the MPI-3 call of the same meaning (MPI_Allreduce,
- * MPI_Reduce_scatter_block, MPI_Ialltoallv, ...), every call checked with
- * MOE_CHECK_MPI. The group handle is a malloc'd MPI_Comm; requests keep their
- * MPI_Request inside struct moe_comm_req, so non-blocking calls allocate
- * nothing.
+ * MPI backend of engine/comm.h on host buffers: a thin mapping of each table member to the MPI-3
+ * call of the same meaning (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Ialltoallv, ...), every
+ * call checked with MOE_CHECK_MPI. The group handle is a malloc'd MPI_Comm; requests keep their
+ * MPI_Request inside struct moe_comm_req, so non-blocking calls allocate nothing.
  */
 #include "engine/comm_mpi.h"
 
@@ -16,242 +14,298 @@
 _Static_assert(sizeof(MPI_Request) <= sizeof(((struct moe_comm_req *)0)->impl),
                "struct moe_comm_req must hold an MPI_Request");
 
-static MPI_Comm comm_of(void *h) { return *(MPI_Comm *)h; }
-
-static MPI_Datatype mpi_type(enum moe_comm_dtype dtype) {
-  switch (dtype) {
-  case MOE_COMM_F32:
-    return MPI_FLOAT;
-  case MOE_COMM_I32:
-    return MPI_INT;
-  case MOE_COMM_F64:
-    return MPI_DOUBLE;
-  case MOE_COMM_NUM_DTYPES:
-    break;
-  }
-  moe_eng_fatal(__FILE__, __LINE__, "unknown comm dtype %d", (int)dtype);
+static MPI_Comm comm_of(void *h)
+{
+    return *(MPI_Comm *)h;
 }
 
-static MPI_Op mpi_op(enum moe_comm_redop op) {
-  return op == MOE_COMM_MAX ? MPI_MAX : MPI_SUM;
+static MPI_Datatype mpi_type(enum moe_comm_dtype dtype)
+{
+    switch (dtype) {
+    case MOE_COMM_F32:
+        return MPI_FLOAT;
+    case MOE_COMM_I32:
+        return MPI_INT;
+    case MOE_COMM_F64:
+        return MPI_DOUBLE;
+    case MOE_COMM_NUM_DTYPES:
+        break;
+    }
+    moe_eng_fatal(__FILE__, __LINE__, "unknown comm dtype %d", (int)dtype);
 }
 
-/* MPI counts are int; the engine's buffers are far below 2^31 elements per
- * call. */
-static int icount(size_t count) {
-  if (count > (size_t)0x7fffffff) {
-    moe_eng_fatal(__FILE__, __LINE__,
-                  "message of %zu elements exceeds MPI's int count", count);
-  }
-  return (int)count;
+static MPI_Op mpi_op(enum moe_comm_redop op)
+{
+    return op == MOE_COMM_MAX ? MPI_MAX : MPI_SUM;
 }
 
-static MPI_Request *req_of(struct moe_comm_req *req) {
-  return (MPI_Request *)(void *)req->impl;
+/* MPI counts are int; the engine's buffers are far below 2^31 elements per call. */
+static int icount(size_t count)
+{
+    if (count > (size_t)0x7fffffff) {
+        moe_eng_fatal(__FILE__, __LINE__, "message of %zu elements exceeds MPI's int count", count);
+    }
+    return (int)count;
 }
 
-static void *wrap_comm(MPI_Comm c) {
-  MPI_Comm *h = malloc(sizeof(*h));
-  if (h == NULL) {
-    moe_eng_fatal(__FILE__, __LINE__,
-                  "out of memory for a communicator handle");
-  }
-  *h = c;
-  return h;
+static MPI_Request *req_of(struct moe_comm_req *req)
+{
+    return (MPI_Request *)(void *)req->impl;
 }
 
-static void mpi_split(void *h, int color, int key, void **out) {
-  MPI_Comm c = MPI_COMM_NULL;
-  MOE_CHECK_MPI(
-      MPI_Comm_split(comm_of(h), color >= 0 ? color : MPI_UNDEFINED, key, &c));
-  *out = c == MPI_COMM_NULL ? NULL : wrap_comm(c);
+static void *wrap_comm(MPI_Comm c)
+{
+    MPI_Comm *h = malloc(sizeof(*h));
+    if (h == NULL) {
+        moe_eng_fatal(__FILE__, __LINE__, "out of memory for a communicator handle");
+    }
+    *h = c;
+    return h;
 }
 
-static void mpi_split_shared(void *h, void **out) {
-  MPI_Comm c = MPI_COMM_NULL;
-  int rank = 0;
-  MOE_CHECK_MPI(MPI_Comm_rank(comm_of(h), &rank));
-  MOE_CHECK_MPI(MPI_Comm_split_type(comm_of(h), MPI_COMM_TYPE_SHARED, rank,
-                                    MPI_INFO_NULL, &c));
-  *out = wrap_comm(c);
+static void mpi_split(void *h, int color, int key, void **out)
+{
+    MPI_Comm c = MPI_COMM_NULL;
+    MOE_CHECK_MPI(MPI_Comm_split(comm_of(h), color >= 0 ? color : MPI_UNDEFINED, key, &c));
+    *out = c == MPI_COMM_NULL ? NULL : wrap_comm(c);
 }
 
-static void mpi_free_handle(void *h) {
-  if (h == NULL) {
-    return;
-  }
-  MPI_Comm c = comm_of(h);
-  int finalised = 0;
-  (void)MPI_Finalized(&finalised);
-  if (!finalised && c != MPI_COMM_NULL) {
-    MOE_CHECK_MPI(MPI_Comm_free(&c));
-  }
-  free(h);
+static void mpi_split_shared(void *h, void **out)
+{
+    MPI_Comm c = MPI_COMM_NULL;
+    int rank = 0;
+    MOE_CHECK_MPI(MPI_Comm_rank(comm_of(h), &rank));
+    MOE_CHECK_MPI(MPI_Comm_split_type(comm_of(h), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &c));
+    *out = wrap_comm(c);
 }
 
-static void mpi_rank_size(void *h, int *rank, int *size) {
-  MOE_CHECK_MPI(MPI_Comm_rank(comm_of(h), rank));
-  MOE_CHECK_MPI(MPI_Comm_size(comm_of(h), size));
+static void mpi_free_handle(void *h)
+{
+    if (h == NULL) {
+        return;
+    }
+    MPI_Comm c = comm_of(h);
+    int finalised = 0;
+    (void)MPI_Finalized(&finalised);
+    if (!finalised && c != MPI_COMM_NULL) {
+        MOE_CHECK_MPI(MPI_Comm_free(&c));
+    }
+    free(h);
 }
 
-static void mpi_allreduce(void *h, const void *send, void *recv, size_t count,
-                          enum moe_comm_dtype dtype, enum moe_comm_redop op) {
-  MOE_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
-                              icount(count), mpi_type(dtype), mpi_op(op),
-                              comm_of(h)));
+static void mpi_rank_size(void *h, int *rank, int *size)
+{
+    MOE_CHECK_MPI(MPI_Comm_rank(comm_of(h), rank));
+    MOE_CHECK_MPI(MPI_Comm_size(comm_of(h), size));
 }
 
-static bool gather_in_place(void *h, const void *send, const void *recv,
-                            size_t count, enum moe_comm_dtype dtype) {
-  int rank = 0;
-  MOE_CHECK_MPI(MPI_Comm_rank(comm_of(h), &rank));
-  return (const char *)send ==
-         (const char *)recv +
-             (size_t)rank * count * moe_comm_dtype_bytes(dtype);
+static void mpi_allreduce(void *h,
+                          const void *send,
+                          void *recv,
+                          size_t count,
+                          enum moe_comm_dtype dtype,
+                          enum moe_comm_redop op)
+{
+    MOE_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, icount(count),
+                                mpi_type(dtype), mpi_op(op), comm_of(h)));
 }
 
-static void mpi_allgather(void *h, const void *send, void *recv, size_t count,
-                          enum moe_comm_dtype dtype) {
-  bool in_place = gather_in_place(h, send, recv, count, dtype);
-  MOE_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, icount(count),
-                              mpi_type(dtype), recv, icount(count),
-                              mpi_type(dtype), comm_of(h)));
+static bool gather_in_place(
+    void *h, const void *send, const void *recv, size_t count, enum moe_comm_dtype dtype)
+{
+    int rank = 0;
+    MOE_CHECK_MPI(MPI_Comm_rank(comm_of(h), &rank));
+    return (const char *)send ==
+           (const char *)recv + (size_t)rank * count * moe_comm_dtype_bytes(dtype);
 }
 
-static void mpi_allgatherv(void *h, const void *send, int send_count,
-                           void *recv, const int *counts, const int *displs,
-                           enum moe_comm_dtype dtype) {
-  MOE_CHECK_MPI(MPI_Allgatherv(send, send_count, mpi_type(dtype), recv, counts,
-                               displs, mpi_type(dtype), comm_of(h)));
+static void
+mpi_allgather(void *h, const void *send, void *recv, size_t count, enum moe_comm_dtype dtype)
+{
+    bool in_place = gather_in_place(h, send, recv, count, dtype);
+    MOE_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, icount(count), mpi_type(dtype),
+                                recv, icount(count), mpi_type(dtype), comm_of(h)));
 }
 
-static void mpi_reducescatter(void *h, const void *send, void *recv,
-                              size_t count, enum moe_comm_dtype dtype,
-                              enum moe_comm_redop op) {
-  MOE_CHECK_MPI(MPI_Reduce_scatter_block(send == recv ? MPI_IN_PLACE : send,
-                                         recv, icount(count), mpi_type(dtype),
-                                         mpi_op(op), comm_of(h)));
+static void mpi_allgatherv(void *h,
+                           const void *send,
+                           int send_count,
+                           void *recv,
+                           const int *counts,
+                           const int *displs,
+                           enum moe_comm_dtype dtype)
+{
+    MOE_CHECK_MPI(MPI_Allgatherv(send, send_count, mpi_type(dtype), recv, counts, displs,
+                                 mpi_type(dtype), comm_of(h)));
 }
 
-static void mpi_reducescatterv(void *h, const void *send, void *recv,
-                               const int *counts, enum moe_comm_dtype dtype,
-                               enum moe_comm_redop op) {
-  MOE_CHECK_MPI(MPI_Reduce_scatter(send == recv ? MPI_IN_PLACE : send, recv,
-                                   counts, mpi_type(dtype), mpi_op(op),
-                                   comm_of(h)));
+static void mpi_reducescatter(void *h,
+                              const void *send,
+                              void *recv,
+                              size_t count,
+                              enum moe_comm_dtype dtype,
+                              enum moe_comm_redop op)
+{
+    MOE_CHECK_MPI(MPI_Reduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, icount(count),
+                                           mpi_type(dtype), mpi_op(op), comm_of(h)));
 }
 
-static void mpi_alltoall(void *h, const void *send, void *recv, size_t count,
-                         enum moe_comm_dtype dtype) {
-  MOE_CHECK_MPI(MPI_Alltoall(send, icount(count), mpi_type(dtype), recv,
-                             icount(count), mpi_type(dtype), comm_of(h)));
+static void mpi_reducescatterv(void *h,
+                               const void *send,
+                               void *recv,
+                               const int *counts,
+                               enum moe_comm_dtype dtype,
+                               enum moe_comm_redop op)
+{
+    MOE_CHECK_MPI(MPI_Reduce_scatter(send == recv ? MPI_IN_PLACE : send, recv, counts,
+                                     mpi_type(dtype), mpi_op(op), comm_of(h)));
 }
 
-static void mpi_alltoallv(void *h, const void *send, const int *send_counts,
-                          const int *send_displs, void *recv,
-                          const int *recv_counts, const int *recv_displs,
-                          enum moe_comm_dtype dtype) {
-  MOE_CHECK_MPI(MPI_Alltoallv(send, send_counts, send_displs, mpi_type(dtype),
-                              recv, recv_counts, recv_displs, mpi_type(dtype),
-                              comm_of(h)));
+static void
+mpi_alltoall(void *h, const void *send, void *recv, size_t count, enum moe_comm_dtype dtype)
+{
+    MOE_CHECK_MPI(MPI_Alltoall(send, icount(count), mpi_type(dtype), recv, icount(count),
+                               mpi_type(dtype), comm_of(h)));
 }
 
-static void mpi_bcast(void *h, void *buf, size_t count,
-                      enum moe_comm_dtype dtype, int root) {
-  MOE_CHECK_MPI(
-      MPI_Bcast(buf, icount(count), mpi_type(dtype), root, comm_of(h)));
+static void mpi_alltoallv(void *h,
+                          const void *send,
+                          const int *send_counts,
+                          const int *send_displs,
+                          void *recv,
+                          const int *recv_counts,
+                          const int *recv_displs,
+                          enum moe_comm_dtype dtype)
+{
+    MOE_CHECK_MPI(MPI_Alltoallv(send, send_counts, send_displs, mpi_type(dtype), recv, recv_counts,
+                                recv_displs, mpi_type(dtype), comm_of(h)));
 }
 
-static void mpi_send(void *h, const void *buf, size_t count,
-                     enum moe_comm_dtype dtype, int peer, int tag) {
-  MOE_CHECK_MPI(
-      MPI_Send(buf, icount(count), mpi_type(dtype), peer, tag, comm_of(h)));
+static void mpi_bcast(void *h, void *buf, size_t count, enum moe_comm_dtype dtype, int root)
+{
+    MOE_CHECK_MPI(MPI_Bcast(buf, icount(count), mpi_type(dtype), root, comm_of(h)));
 }
 
-static void mpi_recv(void *h, void *buf, size_t count,
-                     enum moe_comm_dtype dtype, int peer, int tag) {
-  MOE_CHECK_MPI(MPI_Recv(buf, icount(count), mpi_type(dtype), peer, tag,
-                         comm_of(h), MPI_STATUS_IGNORE));
+static void
+mpi_send(void *h, const void *buf, size_t count, enum moe_comm_dtype dtype, int peer, int tag)
+{
+    MOE_CHECK_MPI(MPI_Send(buf, icount(count), mpi_type(dtype), peer, tag, comm_of(h)));
 }
 
-static void mpi_barrier(void *h) { MOE_CHECK_MPI(MPI_Barrier(comm_of(h))); }
-
-static void mpi_isend(void *h, const void *buf, size_t count,
-                      enum moe_comm_dtype dtype, int peer, int tag,
-                      struct moe_comm_req *req) {
-  MOE_CHECK_MPI(MPI_Isend(buf, icount(count), mpi_type(dtype), peer, tag,
-                          comm_of(h), req_of(req)));
-  req->is_active = true;
+static void mpi_recv(void *h, void *buf, size_t count, enum moe_comm_dtype dtype, int peer, int tag)
+{
+    MOE_CHECK_MPI(
+        MPI_Recv(buf, icount(count), mpi_type(dtype), peer, tag, comm_of(h), MPI_STATUS_IGNORE));
 }
 
-static void mpi_irecv(void *h, void *buf, size_t count,
-                      enum moe_comm_dtype dtype, int peer, int tag,
-                      struct moe_comm_req *req) {
-  MOE_CHECK_MPI(MPI_Irecv(buf, icount(count), mpi_type(dtype), peer, tag,
-                          comm_of(h), req_of(req)));
-  req->is_active = true;
+static void mpi_barrier(void *h)
+{
+    MOE_CHECK_MPI(MPI_Barrier(comm_of(h)));
 }
 
-static void mpi_iallreduce(void *h, const void *send, void *recv, size_t count,
-                           enum moe_comm_dtype dtype, enum moe_comm_redop op,
-                           struct moe_comm_req *req) {
-  MOE_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv,
-                               icount(count), mpi_type(dtype), mpi_op(op),
-                               comm_of(h), req_of(req)));
-  req->is_active = true;
+static void mpi_isend(void *h,
+                      const void *buf,
+                      size_t count,
+                      enum moe_comm_dtype dtype,
+                      int peer,
+                      int tag,
+                      struct moe_comm_req *req)
+{
+    MOE_CHECK_MPI(
+        MPI_Isend(buf, icount(count), mpi_type(dtype), peer, tag, comm_of(h), req_of(req)));
+    req->is_active = true;
 }
 
-static void mpi_iallgather(void *h, const void *send, void *recv, size_t count,
+static void mpi_irecv(void *h,
+                      void *buf,
+                      size_t count,
+                      enum moe_comm_dtype dtype,
+                      int peer,
+                      int tag,
+                      struct moe_comm_req *req)
+{
+    MOE_CHECK_MPI(
+        MPI_Irecv(buf, icount(count), mpi_type(dtype), peer, tag, comm_of(h), req_of(req)));
+    req->is_active = true;
+}
+
+static void mpi_iallreduce(void *h,
+                           const void *send,
+                           void *recv,
+                           size_t count,
                            enum moe_comm_dtype dtype,
-                           struct moe_comm_req *req) {
-  bool in_place = gather_in_place(h, send, recv, count, dtype);
-  MOE_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, icount(count),
-                               mpi_type(dtype), recv, icount(count),
-                               mpi_type(dtype), comm_of(h), req_of(req)));
-  req->is_active = true;
+                           enum moe_comm_redop op,
+                           struct moe_comm_req *req)
+{
+    MOE_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, icount(count),
+                                 mpi_type(dtype), mpi_op(op), comm_of(h), req_of(req)));
+    req->is_active = true;
 }
 
-static void mpi_ireducescatter(void *h, const void *send, void *recv,
-                               size_t count, enum moe_comm_dtype dtype,
+static void mpi_iallgather(void *h,
+                           const void *send,
+                           void *recv,
+                           size_t count,
+                           enum moe_comm_dtype dtype,
+                           struct moe_comm_req *req)
+{
+    bool in_place = gather_in_place(h, send, recv, count, dtype);
+    MOE_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, icount(count), mpi_type(dtype),
+                                 recv, icount(count), mpi_type(dtype), comm_of(h), req_of(req)));
+    req->is_active = true;
+}
+
+static void mpi_ireducescatter(void *h,
+                               const void *send,
+                               void *recv,
+                               size_t count,
+                               enum moe_comm_dtype dtype,
                                enum moe_comm_redop op,
-                               struct moe_comm_req *req) {
-  MOE_CHECK_MPI(MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send,
-                                          recv, icount(count), mpi_type(dtype),
-                                          mpi_op(op), comm_of(h), req_of(req)));
-  req->is_active = true;
+                               struct moe_comm_req *req)
+{
+    MOE_CHECK_MPI(MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, icount(count),
+                                            mpi_type(dtype), mpi_op(op), comm_of(h), req_of(req)));
+    req->is_active = true;
 }
 
-static void mpi_ialltoallv(void *h, const void *send, const int *send_counts,
-                           const int *send_displs, void *recv,
-                           const int *recv_counts, const int *recv_displs,
+static void mpi_ialltoallv(void *h,
+                           const void *send,
+                           const int *send_counts,
+                           const int *send_displs,
+                           void *recv,
+                           const int *recv_counts,
+                           const int *recv_displs,
                            enum moe_comm_dtype dtype,
-                           struct moe_comm_req *req) {
-  MOE_CHECK_MPI(MPI_Ialltoallv(send, send_counts, send_displs, mpi_type(dtype),
-                               recv, recv_counts, recv_displs, mpi_type(dtype),
-                               comm_of(h), req_of(req)));
-  req->is_active = true;
+                           struct moe_comm_req *req)
+{
+    MOE_CHECK_MPI(MPI_Ialltoallv(send, send_counts, send_displs, mpi_type(dtype), recv, recv_counts,
+                                 recv_displs, mpi_type(dtype), comm_of(h), req_of(req)));
+    req->is_active = true;
 }
 
-static void mpi_wait(struct moe_comm_req *req) {
-  MOE_CHECK_MPI(MPI_Wait(req_of(req), MPI_STATUS_IGNORE));
-  req->is_active = false;
-}
-
-static bool mpi_test(struct moe_comm_req *req) {
-  int done = 0;
-  MOE_CHECK_MPI(MPI_Test(req_of(req), &done, MPI_STATUS_IGNORE));
-  if (done) {
+static void mpi_wait(struct moe_comm_req *req)
+{
+    MOE_CHECK_MPI(MPI_Wait(req_of(req), MPI_STATUS_IGNORE));
     req->is_active = false;
-  }
-  return done != 0;
 }
 
-static int mpi_tag_limit(void *h) {
-  void *value = NULL;
-  int found = 0;
-  MOE_CHECK_MPI(MPI_Comm_get_attr(comm_of(h), MPI_TAG_UB, &value, &found));
-  /* MPI guarantees MPI_TAG_UB >= 32767. */
-  return found && value != NULL ? *(int *)value : 32767;
+static bool mpi_test(struct moe_comm_req *req)
+{
+    int done = 0;
+    MOE_CHECK_MPI(MPI_Test(req_of(req), &done, MPI_STATUS_IGNORE));
+    if (done) {
+        req->is_active = false;
+    }
+    return done != 0;
+}
+
+static int mpi_tag_limit(void *h)
+{
+    void *value = NULL;
+    int found = 0;
+    MOE_CHECK_MPI(MPI_Comm_get_attr(comm_of(h), MPI_TAG_UB, &value, &found));
+    /* MPI guarantees MPI_TAG_UB >= 32767. */
+    return found && value != NULL ? *(int *)value : 32767;
 }
 
 static const struct moe_comm_backend mpi_backend = {
@@ -283,18 +337,19 @@ static const struct moe_comm_backend mpi_backend = {
     .tag_limit = mpi_tag_limit,
 };
 
-const struct moe_comm_backend *moe_comm_mpi_backend(void) {
-  return &mpi_backend;
+const struct moe_comm_backend *moe_comm_mpi_backend(void)
+{
+    return &mpi_backend;
 }
 
-enum moe_status moe_comm_mpi_create(MPI_Comm comm, const char *name,
-                                    moe_comm_t **out) {
-  MPI_Comm dup = MPI_COMM_NULL;
-  MOE_CHECK_MPI(MPI_Comm_dup(comm, &dup));
-  void *h = wrap_comm(dup);
-  enum moe_status st = moe_comm_wrap(&mpi_backend, h, false, name, out);
-  if (st != MOE_OK) {
-    mpi_free_handle(h);
-  }
-  return st;
+enum moe_status moe_comm_mpi_create(MPI_Comm comm, const char *name, moe_comm_t **out)
+{
+    MPI_Comm dup = MPI_COMM_NULL;
+    MOE_CHECK_MPI(MPI_Comm_dup(comm, &dup));
+    void *h = wrap_comm(dup);
+    enum moe_status st = moe_comm_wrap(&mpi_backend, h, false, name, out);
+    if (st != MOE_OK) {
+        mpi_free_handle(h);
+    }
+    return st;
 }

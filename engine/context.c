@@ -1,8 +1,7 @@
 /*
- * Per-process context (engine/context.h): xoshiro256** seeded by splitmix64
- * (Vigna's reference constants), a counter-based normal draw for initialisation
- * that does not depend on how a tensor is sharded, the rank-aware logger and
- * the phase clock (CLOCK_MONOTONIC).
+ * Per-process context (engine/context.h): xoshiro256** seeded by splitmix64 (Vigna's reference
+ * constants), a counter-based normal draw for initialisation that does not depend on how a tensor
+ * is sharded, the rank-aware logger and the phase clock (CLOCK_MONOTONIC).
  */
 #include "engine/context.h"
 
@@ -12,149 +11,165 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
 }
 
-void moe_eng_rng_seed(struct moe_eng_rng *rng, uint64_t seed) {
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) {
-    rng->s[i] = splitmix64(&x);
-  }
+void moe_eng_rng_seed(struct moe_eng_rng *rng, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) {
+        rng->s[i] = splitmix64(&x);
+    }
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t moe_eng_rng_next(struct moe_eng_rng *rng) {
-  uint64_t *s = rng->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
 }
 
-double moe_eng_rng_uniform(struct moe_eng_rng *rng) {
-  return (double)(moe_eng_rng_next(rng) >> 11) * 0x1.0p-53;
+uint64_t moe_eng_rng_next(struct moe_eng_rng *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
 }
 
-uint64_t moe_eng_hash3(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t x = a;
-  uint64_t h = splitmix64(&x);
-  x = h ^ b;
-  h = splitmix64(&x);
-  x = h ^ c;
-  return splitmix64(&x);
+double moe_eng_rng_uniform(struct moe_eng_rng *rng)
+{
+    return (double)(moe_eng_rng_next(rng) >> 11) * 0x1.0p-53;
 }
 
-double moe_eng_normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t a = moe_eng_hash3(seed, stream, 2 * index);
-  uint64_t b = moe_eng_hash3(seed, stream, 2 * index + 1);
-  double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
-  double u2 = (double)(b >> 11) * 0x1.0p-53;
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2) /* 2 pi */;
+uint64_t moe_eng_hash3(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t x = a;
+    uint64_t h = splitmix64(&x);
+    x = h ^ b;
+    h = splitmix64(&x);
+    x = h ^ c;
+    return splitmix64(&x);
 }
 
-static void vlog(FILE *f, const char *prefix, const char *fmt, va_list ap) {
-  if (f == NULL) {
-    return;
-  }
-  if (prefix != NULL) {
-    (void)fputs(prefix, f);
-  }
-  (void)vfprintf(f, fmt, ap);
-  (void)fputc('\n', f);
-  (void)fflush(f);
+double moe_eng_normal_at(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    uint64_t a = moe_eng_hash3(seed, stream, 2 * index);
+    uint64_t b = moe_eng_hash3(seed, stream, 2 * index + 1);
+    double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
+    double u2 = (double)(b >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2) /* 2 pi */;
 }
 
-void moe_eng_log_info(const struct moe_eng_log *log, const char *fmt, ...) {
-  if (log->rank != 0 && !log->is_all_ranks) {
-    return;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  vlog(log->stream, NULL, fmt, ap);
-  va_end(ap);
+static void vlog(FILE *f, const char *prefix, const char *fmt, va_list ap)
+{
+    if (f == NULL) {
+        return;
+    }
+    if (prefix != NULL) {
+        (void)fputs(prefix, f);
+    }
+    (void)vfprintf(f, fmt, ap);
+    (void)fputc('\n', f);
+    (void)fflush(f);
 }
 
-void moe_eng_log_debug(const struct moe_eng_log *log, const char *fmt, ...) {
-  if (log->verbosity < 1 || (log->rank != 0 && !log->is_all_ranks)) {
-    return;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  vlog(log->stream, NULL, fmt, ap);
-  va_end(ap);
+void moe_eng_log_info(const struct moe_eng_log *log, const char *fmt, ...)
+{
+    if (log->rank != 0 && !log->is_all_ranks) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(log->stream, NULL, fmt, ap);
+    va_end(ap);
 }
 
-void moe_eng_log_rank(const struct moe_eng_log *log, const char *fmt, ...) {
-  char prefix[32];
-  (void)snprintf(prefix, sizeof(prefix), "[rank %d] ", log->rank);
-  va_list ap;
-  va_start(ap, fmt);
-  vlog(log->stream != NULL ? log->stream : stderr, prefix, fmt, ap);
-  va_end(ap);
+void moe_eng_log_debug(const struct moe_eng_log *log, const char *fmt, ...)
+{
+    if (log->verbosity < 1 || (log->rank != 0 && !log->is_all_ranks)) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(log->stream, NULL, fmt, ap);
+    va_end(ap);
 }
 
-double moe_eng_now(void) {
-  struct timespec ts;
-  (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+void moe_eng_log_rank(const struct moe_eng_log *log, const char *fmt, ...)
+{
+    char prefix[32];
+    (void)snprintf(prefix, sizeof(prefix), "[rank %d] ", log->rank);
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(log->stream != NULL ? log->stream : stderr, prefix, fmt, ap);
+    va_end(ap);
 }
 
-void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start) {
-  memset(t->phase_s, 0, sizeof(t->phase_s));
-  t->current = start;
-  t->t_last = moe_eng_now();
+double moe_eng_now(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p) {
-  enum moe_phase prev = t->current;
-  if (p != prev) {
+void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start)
+{
+    memset(t->phase_s, 0, sizeof(t->phase_s));
+    t->current = start;
+    t->t_last = moe_eng_now();
+}
+
+enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p)
+{
+    enum moe_phase prev = t->current;
+    if (p != prev) {
+        double now = moe_eng_now();
+        t->phase_s[prev] += now - t->t_last;
+        t->t_last = now;
+        t->current = p;
+    }
+    return prev;
+}
+
+void moe_eng_timer_flush(struct moe_eng_timer *t)
+{
     double now = moe_eng_now();
-    t->phase_s[prev] += now - t->t_last;
+    t->phase_s[t->current] += now - t->t_last;
     t->t_last = now;
-    t->current = p;
-  }
-  return prev;
 }
 
-void moe_eng_timer_flush(struct moe_eng_timer *t) {
-  double now = moe_eng_now();
-  t->phase_s[t->current] += now - t->t_last;
-  t->t_last = now;
+enum moe_status moe_eng_ctx_init(
+    struct moe_eng_ctx *ctx, moe_comm_t *world, uint64_t seed, FILE *log_stream, int verbosity)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->world = world;
+    ctx->rank = moe_comm_rank(world);
+    ctx->size = moe_comm_size(world);
+    if (gethostname(ctx->host, sizeof(ctx->host) - 1) != 0) {
+        (void)snprintf(ctx->host, sizeof(ctx->host), "?");
+    }
+    ctx->log = (struct moe_eng_log){
+        .stream = log_stream, .rank = ctx->rank, .verbosity = verbosity, .is_all_ranks = false};
+    moe_eng_rng_seed(&ctx->rng, seed);
+    moe_eng_timer_reset(&ctx->timer, MOE_PHASE_HOST_OVERHEAD);
+    struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
+    MOE_TRY(moe_k_ctx_create(&desc, &ctx->kctx));
+    ctx->k = moe_k_ctx_ops(ctx->kctx);
+    return MOE_OK;
 }
 
-enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx, moe_comm_t *world,
-                                 uint64_t seed, FILE *log_stream,
-                                 int verbosity) {
-  memset(ctx, 0, sizeof(*ctx));
-  ctx->world = world;
-  ctx->rank = moe_comm_rank(world);
-  ctx->size = moe_comm_size(world);
-  if (gethostname(ctx->host, sizeof(ctx->host) - 1) != 0) {
-    (void)snprintf(ctx->host, sizeof(ctx->host), "?");
-  }
-  ctx->log = (struct moe_eng_log){.stream = log_stream,
-                                  .rank = ctx->rank,
-                                  .verbosity = verbosity,
-                                  .is_all_ranks = false};
-  moe_eng_rng_seed(&ctx->rng, seed);
-  moe_eng_timer_reset(&ctx->timer, MOE_PHASE_HOST_OVERHEAD);
-  struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
-  MOE_TRY(moe_k_ctx_create(&desc, &ctx->kctx));
-  ctx->k = moe_k_ctx_ops(ctx->kctx);
-  return MOE_OK;
-}
-
-void moe_eng_ctx_fini(struct moe_eng_ctx *ctx) {
-  moe_k_ctx_destroy(ctx->kctx);
-  ctx->kctx = NULL;
+void moe_eng_ctx_fini(struct moe_eng_ctx *ctx)
+{
+    moe_k_ctx_destroy(ctx->kctx);
+    ctx->kctx = NULL;
 }

@@ -1,15 +1,13 @@
 /*
- * Per-process context of the engine (STYLE.md §5): rank and size, the root
- * communicator, a logger that knows its rank, a seeded random generator, the
- * counted heap, the phase timer and the kernel context. There are no globals:
- * everything a function needs comes through this struct or its arguments. Also
- * the small helpers that go with it: a stateless hash for layout-independent
+ * Per-process context of the engine (STYLE.md §5): rank and size, the root communicator, a logger
+ * that knows its rank, a seeded random generator, the counted heap, the phase timer and the kernel
+ * context. There are no globals: everything a function needs comes through this struct or its
+ * arguments. Also the small helpers that go with it: a stateless hash for layout-independent
  * initialisation and the phase clock.
  *
- * Phase timing: exactly one phase is current at any time; moe_eng_phase_enter
- * switches and adds the elapsed wall time to the phase being left, so the
- * phases of a step partition its wall time and sum to the step time by
- * construction. Phase names are the cost model's (model/cost.h).
+ * Phase timing: exactly one phase is current at any time; moe_eng_phase_enter switches and adds the
+ * elapsed wall time to the phase being left, so the phases of a step partition its wall time and
+ * sum to the step time by construction. Phase names are the cost model's (model/cost.h).
  */
 #ifndef MOE_ENGINE_CONTEXT_H
 #define MOE_ENGINE_CONTEXT_H
@@ -29,7 +27,7 @@ extern "C" {
 
 /* xoshiro256** (Blackman & Vigna 2018), seeded through splitmix64. */
 struct moe_eng_rng {
-  uint64_t s[4];
+    uint64_t s[4];
 };
 void moe_eng_rng_seed(struct moe_eng_rng *rng, uint64_t seed);
 uint64_t moe_eng_rng_next(struct moe_eng_rng *rng);
@@ -39,17 +37,15 @@ double moe_eng_rng_uniform(struct moe_eng_rng *rng);
 /* splitmix64 finaliser of (a, b, c): a stateless hash for counter-based draws.
  */
 uint64_t moe_eng_hash3(uint64_t a, uint64_t b, uint64_t c);
-/* Standard normal draw determined only by (seed, stream, index) (Box-Muller on
- * two hashes). */
+/* Standard normal draw determined only by (seed, stream, index) (Box-Muller on two hashes). */
 double moe_eng_normal_at(uint64_t seed, uint64_t stream, uint64_t index);
 
-/* Logger: rank 0 prints unless is_all_ranks; verbosity 0 = progress only, 1 =
- * details. */
+/* Logger: rank 0 prints unless is_all_ranks; verbosity 0 = progress only, 1 = details. */
 struct moe_eng_log {
-  FILE *stream;
-  int rank;
-  int verbosity;
-  bool is_all_ranks;
+    FILE *stream;
+    int rank;
+    int verbosity;
+    bool is_all_ranks;
 };
 void moe_eng_log_info(const struct moe_eng_log *log, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -63,36 +59,33 @@ void moe_eng_log_rank(const struct moe_eng_log *log, const char *fmt, ...)
 double moe_eng_now(void);
 
 struct moe_eng_timer {
-  double phase_s[MOE_NUM_PHASES]; /* seconds per phase since the last reset */
-  enum moe_phase current;         /* phase being timed now */
-  double t_last;                  /* when `current` was entered */
+    double phase_s[MOE_NUM_PHASES]; /* seconds per phase since the last reset */
+    enum moe_phase current;         /* phase being timed now */
+    double t_last;                  /* when `current` was entered */
 };
 /* Zero the phases and start timing `start` now. */
 void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start);
 /* Switch to phase p; returns the phase left (to switch back to). */
 enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p);
-/* Add the time since the last switch to the current phase (before reading
- * phase_s). */
+/* Add the time since the last switch to the current phase (before reading phase_s). */
 void moe_eng_timer_flush(struct moe_eng_timer *t);
 
 struct moe_eng_ctx {
-  int rank;          /* in the engine's root group */
-  int size;          /* ranks in the root group */
-  char host[64];     /* gethostname */
-  moe_comm_t *world; /* root group (borrowed) */
-  struct moe_eng_log log;
-  struct moe_eng_rng rng;   /* data order; saved in checkpoints */
-  struct moe_eng_heap heap; /* counted host allocations */
-  struct moe_eng_timer timer;
-  moe_k_ctx_t *kctx;         /* kernel context (owned) */
-  const struct moe_k_ops *k; /* its ops table */
+    int rank;          /* in the engine's root group */
+    int size;          /* ranks in the root group */
+    char host[64];     /* gethostname */
+    moe_comm_t *world; /* root group (borrowed) */
+    struct moe_eng_log log;
+    struct moe_eng_rng rng;   /* data order; saved in checkpoints */
+    struct moe_eng_heap heap; /* counted host allocations */
+    struct moe_eng_timer timer;
+    moe_k_ctx_t *kctx;         /* kernel context (owned) */
+    const struct moe_k_ops *k; /* its ops table */
 };
 
-/* Fill ctx for the root group world (borrowed); creates the CPU kernel context
- * (1 thread). */
-MOE_NODISCARD enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
-                                               moe_comm_t *world, uint64_t seed,
-                                               FILE *log_stream, int verbosity);
+/* Fill ctx for the root group world (borrowed); creates the CPU kernel context (1 thread). */
+MOE_NODISCARD enum moe_status moe_eng_ctx_init(
+    struct moe_eng_ctx *ctx, moe_comm_t *world, uint64_t seed, FILE *log_stream, int verbosity);
 void moe_eng_ctx_fini(struct moe_eng_ctx *ctx);
 
 #ifdef __cplusplus

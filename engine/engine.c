@@ -1,457 +1,437 @@
 /*
- * Engine lifetime and the training step (engine/engine.h). Creation resolves
- * the layout, forms the groups, derives the dimensions and the schedule, then
- * sizes every memory category with a sizing pass over the same carving code
- * that later lays out the real blocks (one allocation per category),
- * initialises the weights and the data. A step: next global batch -> zero
- * gradients -> pipeline schedule (forward/backward of every micro-batch) ->
- * reductions, optimizer, expert bias. Nothing is allocated inside a step; the
- * per-op temporaries come from an arena reset every step.
+ * Engine lifetime and the training step (engine/engine.h). Creation resolves the layout, forms the
+ * groups, derives the dimensions and the schedule, then sizes every memory category with a sizing
+ * pass over the same carving code that later lays out the real blocks (one allocation per
+ * category), initialises the weights and the data. A step: next global batch -> zero gradients ->
+ * pipeline schedule (forward/backward of every micro-batch) -> reductions, optimizer, expert bias.
+ * Nothing is allocated inside a step; the per-op temporaries come from an arena reset every step.
  */
-#include "engine/internal.h"
-
 #include "engine/check.h"
+#include "engine/internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
-void moe_eng_run_opts_init(struct moe_eng_run_opts *o) {
-  memset(o, 0, sizeof(*o));
-  o->num_steps = 10;
-  o->data_kind = MOE_ENG_DATA_TEXT;
-  o->seed = 1234;
-  o->lr =
-      3e-3f; /* small models tolerate a high rate; Megatron has no default */
-  o->warmup_steps = 0;
-  o->beta1 = 0.9f;  /* Megatron-LM --adam-beta1 default */
-  o->beta2 = 0.95f; /* DeepSeek-V3 / Megatron MoE recipes (--adam-beta2 0.95) */
-  o->adam_eps = 1e-8f; /* Megatron-LM --adam-eps default */
-  o->weight_decay = 0.1f;
-  o->clip_grad = 1.0f; /* Megatron-LM --clip-grad default */
-  o->aux_loss_coeff =
-      1e-2f; /* Megatron MoE examples --moe-aux-loss-coeff 1e-2 */
-  o->z_loss_coeff = 0.0f;
-  o->bias_update_rate = 1e-3f; /* DeepSeek-V3 report: bias update speed 0.001 */
-  o->topk_scaling = 1.0f;
-  o->moe_buffer_factor = 0.0;
+void moe_eng_run_opts_init(struct moe_eng_run_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->num_steps = 10;
+    o->data_kind = MOE_ENG_DATA_TEXT;
+    o->seed = 1234;
+    o->lr = 3e-3f; /* small models tolerate a high rate; Megatron has no default */
+    o->warmup_steps = 0;
+    o->beta1 = 0.9f;     /* Megatron-LM --adam-beta1 default */
+    o->beta2 = 0.95f;    /* DeepSeek-V3 / Megatron MoE recipes (--adam-beta2 0.95) */
+    o->adam_eps = 1e-8f; /* Megatron-LM --adam-eps default */
+    o->weight_decay = 0.1f;
+    o->clip_grad = 1.0f;       /* Megatron-LM --clip-grad default */
+    o->aux_loss_coeff = 1e-2f; /* Megatron MoE examples --moe-aux-loss-coeff 1e-2 */
+    o->z_loss_coeff = 0.0f;
+    o->bias_update_rate = 1e-3f; /* DeepSeek-V3 report: bias update speed 0.001 */
+    o->topk_scaling = 1.0f;
+    o->moe_buffer_factor = 0.0;
 }
 
-/* ---- Creation
- * --------------------------------------------------------------------------------
- */
+/* ---- Creation -------------------------------------------------------------------------------- */
 
-static enum moe_status resolve_layout(struct moe_eng *e,
-                                      struct moe_diag *diag) {
-  struct moe_layout *lay = &e->plan.layout;
-  if (lay->num_gpus == 0) {
-    lay->num_gpus = e->ctx.size;
-  }
-  if (lay->num_gpus != e->ctx.size) {
-    return moe_diag_set(
-        diag, MOE_ERR_INVALID,
-        "the plan is for %d ranks but %d were started; run mpirun -np %d",
-        lay->num_gpus, e->ctx.size, lay->num_gpus);
-  }
-  MOE_TRY(
-      moe_layout_resolve(&e->plan.model, NULL, &e->plan.options, lay, diag));
-  if (lay->num_gpus != e->ctx.size) {
-    return moe_diag_set(diag, MOE_ERR_INVALID,
-                        "the plan's layout needs %d ranks but %d were started",
-                        lay->num_gpus, e->ctx.size);
-  }
-  return MOE_OK;
+static enum moe_status resolve_layout(struct moe_eng *e, struct moe_diag *diag)
+{
+    struct moe_layout *lay = &e->plan.layout;
+    if (lay->num_gpus == 0) {
+        lay->num_gpus = e->ctx.size;
+    }
+    if (lay->num_gpus != e->ctx.size) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "the plan is for %d ranks but %d were started; run mpirun -np %d",
+                            lay->num_gpus, e->ctx.size, lay->num_gpus);
+    }
+    MOE_TRY(moe_layout_resolve(&e->plan.model, NULL, &e->plan.options, lay, diag));
+    if (lay->num_gpus != e->ctx.size) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "the plan's layout needs %d ranks but %d were started", lay->num_gpus,
+                            e->ctx.size);
+    }
+    return MOE_OK;
 }
 
-static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag) {
-  const struct moe_options *o = &e->plan.options;
-  if (o->optimizer_cpu_offload) {
-    return moe_diag_set(
-        diag, MOE_ERR_UNSUPPORTED,
-        "--optimizer-cpu-offload is not implemented by moefold-train");
-  }
-  if (o->main_grads_dtype != MOE_DTYPE_FP32 ||
-      o->exp_avg_dtype != MOE_DTYPE_FP32 ||
-      o->exp_avg_sq_dtype != MOE_DTYPE_FP32) {
-    return moe_diag_set(
-        diag, MOE_ERR_UNSUPPORTED,
-        "moefold-train keeps gradients and Adam moments in fp32; drop the "
-        "precision-aware optimizer dtypes");
-  }
-  if (o->overlap_moe_ep_comm) {
-    return moe_diag_set(
-        diag, MOE_ERR_UNSUPPORTED,
-        "--overlap-moe-expert-parallel-comm is not implemented by "
-        "moefold-train");
-  }
-  if (e->opts.emulate_precision) {
-    enum moe_recipe r = o->recipe;
-    (void)r;
-  }
-  bool hier = e->opts.has_dispatcher_override
-                  ? e->opts.is_hierarchical
-                  : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
-                     o->dispatcher == MOE_DISPATCH_HYBRIDEP);
-  if (hier && e->d.experts > 0) {
-    return moe_diag_set(
-        diag, MOE_ERR_UNSUPPORTED,
-        "the hierarchical (flex) dispatcher is not implemented by "
-        "moefold-train; use --dispatcher alltoall");
-  }
-  e->is_hierarchical = false;
-  return MOE_OK;
+static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
+{
+    const struct moe_options *o = &e->plan.options;
+    if (o->optimizer_cpu_offload) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "--optimizer-cpu-offload is not implemented by moefold-train");
+    }
+    if (o->main_grads_dtype != MOE_DTYPE_FP32 || o->exp_avg_dtype != MOE_DTYPE_FP32 ||
+        o->exp_avg_sq_dtype != MOE_DTYPE_FP32) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "moefold-train keeps gradients and Adam moments in fp32; drop the "
+                            "precision-aware optimizer dtypes");
+    }
+    if (o->overlap_moe_ep_comm) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "--overlap-moe-expert-parallel-comm is not implemented by "
+                            "moefold-train");
+    }
+    if (e->opts.emulate_precision) {
+        enum moe_recipe r = o->recipe;
+        (void)r;
+    }
+    bool hier = e->opts.has_dispatcher_override ? e->opts.is_hierarchical
+                                                : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
+                                                   o->dispatcher == MOE_DISPATCH_HYBRIDEP);
+    if (hier && e->d.experts > 0) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "the hierarchical (flex) dispatcher is not implemented by "
+                            "moefold-train; use --dispatcher alltoall");
+    }
+    e->is_hierarchical = false;
+    return MOE_OK;
 }
 
-static enum moe_status alloc_registry(struct moe_eng *e,
-                                      struct moe_diag *diag) {
-  int L = e->plan.model.num_layers;
-  e->cap_params = 16 * L + 8;
-  e->cap_buckets = 3 * L + 8;
-  struct moe_eng_heap *h = &e->ctx.heap;
-  e->params = moe_eng_heap_alloc(h, (size_t)e->cap_params * sizeof(*e->params));
-  e->buckets =
-      moe_eng_heap_alloc(h, (size_t)e->cap_buckets * sizeof(*e->buckets));
-  e->layers = moe_eng_heap_alloc(h, (size_t)L * sizeof(*e->layers));
-  size_t ne = (size_t)L * (size_t)(e->d.experts > 0 ? e->d.experts : 1);
-  e->stats.expert_tokens = moe_eng_heap_alloc(h, ne * sizeof(long));
-  e->stats.phase_sum = moe_eng_heap_alloc(h, MOE_NUM_PHASES * sizeof(double));
-  e->stats.cap_steps = e->opts.num_steps > 0 ? e->opts.num_steps : 1;
-  e->stats.step_s =
-      moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
-  e->stats.loss =
-      moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
-  if (e->params == NULL || e->buckets == NULL || e->layers == NULL ||
-      e->stats.expert_tokens == NULL || e->stats.phase_sum == NULL ||
-      e->stats.step_s == NULL || e->stats.loss == NULL) {
-    return moe_diag_set(diag, MOE_ERR_NOMEM,
-                        "out of memory for the parameter registry");
-  }
-  return MOE_OK;
+static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
+{
+    int L = e->plan.model.num_layers;
+    e->cap_params = 16 * L + 8;
+    e->cap_buckets = 3 * L + 8;
+    struct moe_eng_heap *h = &e->ctx.heap;
+    e->params = moe_eng_heap_alloc(h, (size_t)e->cap_params * sizeof(*e->params));
+    e->buckets = moe_eng_heap_alloc(h, (size_t)e->cap_buckets * sizeof(*e->buckets));
+    e->layers = moe_eng_heap_alloc(h, (size_t)L * sizeof(*e->layers));
+    size_t ne = (size_t)L * (size_t)(e->d.experts > 0 ? e->d.experts : 1);
+    e->stats.expert_tokens = moe_eng_heap_alloc(h, ne * sizeof(long));
+    e->stats.phase_sum = moe_eng_heap_alloc(h, MOE_NUM_PHASES * sizeof(double));
+    e->stats.cap_steps = e->opts.num_steps > 0 ? e->opts.num_steps : 1;
+    e->stats.step_s = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
+    e->stats.loss = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
+    if (e->params == NULL || e->buckets == NULL || e->layers == NULL ||
+        e->stats.expert_tokens == NULL || e->stats.phase_sum == NULL || e->stats.step_s == NULL ||
+        e->stats.loss == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the parameter registry");
+    }
+    return MOE_OK;
 }
 
 /* Carve everything on the current arenas (sizing or real). */
-static void carve_all(struct moe_eng *e) {
-  moe_eng_params_carve(e);
-  moe_eng_acts_carve(e);
+static void carve_all(struct moe_eng *e)
+{
+    moe_eng_params_carve(e);
+    moe_eng_acts_carve(e);
 }
 
-static enum moe_status allocate_memory(struct moe_eng *e,
-                                       struct moe_diag *diag) {
-  for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
-    moe_eng_arena_init_sizing(&e->mem[c].arena);
-  }
-  e->rc_scratch_bytes = 0;
-  e->staging_bytes = 0;
-  carve_all(e);
-  size_t temp = moe_eng_temp_bytes(e);
-  size_t sizes[MOE_ENG_NUM_MEM];
-  for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
-    sizes[c] = e->mem[c].arena.used;
-  }
-  sizes[MOE_ENG_MEM_BUFFERS] += moe_eng_align(e->rc_scratch_bytes) +
-                                moe_eng_align(e->staging_bytes) +
-                                moe_eng_align(temp);
-  for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
-    e->mem[c].bytes = sizes[c];
-    e->mem[c].block =
-        sizes[c] > 0 ? moe_eng_heap_alloc(&e->ctx.heap, sizes[c]) : NULL;
-    if (sizes[c] > 0 && e->mem[c].block == NULL) {
-      return moe_diag_set(diag, MOE_ERR_NOMEM,
-                          "out of memory: %zu bytes for memory category %d",
-                          sizes[c], c);
+static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
+{
+    for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
+        moe_eng_arena_init_sizing(&e->mem[c].arena);
     }
-    moe_eng_arena_init(&e->mem[c].arena, e->mem[c].block, sizes[c]);
-  }
-  struct moe_eng_arena *bufs = &e->mem[MOE_ENG_MEM_BUFFERS].arena;
-  e->rc_scratch = moe_eng_arena_take(bufs, e->rc_scratch_bytes);
-  e->staging = moe_eng_arena_take(bufs, e->staging_bytes);
-  void *temp_block = moe_eng_arena_take(bufs, temp);
-  moe_eng_arena_init(&e->temp, temp_block, moe_eng_align(temp));
-  carve_all(e);
-  for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
-    MOE_ASSERT(e->mem[c].arena.used == e->mem[c].bytes);
-  }
-  return MOE_OK;
+    e->rc_scratch_bytes = 0;
+    e->staging_bytes = 0;
+    carve_all(e);
+    size_t temp = moe_eng_temp_bytes(e);
+    size_t sizes[MOE_ENG_NUM_MEM];
+    for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
+        sizes[c] = e->mem[c].arena.used;
+    }
+    sizes[MOE_ENG_MEM_BUFFERS] +=
+        moe_eng_align(e->rc_scratch_bytes) + moe_eng_align(e->staging_bytes) + moe_eng_align(temp);
+    for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
+        e->mem[c].bytes = sizes[c];
+        e->mem[c].block = sizes[c] > 0 ? moe_eng_heap_alloc(&e->ctx.heap, sizes[c]) : NULL;
+        if (sizes[c] > 0 && e->mem[c].block == NULL) {
+            return moe_diag_set(diag, MOE_ERR_NOMEM,
+                                "out of memory: %zu bytes for memory category %d", sizes[c], c);
+        }
+        moe_eng_arena_init(&e->mem[c].arena, e->mem[c].block, sizes[c]);
+    }
+    struct moe_eng_arena *bufs = &e->mem[MOE_ENG_MEM_BUFFERS].arena;
+    e->rc_scratch = moe_eng_arena_take(bufs, e->rc_scratch_bytes);
+    e->staging = moe_eng_arena_take(bufs, e->staging_bytes);
+    void *temp_block = moe_eng_arena_take(bufs, temp);
+    moe_eng_arena_init(&e->temp, temp_block, moe_eng_align(temp));
+    carve_all(e);
+    for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
+        MOE_ASSERT(e->mem[c].arena.used == e->mem[c].bytes);
+    }
+    return MOE_OK;
 }
 
 /* Every rank must return the same status: agree on the worst one. */
-static enum moe_status agree(struct moe_eng *e, enum moe_status st,
-                             struct moe_diag *diag) {
-  int v = -(int)st;
-  int worst = v;
-  moe_comm_allreduce(e->ctx.world, &v, &worst, 1, MOE_COMM_I32, MOE_COMM_MAX);
-  if (worst != 0 && st == MOE_OK) {
-    (void)moe_diag_set(diag, (enum moe_status)(-worst),
-                       "another rank failed to set up (its message says why)");
-  }
-  return (enum moe_status)(-worst);
+static enum moe_status agree(struct moe_eng *e, enum moe_status st, struct moe_diag *diag)
+{
+    int v = -(int)st;
+    int worst = v;
+    moe_comm_allreduce(e->ctx.world, &v, &worst, 1, MOE_COMM_I32, MOE_COMM_MAX);
+    if (worst != 0 && st == MOE_OK) {
+        (void)moe_diag_set(diag, (enum moe_status)(-worst),
+                           "another rank failed to set up (its message says why)");
+    }
+    return (enum moe_status)(-worst);
 }
 
-static enum moe_status create_body(struct moe_eng *e, struct moe_diag *diag) {
-  MOE_TRY(moe_eng_groups_create(e->ctx.world, &e->plan.layout,
-                                e->opts.ranks_per_node, &e->groups, diag));
-  MOE_TRY(moe_eng_dims_init(e, diag));
-  MOE_TRY(check_options(e, diag));
-  MOE_TRY(moe_eng_schedule_build(e, diag));
-  MOE_TRY(alloc_registry(e, diag));
-  MOE_TRY(allocate_memory(e, diag));
-  moe_eng_params_init(e);
-  return MOE_OK;
+static enum moe_status create_body(struct moe_eng *e, struct moe_diag *diag)
+{
+    MOE_TRY(moe_eng_groups_create(e->ctx.world, &e->plan.layout, e->opts.ranks_per_node, &e->groups,
+                                  diag));
+    MOE_TRY(moe_eng_dims_init(e, diag));
+    MOE_TRY(check_options(e, diag));
+    MOE_TRY(moe_eng_schedule_build(e, diag));
+    MOE_TRY(alloc_registry(e, diag));
+    MOE_TRY(allocate_memory(e, diag));
+    moe_eng_params_init(e);
+    return MOE_OK;
 }
 
 enum moe_status moe_eng_create(const struct moe_plan *plan,
                                const struct moe_eng_run_opts *opts,
-                               moe_comm_t *world, moe_eng_t **out,
-                               struct moe_diag *diag) {
-  *out = NULL;
-  struct moe_eng_heap boot = {0};
-  moe_eng_t *e = moe_eng_heap_alloc(&boot, sizeof(*e));
-  if (e == NULL) {
-    return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the engine");
-  }
-  enum moe_status st =
-      moe_eng_ctx_init(&e->ctx, world, opts->seed, opts->log, opts->verbosity);
-  if (st != MOE_OK) {
-    moe_eng_heap_free(&boot, e, sizeof(*e));
-    return moe_diag_set(diag, st, "cannot create the CPU kernel context");
-  }
-  e->ctx.heap = boot;
-  e->plan = *plan;
-  e->plan.options.is_fp32_training =
-      true; /* the CPU engine stores everything in fp32 */
-  e->opts = *opts;
-  e->k = e->ctx.k;
-  e->kc = e->ctx.kctx;
-  st = resolve_layout(e, diag);
-  if (st == MOE_OK) {
-    st = create_body(e, diag);
-  }
-  if (st == MOE_OK) {
-    st = moe_eng_data_init(e, diag);
-  }
-  if (e->groups.tp != NULL) {
-    st = agree(e, st, diag);
-  }
-  if (st == MOE_OK && opts->load_dir != NULL) {
-    st = moe_eng_load(e, opts->load_dir, diag);
-  }
-  if (st != MOE_OK) {
-    moe_eng_destroy(e);
-    return st;
-  }
-  *out = e;
-  return MOE_OK;
+                               moe_comm_t *world,
+                               moe_eng_t **out,
+                               struct moe_diag *diag)
+{
+    *out = NULL;
+    struct moe_eng_heap boot = {0};
+    moe_eng_t *e = moe_eng_heap_alloc(&boot, sizeof(*e));
+    if (e == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the engine");
+    }
+    enum moe_status st = moe_eng_ctx_init(&e->ctx, world, opts->seed, opts->log, opts->verbosity);
+    if (st != MOE_OK) {
+        moe_eng_heap_free(&boot, e, sizeof(*e));
+        return moe_diag_set(diag, st, "cannot create the CPU kernel context");
+    }
+    e->ctx.heap = boot;
+    e->plan = *plan;
+    e->plan.options.is_fp32_training = true; /* the CPU engine stores everything in fp32 */
+    e->opts = *opts;
+    e->k = e->ctx.k;
+    e->kc = e->ctx.kctx;
+    st = resolve_layout(e, diag);
+    if (st == MOE_OK) {
+        st = create_body(e, diag);
+    }
+    if (st == MOE_OK) {
+        st = moe_eng_data_init(e, diag);
+    }
+    if (e->groups.tp != NULL) {
+        st = agree(e, st, diag);
+    }
+    if (st == MOE_OK && opts->load_dir != NULL) {
+        st = moe_eng_load(e, opts->load_dir, diag);
+    }
+    if (st != MOE_OK) {
+        moe_eng_destroy(e);
+        return st;
+    }
+    *out = e;
+    return MOE_OK;
 }
 
-void moe_eng_destroy(moe_eng_t *e) {
-  if (e == NULL) {
-    return;
-  }
-  struct moe_eng_heap *h = &e->ctx.heap;
-  moe_eng_data_fini(e);
-  for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
-    moe_eng_heap_free(h, e->mem[c].block, e->mem[c].bytes);
-  }
-  if (e->chunks != NULL) {
-    int m = e->plan.layout.num_microbatches;
+void moe_eng_destroy(moe_eng_t *e)
+{
+    if (e == NULL) {
+        return;
+    }
+    struct moe_eng_heap *h = &e->ctx.heap;
+    moe_eng_data_fini(e);
+    for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
+        moe_eng_heap_free(h, e->mem[c].block, e->mem[c].bytes);
+    }
+    if (e->chunks != NULL) {
+        int m = e->plan.layout.num_microbatches;
+        for (int v = 0; v < e->num_chunks_local; v++) {
+            struct moe_eng_chunk *ch = &e->chunks[v];
+            size_t nl = (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
+            for (int s = 0; s < ch->num_slots && ch->slots != NULL; s++) {
+                moe_eng_heap_free(h, ch->slots[s].acts, nl * sizeof(struct moe_eng_layer_act));
+            }
+            moe_eng_heap_free(h, ch->slots, (size_t)ch->num_slots * sizeof(*ch->slots));
+            moe_eng_heap_free(h, ch->mb_slot, (size_t)m * sizeof(int));
+            moe_eng_heap_free(h, ch->rc, nl * sizeof(*ch->rc));
+        }
+        moe_eng_heap_free(h, e->chunks, (size_t)e->num_chunks_local * sizeof(*e->chunks));
+        moe_eng_heap_free(h, e->ops, 2 * (size_t)m * (size_t)e->num_chunks_local * sizeof(*e->ops));
+    }
+    int L = e->plan.model.num_layers;
+    size_t ne = (size_t)L * (size_t)(e->d.experts > 0 ? e->d.experts : 1);
+    moe_eng_heap_free(h, e->params, (size_t)e->cap_params * sizeof(*e->params));
+    moe_eng_heap_free(h, e->buckets, (size_t)e->cap_buckets * sizeof(*e->buckets));
+    moe_eng_heap_free(h, e->layers, (size_t)L * sizeof(*e->layers));
+    moe_eng_heap_free(h, e->stats.expert_tokens, ne * sizeof(long));
+    moe_eng_heap_free(h, e->stats.phase_sum, MOE_NUM_PHASES * sizeof(double));
+    moe_eng_heap_free(h, e->stats.step_s, (size_t)e->stats.cap_steps * sizeof(double));
+    moe_eng_heap_free(h, e->stats.loss, (size_t)e->stats.cap_steps * sizeof(double));
+    moe_eng_groups_destroy(&e->groups);
+    moe_eng_ctx_fini(&e->ctx);
+    struct moe_eng_heap last = *h;
+    moe_eng_heap_free(&last, e, sizeof(*e));
+}
+
+/* ---- Steps ----------------------------------------------------------------------------------- */
+
+static void begin_step(struct moe_eng *e)
+{
+    moe_eng_arena_reset(&e->temp);
+    e->loss_sum = 0.0;
+    e->aux_sum = 0.0;
+    e->dropped = 0.0;
+    e->nan_origin[0] = '\0';
+    if (e->d.experts > 0) {
+        memset(e->step_counts, 0, (size_t)e->d.num_layers * (size_t)e->d.experts * sizeof(long));
+    }
+    moe_eng_grads_zero(e);
+}
+
+enum moe_status
+moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_diag *diag)
+{
+    moe_eng_timer_reset(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
+    double t0 = moe_eng_now();
+    begin_step(e);
+    moe_eng_data_next_batch(e);
+    moe_eng_run_schedule(e);
+    double gnorm = 0.0;
+    enum moe_status st = moe_eng_optimizer_step(e, &gnorm, diag);
+    moe_eng_timer_flush(&e->ctx.timer);
+    double dt = moe_eng_now() - t0;
+    memset(res, 0, sizeof(*res));
+    res->step = e->step + 1;
+    res->loss = e->loss_sum;
+    res->aux_loss = e->aux_sum;
+    res->grad_norm = gnorm;
+    res->step_s = dt;
+    res->tokens_per_s = (double)e->plan.layout.gbs * (double)e->d.seq / dt;
+    res->lr = moe_eng_lr_at(e, e->step + 1);
+    if (st != MOE_OK) {
+        return st;
+    }
+    e->step++;
+    struct moe_eng_stats *s = &e->stats;
+    if (s->num_steps < s->cap_steps) {
+        s->step_s[s->num_steps] = dt;
+        s->loss[s->num_steps] = res->loss;
+    }
+    s->num_steps++;
+    /* The first step of a run warms caches and MPI connections; phases average the rest. */
+    if (s->num_steps > 1 || e->opts.num_steps <= 1) {
+        for (int p = 0; p < MOE_NUM_PHASES; p++) {
+            s->phase_sum[p] += e->ctx.timer.phase_s[p];
+        }
+        s->num_measured++;
+    }
+    s->bytes_dropped += e->dropped;
+    return MOE_OK;
+}
+
+enum moe_status moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_diag *diag)
+{
+    (void)diag;
+    struct moe_eng_rng saved = e->ctx.rng;
+    uint64_t saved_pos = e->data.next_seq;
+    moe_eng_timer_reset(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
+    begin_step(e);
+    moe_eng_data_next_batch(e);
+    bool was = e->plan.options.overlap_grad_reduce;
+    e->plan.options.overlap_grad_reduce = false; /* keep local gradients */
+    moe_eng_run_schedule(e);
+    e->plan.options.overlap_grad_reduce = was;
+    double sums[2] = {e->loss_sum, e->aux_sum};
+    moe_comm_allreduce(e->ctx.world, sums, sums, 2, MOE_COMM_F64, MOE_COMM_SUM);
+    *loss = sums[0] + sums[1] / (double)(e->plan.layout.gbs / e->plan.layout.mbs);
+    e->ctx.rng = saved;
+    e->data.next_seq = saved_pos;
+    return MOE_OK;
+}
+
+static double peak_rss_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) {
+        return 0.0;
+    }
+    return (double)ru.ru_maxrss * 1024.0; /* Linux reports KiB */
+}
+
+enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)
+{
+    int n = e->opts.num_steps;
+    double t_start = moe_eng_now();
+    for (int i = 0; i < n; i++) {
+        struct moe_eng_step_result r;
+        MOE_TRY(moe_eng_train_step(e, &r, diag));
+        double elapsed = moe_eng_now() - t_start;
+        double eta = elapsed / (double)(i + 1) * (double)(n - i - 1);
+        moe_eng_log_info(&e->ctx.log,
+                         "step %5d/%d | loss %.4f | aux %.4f | grad norm %.3f | %9.0f tok/s | "
+                         "%7.1f ms | ETA %.1f s",
+                         r.step, e->step - i - 1 + n, r.loss, r.aux_loss, r.grad_norm,
+                         r.tokens_per_s, r.step_s * 1e3, eta);
+        if (e->opts.save_dir != NULL && e->opts.save_every > 0 &&
+            r.step % e->opts.save_every == 0) {
+            MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
+        }
+    }
+    if (e->opts.save_dir != NULL) {
+        MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
+    }
+    return MOE_OK;
+}
+
+/* ---- Queries --------------------------------------------------------------------------------- */
+
+void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->weights = (double)e->mem[MOE_ENG_MEM_WEIGHTS].bytes;
+    out->grads = (double)e->mem[MOE_ENG_MEM_GRADS].bytes;
+    out->optimizer = (double)e->mem[MOE_ENG_MEM_OPTIMIZER].bytes;
+    out->activations = (double)e->mem[MOE_ENG_MEM_ACTIVATIONS].bytes;
+    out->buffers = (double)e->mem[MOE_ENG_MEM_BUFFERS].bytes;
+    out->total = out->weights + out->grads + out->optimizer + out->activations + out->buffers;
+    out->host_offload = (double)e->mem[MOE_ENG_MEM_HOST].bytes;
+    out->data = (double)e->data.text_bytes_alloc;
+    out->peak_rss = peak_rss_bytes();
+    long np = 0;
+    for (int p = 0; p < e->num_params; p++) {
+        np += (long)e->params[p].numel;
+    }
+    out->num_params = np;
     for (int v = 0; v < e->num_chunks_local; v++) {
-      struct moe_eng_chunk *ch = &e->chunks[v];
-      size_t nl = (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
-      for (int s = 0; s < ch->num_slots && ch->slots != NULL; s++) {
-        moe_eng_heap_free(h, ch->slots[s].acts,
-                          nl * sizeof(struct moe_eng_layer_act));
-      }
-      moe_eng_heap_free(h, ch->slots,
-                        (size_t)ch->num_slots * sizeof(*ch->slots));
-      moe_eng_heap_free(h, ch->mb_slot, (size_t)m * sizeof(int));
-      moe_eng_heap_free(h, ch->rc, nl * sizeof(*ch->rc));
+        int s = e->chunks[v].num_slots;
+        out->num_slots_max = s > out->num_slots_max ? s : out->num_slots_max;
     }
-    moe_eng_heap_free(h, e->chunks,
-                      (size_t)e->num_chunks_local * sizeof(*e->chunks));
-    moe_eng_heap_free(h, e->ops,
-                      2 * (size_t)m * (size_t)e->num_chunks_local *
-                          sizeof(*e->ops));
-  }
-  int L = e->plan.model.num_layers;
-  size_t ne = (size_t)L * (size_t)(e->d.experts > 0 ? e->d.experts : 1);
-  moe_eng_heap_free(h, e->params, (size_t)e->cap_params * sizeof(*e->params));
-  moe_eng_heap_free(h, e->buckets,
-                    (size_t)e->cap_buckets * sizeof(*e->buckets));
-  moe_eng_heap_free(h, e->layers, (size_t)L * sizeof(*e->layers));
-  moe_eng_heap_free(h, e->stats.expert_tokens, ne * sizeof(long));
-  moe_eng_heap_free(h, e->stats.phase_sum, MOE_NUM_PHASES * sizeof(double));
-  moe_eng_heap_free(h, e->stats.step_s,
-                    (size_t)e->stats.cap_steps * sizeof(double));
-  moe_eng_heap_free(h, e->stats.loss,
-                    (size_t)e->stats.cap_steps * sizeof(double));
-  moe_eng_groups_destroy(&e->groups);
-  moe_eng_ctx_fini(&e->ctx);
-  struct moe_eng_heap last = *h;
-  moe_eng_heap_free(&last, e, sizeof(*e));
 }
 
-/* ---- Steps
- * ------------------------------------------------------------------------------------
- */
-
-static void begin_step(struct moe_eng *e) {
-  moe_eng_arena_reset(&e->temp);
-  e->loss_sum = 0.0;
-  e->aux_sum = 0.0;
-  e->dropped = 0.0;
-  if (e->d.experts > 0) {
-    memset(e->step_counts, 0,
-           (size_t)e->d.num_layers * (size_t)e->d.experts * sizeof(long));
-  }
-  moe_eng_grads_zero(e);
+const struct moe_layout *moe_eng_layout(const moe_eng_t *e)
+{
+    return &e->plan.layout;
 }
 
-enum moe_status moe_eng_train_step(moe_eng_t *e,
-                                   struct moe_eng_step_result *res,
-                                   struct moe_diag *diag) {
-  moe_eng_timer_reset(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
-  double t0 = moe_eng_now();
-  begin_step(e);
-  moe_eng_data_next_batch(e);
-  moe_eng_run_schedule(e);
-  double gnorm = 0.0;
-  enum moe_status st = moe_eng_optimizer_step(e, &gnorm, diag);
-  moe_eng_timer_flush(&e->ctx.timer);
-  double dt = moe_eng_now() - t0;
-  memset(res, 0, sizeof(*res));
-  res->step = e->step + 1;
-  res->loss = e->loss_sum;
-  res->aux_loss = e->aux_sum;
-  res->grad_norm = gnorm;
-  res->step_s = dt;
-  res->tokens_per_s = (double)e->plan.layout.gbs * (double)e->d.seq / dt;
-  res->lr = moe_eng_lr_at(e, e->step + 1);
-  if (st != MOE_OK) {
-    return st;
-  }
-  e->step++;
-  struct moe_eng_stats *s = &e->stats;
-  if (s->num_steps < s->cap_steps) {
-    s->step_s[s->num_steps] = dt;
-    s->loss[s->num_steps] = res->loss;
-  }
-  s->num_steps++;
-  /* The first step of a run warms caches and MPI connections; phases average
-   * the rest. */
-  if (s->num_steps > 1 || e->opts.num_steps <= 1) {
-    for (int p = 0; p < MOE_NUM_PHASES; p++) {
-      s->phase_sum[p] += e->ctx.timer.phase_s[p];
+int moe_eng_num_params(const moe_eng_t *e)
+{
+    return e->num_params;
+}
+
+void moe_eng_param(const moe_eng_t *e, int idx, struct moe_eng_param_view *out)
+{
+    const struct moe_eng_param *p = &e->params[idx];
+    out->name = p->name;
+    out->weight = p->w;
+    out->grad = p->g;
+    out->numel = p->numel;
+    out->layer = p->layer;
+}
+
+size_t moe_eng_num_allocs(const moe_eng_t *e)
+{
+    return e->ctx.heap.num_allocs;
+}
+
+bool moe_eng_all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            return false;
+        }
     }
-    s->num_measured++;
-  }
-  s->bytes_dropped += e->dropped;
-  return MOE_OK;
-}
-
-enum moe_status moe_eng_compute_grads(moe_eng_t *e, double *loss,
-                                      struct moe_diag *diag) {
-  (void)diag;
-  struct moe_eng_rng saved = e->ctx.rng;
-  uint64_t saved_pos = e->data.next_seq;
-  moe_eng_timer_reset(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
-  begin_step(e);
-  moe_eng_data_next_batch(e);
-  bool was = e->plan.options.overlap_grad_reduce;
-  e->plan.options.overlap_grad_reduce = false; /* keep local gradients */
-  moe_eng_run_schedule(e);
-  e->plan.options.overlap_grad_reduce = was;
-  double sums[2] = {e->loss_sum, e->aux_sum};
-  moe_comm_allreduce(e->ctx.world, sums, sums, 2, MOE_COMM_F64, MOE_COMM_SUM);
-  *loss = sums[0] + sums[1] / (double)(e->plan.layout.gbs / e->plan.layout.mbs);
-  e->ctx.rng = saved;
-  e->data.next_seq = saved_pos;
-  return MOE_OK;
-}
-
-static double peak_rss_bytes(void) {
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) != 0) {
-    return 0.0;
-  }
-  return (double)ru.ru_maxrss * 1024.0; /* Linux reports KiB */
-}
-
-enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag) {
-  int n = e->opts.num_steps;
-  double t_start = moe_eng_now();
-  for (int i = 0; i < n; i++) {
-    struct moe_eng_step_result r;
-    MOE_TRY(moe_eng_train_step(e, &r, diag));
-    double elapsed = moe_eng_now() - t_start;
-    double eta = elapsed / (double)(i + 1) * (double)(n - i - 1);
-    moe_eng_log_info(
-        &e->ctx.log,
-        "step %5d/%d | loss %.4f | aux %.4f | grad norm %.3f | %9.0f tok/s | "
-        "%7.1f ms | ETA %.1f s",
-        r.step, e->step - i - 1 + n, r.loss, r.aux_loss, r.grad_norm,
-        r.tokens_per_s, r.step_s * 1e3, eta);
-    if (e->opts.save_dir != NULL && e->opts.save_every > 0 &&
-        r.step % e->opts.save_every == 0) {
-      MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
-    }
-  }
-  if (e->opts.save_dir != NULL) {
-    MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
-  }
-  return MOE_OK;
-}
-
-/* ---- Queries
- * ----------------------------------------------------------------------------------
- */
-
-void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out) {
-  memset(out, 0, sizeof(*out));
-  out->weights = (double)e->mem[MOE_ENG_MEM_WEIGHTS].bytes;
-  out->grads = (double)e->mem[MOE_ENG_MEM_GRADS].bytes;
-  out->optimizer = (double)e->mem[MOE_ENG_MEM_OPTIMIZER].bytes;
-  out->activations = (double)e->mem[MOE_ENG_MEM_ACTIVATIONS].bytes;
-  out->buffers = (double)e->mem[MOE_ENG_MEM_BUFFERS].bytes;
-  out->total = out->weights + out->grads + out->optimizer + out->activations +
-               out->buffers;
-  out->host_offload = (double)e->mem[MOE_ENG_MEM_HOST].bytes;
-  out->data = (double)e->data.text_bytes_alloc;
-  out->peak_rss = peak_rss_bytes();
-  long np = 0;
-  for (int p = 0; p < e->num_params; p++) {
-    np += (long)e->params[p].numel;
-  }
-  out->num_params = np;
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    int s = e->chunks[v].num_slots;
-    out->num_slots_max = s > out->num_slots_max ? s : out->num_slots_max;
-  }
-}
-
-const struct moe_layout *moe_eng_layout(const moe_eng_t *e) {
-  return &e->plan.layout;
-}
-
-int moe_eng_num_params(const moe_eng_t *e) { return e->num_params; }
-
-void moe_eng_param(const moe_eng_t *e, int idx,
-                   struct moe_eng_param_view *out) {
-  const struct moe_eng_param *p = &e->params[idx];
-  out->name = p->name;
-  out->weight = p->w;
-  out->grad = p->g;
-  out->numel = p->numel;
-  out->layer = p->layer;
-}
-
-size_t moe_eng_num_allocs(const moe_eng_t *e) { return e->ctx.heap.num_allocs; }
-
-bool moe_eng_all_finite(const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(x[i])) {
-      return false;
-    }
-  }
-  return true;
+    return true;
 }

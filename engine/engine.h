@@ -1,27 +1,24 @@
 /*
- * The training engine: trains a mixture-of-experts transformer under exactly
- * the parallel layout a plan names (TP with sequence parallel, CP, PP with 1F1B
- * / interleaved VPP, DP with the distributed optimizer, EP with dropless or
- * capacity dispatch, ETP, EDP, flat or hierarchical dispatcher), across the
- * ranks of one root communicator, and measures what the cost model predicts:
- * phase times, bytes per collective, memory by category, expert load.
+ * The training engine: trains a mixture-of-experts transformer under exactly the parallel layout a
+ * plan names (TP with sequence parallel, CP, PP with 1F1B / interleaved VPP, DP with the
+ * distributed optimizer, EP with dropless or capacity dispatch, ETP, EDP, flat or hierarchical
+ * dispatcher), across the ranks of one root communicator, and measures what the cost model
+ * predicts: phase times, bytes per collective, memory by category, expert load.
  *
- * Model (per decoder layer): RMSNorm -> GQA attention with RoPE -> residual ->
- * RMSNorm -> dense SwiGLU MLP or MoE block (router: softmax, or sigmoid with
- * expert bias and group-limited top-k; routed SwiGLU experts via grouped GEMM;
- * optional shared expert) -> residual; vocab embedding, final RMSNorm, output
- * layer, cross-entropy. fp32 storage throughout (the CPU reference); precision
- * recipes are emulated by quantise->dequantise of GEMM inputs when asked. Not
- * supported (refused with a message): MLA, MTP layers, sliding-window
- * attention, q/k norm, linear biases, non-gated MLPs, the allgather dispatcher.
+ * Model (per decoder layer): RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> dense
+ * SwiGLU MLP or MoE block (router: softmax, or sigmoid with expert bias and group-limited top-k;
+ * routed SwiGLU experts via grouped GEMM; optional shared expert) -> residual; vocab embedding,
+ * final RMSNorm, output layer, cross-entropy. fp32 storage throughout (the CPU reference);
+ * precision recipes are emulated by quantise->dequantise of GEMM inputs when asked. Not supported
+ * (refused with a message): MLA, MTP layers, sliding-window attention, q/k norm, linear biases,
+ * non-gated MLPs, the allgather dispatcher.
  *
- * Objective and reductions: loss = sum of token cross-entropies / tokens in the
- * global batch, plus the router losses averaged over micro-batches; gradients
- * are summed (not averaged) over ranks, so any layout computes the same
- * function of the same global batch.
+ * Objective and reductions: loss = sum of token cross-entropies / tokens in the global batch, plus
+ * the router losses averaged over micro-batches; gradients are summed (not averaged) over ranks, so
+ * any layout computes the same function of the same global batch.
  *
- * Dimension letters: B sequences per micro-batch, T tokens per sequence, C
- * hidden, V vocabulary, E experts, K top-k, L layers.
+ * Dimension letters: B sequences per micro-batch, T tokens per sequence, C hidden, V vocabulary, E
+ * experts, K top-k, L layers.
  */
 #ifndef MOE_ENGINE_ENGINE_H
 #define MOE_ENGINE_ENGINE_H
@@ -44,125 +41,105 @@ extern "C" {
 
 /* Corpus kinds. */
 enum moe_eng_data_kind {
-  MOE_ENG_DATA_TEXT =
-      0, /* byte-level tokens of a text file (or the default corpus) */
-  MOE_ENG_DATA_SYNTHETIC =
-      1, /* seeded Markov corpus with learnable structure (tests) */
+    MOE_ENG_DATA_TEXT = 0,      /* byte-level tokens of a text file (or the default corpus) */
+    MOE_ENG_DATA_SYNTHETIC = 1, /* seeded Markov corpus with learnable structure (tests) */
 };
 
-/* Run options (command line of moefold-train). moe_eng_run_opts_init sets the
- * defaults. */
+/* Run options (command line of moefold-train). moe_eng_run_opts_init sets the defaults. */
 struct moe_eng_run_opts {
-  int num_steps; /* training steps to run */
-  enum moe_eng_data_kind data_kind;
-  const char
-      *data_path; /* text file; NULL = files under /usr/share/common-licenses */
-  uint64_t seed;  /* weights, data order, synthetic corpus */
-  int ranks_per_node; /* > 0 emulates nodes of this many ranks; 0 = shared
-                         memory */
-  int verbosity;      /* 0 progress lines, 1 details */
-  FILE *log;          /* progress stream (rank 0); NULL = silent */
+    int num_steps; /* training steps to run */
+    enum moe_eng_data_kind data_kind;
+    const char *data_path; /* text file; NULL = files under /usr/share/common-licenses */
+    uint64_t seed;         /* weights, data order, synthetic corpus */
+    int ranks_per_node;    /* > 0 emulates nodes of this many ranks; 0 = shared memory */
+    int verbosity;         /* 0 progress lines, 1 details */
+    FILE *log;             /* progress stream (rank 0); NULL = silent */
 
-  /* Optimizer (AdamW, linear warm-up then constant) */
-  float lr;           /* peak learning rate */
-  int warmup_steps;   /* linear warm-up from lr/warmup */
-  float beta1, beta2; /* Adam moments */
-  float adam_eps;
-  float weight_decay; /* decoupled; not applied to norm weights and the expert
-                         bias */
-  float clip_grad;    /* global gradient-norm clip; 0 = off */
+    /* Optimizer (AdamW, linear warm-up then constant) */
+    float lr;           /* peak learning rate */
+    int warmup_steps;   /* linear warm-up from lr/warmup */
+    float beta1, beta2; /* Adam moments */
+    float adam_eps;
+    float weight_decay; /* decoupled; not applied to norm weights and the expert bias */
+    float clip_grad;    /* global gradient-norm clip; 0 = off */
 
-  /* Router */
-  float aux_loss_coeff;   /* switch load-balancing loss coefficient; 0 = off */
-  float z_loss_coeff;     /* router z-loss coefficient; 0 = off */
-  float bias_update_rate; /* aux-loss-free expert-bias update rate (models with
-                             expert bias) */
-  float topk_scaling;     /* routed scaling factor applied to top-k weights */
+    /* Router */
+    float aux_loss_coeff;   /* switch load-balancing loss coefficient; 0 = off */
+    float z_loss_coeff;     /* router z-loss coefficient; 0 = off */
+    float bias_update_rate; /* aux-loss-free expert-bias update rate (models with expert bias) */
+    float topk_scaling;     /* routed scaling factor applied to top-k weights */
 
-  bool emulate_precision;   /* quantise->dequantise GEMM inputs per the plan's
-                               recipe */
-  double moe_buffer_factor; /* expert rows buffer = factor x mean load; 0 =
-                               worst case */
-  bool is_hierarchical;     /* hierarchical dispatcher; default from the plan's
-                               dispatcher */
-  bool has_dispatcher_override;
+    bool emulate_precision;   /* quantise->dequantise GEMM inputs per the plan's recipe */
+    double moe_buffer_factor; /* expert rows buffer = factor x mean load; 0 = worst case */
+    bool is_hierarchical;     /* hierarchical dispatcher; default from the plan's dispatcher */
+    bool has_dispatcher_override;
 
-  const char *save_dir; /* checkpoint directory written after the run (and every
-                           save_every) */
-  int save_every;       /* steps between checkpoints; 0 = only at the end */
-  const char *load_dir; /* checkpoint to resume from */
+    const char *save_dir; /* checkpoint directory written after the run (and every save_every) */
+    int save_every;       /* steps between checkpoints; 0 = only at the end */
+    const char *load_dir; /* checkpoint to resume from */
 };
 void moe_eng_run_opts_init(struct moe_eng_run_opts *o);
 
 /* One step's outcome (identical on every rank). */
 struct moe_eng_step_result {
-  int step;            /* 1-based */
-  double loss;         /* mean cross-entropy over the global batch */
-  double aux_loss;     /* router losses (sum over MoE layers, mean over
-                          micro-batches) */
-  double grad_norm;    /* global gradient norm before clipping */
-  double step_s;       /* wall time of the step on this rank */
-  double tokens_per_s; /* global tokens / step_s */
-  double lr;           /* learning rate used */
+    int step;            /* 1-based */
+    double loss;         /* mean cross-entropy over the global batch */
+    double aux_loss;     /* router losses (sum over MoE layers, mean over micro-batches) */
+    double grad_norm;    /* global gradient norm before clipping */
+    double step_s;       /* wall time of the step on this rank */
+    double tokens_per_s; /* global tokens / step_s */
+    double lr;           /* learning rate used */
 };
 
 /* Memory by category (bytes), from the engine's own allocations on this rank.
  */
 struct moe_eng_mem_report {
-  double weights;   /* parameters as used by the forward pass (+ expert bias) */
-  double grads;     /* gradient buffers */
-  double optimizer; /* fp32 master weights + Adam moments (sharded with the
-                       dist. optimizer) */
-  double activations; /* saved activations of all micro-batch slots in flight */
-  double buffers;     /* communication buffers, p2p, logits, scratch,
-                         recompute/offload staging */
-  double total;       /* sum of the five */
-  double host_offload; /* activation bytes kept in the host pool (offload) */
-  double data;         /* corpus held in memory (not in total) */
-  double peak_rss;     /* process peak resident set (getrusage), bytes */
-  long num_params;     /* parameters held by this rank (elements) */
-  int num_slots_max; /* activation slots of the busiest chunk (micro-batches in
-                        flight) */
+    double weights;      /* parameters as used by the forward pass (+ expert bias) */
+    double grads;        /* gradient buffers */
+    double optimizer;    /* fp32 master weights + Adam moments (sharded with the dist. optimizer) */
+    double activations;  /* saved activations of all micro-batch slots in flight */
+    double buffers;      /* communication buffers, p2p, logits, scratch,
+                            recompute/offload staging */
+    double total;        /* sum of the five */
+    double host_offload; /* activation bytes kept in the host pool (offload) */
+    double data;         /* corpus held in memory (not in total) */
+    double peak_rss;     /* process peak resident set (getrusage), bytes */
+    long num_params;     /* parameters held by this rank (elements) */
+    int num_slots_max;   /* activation slots of the busiest chunk (micro-batches in flight) */
 };
 
 typedef struct moe_eng moe_eng_t;
 
 /*
- * Build the engine for plan (struct moe_plan of topologies/plan_file.h: model,
- * layout -- resolved or not; num_gpus 0 means the world size --, options,
- * cluster name) over the root group world (borrowed; collective over it):
- * resolve and check the layout, form the groups, size and allocate every
- * buffer, initialise weights (independent of the layout) or load a checkpoint.
- * Errors: MOE_ERR_INVALID / MOE_ERR_UNSUPPORTED (diag says what),
- * MOE_ERR_NOMEM, MOE_ERR_IO (data or checkpoint). On error every rank returns
- * the same status (diag filled on the rank that found it).
+ * Build the engine for plan (struct moe_plan of topologies/plan_file.h: model, layout -- resolved
+ * or not; num_gpus 0 means the world size --, options, cluster name) over the root group world
+ * (borrowed; collective over it): resolve and check the layout, form the groups, size and allocate
+ * every buffer, initialise weights (independent of the layout) or load a checkpoint.
+ * Errors: MOE_ERR_INVALID / MOE_ERR_UNSUPPORTED (diag says what), MOE_ERR_NOMEM, MOE_ERR_IO (data
+ * or checkpoint). On error every rank returns the same status (diag filled on the rank that found
+ * it).
  */
-MOE_NODISCARD enum moe_status
-moe_eng_create(const struct moe_plan *plan, const struct moe_eng_run_opts *opts,
-               moe_comm_t *world, moe_eng_t **out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_eng_create(const struct moe_plan *plan,
+                                             const struct moe_eng_run_opts *opts,
+                                             moe_comm_t *world,
+                                             moe_eng_t **out,
+                                             struct moe_diag *diag);
 void moe_eng_destroy(moe_eng_t *e);
 
 /*
- * One training step (forward/backward over every micro-batch, gradient
- * reduction, optimizer, expert-bias update). Collective. MOE_ERR_RUNTIME when
- * the loss or a gradient is not finite (diag names step, layer and tensor; the
- * step's update is skipped).
+ * One training step (forward/backward over every micro-batch, gradient reduction, optimizer,
+ * expert-bias update). Collective. MOE_ERR_RUNTIME when the loss or a gradient is not finite (diag
+ * names step, layer and tensor; the step's update is skipped).
  */
 MOE_NODISCARD enum moe_status
-moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res,
-                   struct moe_diag *diag);
+moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_diag *diag);
 
-/* Run opts->num_steps steps with a progress line each (rank 0), saving as
- * asked. */
-MOE_NODISCARD enum moe_status moe_eng_train(moe_eng_t *e,
-                                            struct moe_diag *diag);
+/* Run opts->num_steps steps with a progress line each (rank 0), saving as asked. */
+MOE_NODISCARD enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag);
 
-/* Checkpoint: every rank writes its shard (temporary name, then rename);
- * collective. */
-MOE_NODISCARD enum moe_status moe_eng_save(moe_eng_t *e, const char *dir,
-                                           struct moe_diag *diag);
-MOE_NODISCARD enum moe_status moe_eng_load(moe_eng_t *e, const char *dir,
-                                           struct moe_diag *diag);
+/* Checkpoint: every rank writes its shard (temporary name, then rename); collective. */
+MOE_NODISCARD enum moe_status moe_eng_save(moe_eng_t *e, const char *dir, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_eng_load(moe_eng_t *e, const char *dir, struct moe_diag *diag);
 
 /* Memory by category on this rank. */
 void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out);
@@ -170,33 +147,28 @@ void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out);
 const struct moe_layout *moe_eng_layout(const moe_eng_t *e);
 
 /*
- * Write run.json ("format": "moefold-run", "version": 1) on rank 0: per-step
- * losses and times, phase times of the critical rank (the cost model's names),
- * bytes per collective, tokens per expert, memory by category, peak RSS, and
- * plan_json (embedded as given; may be NULL). Collective (gathers from every
- * rank).
+ * Write run.json ("format": "moefold-run", "version": 1) on rank 0: per-step losses and times,
+ * phase times of the critical rank (the cost model's names), bytes per collective, tokens per
+ * expert, memory by category, peak RSS, and plan_json (embedded as given; may be NULL). Collective
+ * (gathers from every rank).
  */
-MOE_NODISCARD enum moe_status moe_eng_write_run(moe_eng_t *e, const char *path,
-                                                const char *plan_json,
-                                                struct moe_diag *diag);
+MOE_NODISCARD enum moe_status
+moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct moe_diag *diag);
 
-/* ---- Hooks for tests (gradient checks, equivalence)
- * ------------------------------------- */
+/* ---- Hooks for tests (gradient checks, equivalence) ------------------------------------------ */
 
-/* Forward + backward over one global batch at the current data position without
- * updating anything (data position unchanged); *loss = the objective
- * (cross-entropy + router losses). */
-MOE_NODISCARD enum moe_status moe_eng_compute_grads(moe_eng_t *e, double *loss,
-                                                    struct moe_diag *diag);
+/* Forward + backward over one global batch at the current data position without updating anything
+ * (data position unchanged); *loss = the objective (cross-entropy + router losses). */
+MOE_NODISCARD enum moe_status
+moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_diag *diag);
 
 /* Parameter tensors held by this rank. */
 struct moe_eng_param_view {
-  const char *name; /* "layer3.w_qkv", "embedding", ... */
-  float *weight;    /* [numel] as used by the forward pass */
-  float *grad; /* [numel] local gradient after moe_eng_compute_grads (before
-                  reduction) */
-  size_t numel;
-  int layer; /* decoder layer, -1 for embedding/head */
+    const char *name; /* "layer3.w_qkv", "embedding", ... */
+    float *weight;    /* [numel] as used by the forward pass */
+    float *grad;      /* [numel] local gradient after moe_eng_compute_grads (before reduction) */
+    size_t numel;
+    int layer; /* decoder layer, -1 for embedding/head */
 };
 int moe_eng_num_params(const moe_eng_t *e);
 void moe_eng_param(const moe_eng_t *e, int idx, struct moe_eng_param_view *out);

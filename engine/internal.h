@@ -1,17 +1,15 @@
 /*
- * Private to engine/: the engine's structures (dimensions, parameters and
- * buckets, saved activations, pipeline chunks and slots, the schedule, data)
- * and the functions the engine's files share. Public API: engine/engine.h.
+ * Private to engine/: the engine's structures (dimensions, parameters and buckets, saved
+ * activations, pipeline chunks and slots, the schedule, data) and the functions the engine's files
+ * share. Public API: engine/engine.h.
  *
  * Dimension letters (per rank unless marked global):
- *   B micro-batch sequences, T sequence length (global), Tl = T/CP tokens of a
- * sequence here, M = B*Tl tokens of a micro-batch on this CP rank, Ms = M/TP
- * tokens of the residual stream with sequence parallelism (M without), C
- * hidden, V padded vocabulary (global), Vl = V/TP, Hq/Hkv query/key-value heads
- * (global), Hql/Hkvl per TP rank, D head dim, F dense FFN (global), Fl = F/TP,
- * Fs shared-expert FFN, Fsl = Fs/TP, Fe expert FFN (global), Fel = Fe/ETP, E
- * experts (global), El = E/EP local experts, K top-k, R expert rows on this
- * rank.
+ *   B micro-batch sequences, T sequence length (global), Tl = T/CP tokens of a sequence here,
+ *   M = B*Tl tokens of a micro-batch on this CP rank, Ms = M/TP tokens of the residual stream with
+ *   sequence parallelism (M without), C hidden, V padded vocabulary (global), Vl = V/TP,
+ *   Hq/Hkv query/key-value heads (global), Hql/Hkvl per TP rank, D head dim, F dense FFN (global),
+ *   Fl = F/TP, Fs shared-expert FFN, Fsl = Fs/TP, Fe expert FFN (global), Fel = Fe/ETP,
+ *   E experts (global), El = E/EP local experts, K top-k, R expert rows on this rank.
  */
 #ifndef MOE_ENGINE_INTERNAL_H
 #define MOE_ENGINE_INTERNAL_H
@@ -29,435 +27,412 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- Dimensions
- * ------------------------------------------------------------------------- */
+/* ---- Dimensions ------------------------------------------------------------------------------ */
 
 struct moe_eng_dims {
-  int num_layers;   /* L (global) */
-  int hidden;       /* C */
-  int vocab;        /* V, padded (global) */
-  int vocab_l;      /* Vl */
-  int vocab0;       /* first vocabulary row held here */
-  int heads;        /* Hq (global) */
-  int kv_heads;     /* Hkv (global) */
-  int head_dim;     /* D */
-  int heads_l;      /* Hql */
-  int kv_heads_l;   /* Hkvl */
-  int ffn;          /* F (global) */
-  int ffn_l;        /* Fl */
-  int shared_ffn;   /* Fs (global; 0 = no shared expert) */
-  int shared_ffn_l; /* Fsl */
-  int expert_ffn;   /* Fe (global) */
-  int expert_ffn_l; /* Fel */
-  int experts;      /* E (global; 0 = dense model) */
-  int experts_l;    /* El */
-  int expert0;      /* first expert held here */
-  int topk;         /* K */
-  int mbs;          /* B */
-  int seq;          /* T */
-  int seq_l;        /* Tl */
-  int pos0;      /* first position of this CP rank's piece of each sequence */
-  int tokens;    /* M */
-  int tokens_sp; /* Ms */
-  int rows_send; /* Ms*K: permuted rows leaving this rank per MoE layer (upper
-                    bound) */
-  int rows_recv; /* rows arriving from the EP group (buffer bound) */
-  int rows_exp; /* rows this rank's experts process after the ETP gather (buffer
-                   bound) */
-  int capacity; /* per-expert capacity from the capacity factor; 0 = dropless */
-  int tp, cp, ep, etp;
-  bool sp;      /* sequence parallel (tp > 1) */
-  int qkv_cols; /* (Hql + 2 Hkvl) D */
+    int num_layers;   /* L (global) */
+    int hidden;       /* C */
+    int vocab;        /* V, padded (global) */
+    int vocab_l;      /* Vl */
+    int vocab0;       /* first vocabulary row held here */
+    int heads;        /* Hq (global) */
+    int kv_heads;     /* Hkv (global) */
+    int head_dim;     /* D */
+    int heads_l;      /* Hql */
+    int kv_heads_l;   /* Hkvl */
+    int ffn;          /* F (global) */
+    int ffn_l;        /* Fl */
+    int shared_ffn;   /* Fs (global; 0 = no shared expert) */
+    int shared_ffn_l; /* Fsl */
+    int expert_ffn;   /* Fe (global) */
+    int expert_ffn_l; /* Fel */
+    int experts;      /* E (global; 0 = dense model) */
+    int experts_l;    /* El */
+    int expert0;      /* first expert held here */
+    int topk;         /* K */
+    int mbs;          /* B */
+    int seq;          /* T */
+    int seq_l;        /* Tl */
+    int pos0;         /* first position of this CP rank's piece of each sequence */
+    int tokens;       /* M */
+    int tokens_sp;    /* Ms */
+    int rows_send;    /* Ms*K: permuted rows leaving this rank per MoE layer (upper bound) */
+    int rows_recv;    /* rows arriving from the EP group (buffer bound) */
+    int rows_exp;     /* rows this rank's experts process after the ETP gather (buffer bound) */
+    int capacity;     /* per-expert capacity from the capacity factor; 0 = dropless */
+    int tp, cp, ep, etp;
+    bool sp;      /* sequence parallel (tp > 1) */
+    int qkv_cols; /* (Hql + 2 Hkvl) D */
 };
 
-/* ---- Parameters
- * -------------------------------------------------------------------------- */
+/* ---- Parameters ------------------------------------------------------------------------------ */
 
 /* How a parameter's gradient is reduced. */
 enum moe_eng_pkind {
-  MOE_ENG_PK_DENSE =
-      0, /* sharded or unique per TP rank; reduced over DP x CP */
-  MOE_ENG_PK_REPL =
-      1, /* replicated over TP (norms, router); TP-summed when partial */
-  MOE_ENG_PK_EXPERT = 2, /* routed experts; reduced over EDP */
-  MOE_ENG_NUM_PKINDS = 3,
+    MOE_ENG_PK_DENSE = 0,  /* sharded or unique per TP rank; reduced over DP x CP */
+    MOE_ENG_PK_REPL = 1,   /* replicated over TP (norms, router); TP-summed when partial */
+    MOE_ENG_PK_EXPERT = 2, /* routed experts; reduced over EDP */
+    MOE_ENG_NUM_PKINDS = 3,
 };
 
 struct moe_eng_tensor {
-  float *w; /* weights [numel] (forward copy) */
-  float *g; /* gradient [numel] */
-  size_t numel;
-  int param; /* index in the registry, -1 when absent */
+    float *w; /* weights [numel] (forward copy) */
+    float *g; /* gradient [numel] */
+    size_t numel;
+    int param; /* index in the registry, -1 when absent */
 };
 
 struct moe_eng_param {
-  char name[40];
-  float *w, *g;
-  size_t numel;
-  int layer; /* -1 embedding / head */
-  int bucket;
-  bool no_decay;
+    char name[40];
+    float *w, *g;
+    size_t numel;
+    int layer; /* -1 embedding / head */
+    int bucket;
+    bool no_decay;
 };
 
-/* A group of parameters reduced together (Megatron's grad bucket), sharded by
- * the dist. opt. */
+/* A group of parameters reduced together (Megatron's grad bucket), sharded by the dist. opt. */
 struct moe_eng_bucket {
-  enum moe_eng_pkind kind;
-  moe_comm_t *group; /* reduction group: dpcp or edp */
-  float *w, *g;      /* [padded] contiguous in the weight / grad blocks */
-  size_t numel;      /* parameters in the bucket */
-  size_t padded;     /* numel rounded up to group size x 16 */
-  size_t shard;      /* padded / group size (or padded when not distributed) */
-  size_t shard_off;  /* offset of this rank's shard (0 when not distributed) */
-  float *master, *m, *v; /* [shard] fp32 master weights and Adam moments */
-  int first_param;
-  int num_params;
-  int layer;   /* -1 embedding/head */
-  int pending; /* micro-batch contributions left before the bucket is ready */
-  bool tp_partial;    /* gradients are partial sums over TP (sequence-parallel
-                         REPL) */
-  bool is_norm_owner; /* counted in the gradient norm on this rank */
-  bool is_tied_copy;  /* output-layer copy of a tied embedding on the last stage
-                       */
-  bool no_decay;
-  struct moe_comm_req grad_req;  /* overlapped gradient reduction */
-  struct moe_comm_req param_req; /* overlapped parameter all-gather */
+    enum moe_eng_pkind kind;
+    moe_comm_t *group;     /* reduction group: dpcp or edp */
+    float *w, *g;          /* [padded] contiguous in the weight / grad blocks */
+    size_t numel;          /* parameters in the bucket */
+    size_t padded;         /* numel rounded up to group size x 16 */
+    size_t shard;          /* padded / group size (or padded when not distributed) */
+    size_t shard_off;      /* offset of this rank's shard (0 when not distributed) */
+    float *master, *m, *v; /* [shard] fp32 master weights and Adam moments */
+    int first_param;
+    int num_params;
+    int layer;          /* -1 embedding/head */
+    int pending;        /* micro-batch contributions left before the bucket is ready */
+    bool tp_partial;    /* gradients are partial sums over TP (sequence-parallel REPL) */
+    bool is_norm_owner; /* counted in the gradient norm on this rank */
+    bool is_tied_copy;  /* output-layer copy of a tied embedding on the last stage
+                         */
+    bool no_decay;
+    struct moe_comm_req grad_req;  /* overlapped gradient reduction */
+    struct moe_comm_req param_req; /* overlapped parameter all-gather */
 };
 
 /* Weights of one decoder layer (views into the registry). */
 struct moe_eng_layer_w {
-  int idx;
-  bool is_moe;
-  struct moe_eng_tensor attn_norm; /* [C] */
-  struct moe_eng_tensor qkv;       /* [(Hql + 2 Hkvl) D, C] column-parallel */
-  struct moe_eng_tensor proj;      /* [C, Hql D] row-parallel */
-  struct moe_eng_tensor mlp_norm;  /* [C] */
-  struct moe_eng_tensor fc1;    /* dense [2 Fl, C] (gate rows, then up rows) */
-  struct moe_eng_tensor fc2;    /* dense [C, Fl] */
-  struct moe_eng_tensor router; /* [E, C] replicated */
-  struct moe_eng_tensor e_fc1;  /* [El, 2 Fel, C] */
-  struct moe_eng_tensor e_fc2;  /* [El, C, Fel] */
-  struct moe_eng_tensor s_fc1;  /* shared expert [2 Fsl, C] */
-  struct moe_eng_tensor s_fc2;  /* shared expert [C, Fsl] */
-  float *expert_bias; /* [E] aux-loss-free bias (not a parameter), or NULL */
+    int idx;
+    bool is_moe;
+    struct moe_eng_tensor attn_norm; /* [C] */
+    struct moe_eng_tensor qkv;       /* [(Hql + 2 Hkvl) D, C] column-parallel */
+    struct moe_eng_tensor proj;      /* [C, Hql D] row-parallel */
+    struct moe_eng_tensor mlp_norm;  /* [C] */
+    struct moe_eng_tensor fc1;       /* dense [2 Fl, C] (gate rows, then up rows) */
+    struct moe_eng_tensor fc2;       /* dense [C, Fl] */
+    struct moe_eng_tensor router;    /* [E, C] replicated */
+    struct moe_eng_tensor e_fc1;     /* [El, 2 Fel, C] */
+    struct moe_eng_tensor e_fc2;     /* [El, C, Fel] */
+    struct moe_eng_tensor s_fc1;     /* shared expert [2 Fsl, C] */
+    struct moe_eng_tensor s_fc2;     /* shared expert [C, Fsl] */
+    float *expert_bias;              /* [E] aux-loss-free bias (not a parameter), or NULL */
 };
 
-/* ---- Saved activations
- * ------------------------------------------------------------------- */
+/* ---- Saved activations ----------------------------------------------------------------------- */
 
 /* Where a saved tensor lives. */
 enum moe_eng_store {
-  MOE_ENG_STORE_SLOT = 0,    /* kept in the micro-batch's activation slot */
-  MOE_ENG_STORE_SCRATCH = 1, /* recomputed in backward (shared scratch) */
-  MOE_ENG_STORE_OFFLOAD =
-      2, /* staged, copied to the host pool, copied back for backward */
+    MOE_ENG_STORE_SLOT = 0,    /* kept in the micro-batch's activation slot */
+    MOE_ENG_STORE_SCRATCH = 1, /* recomputed in backward (shared scratch) */
+    MOE_ENG_STORE_OFFLOAD = 2, /* staged, copied to the host pool, copied back for backward */
 };
 
-/* Saved tensors of one layer for one micro-batch (NULL when the layer kind has
- * none). */
+/* Saved tensors of one layer for one micro-batch (NULL when the layer kind has none). */
 struct moe_eng_layer_act {
-  float *x;               /* [Ms, C] layer input (residual stream) */
-  float *rstd1;           /* [Ms] */
-  float *h1;              /* [Ms, C] attention-norm output */
-  float *q;               /* [M, Hql D] after RoPE */
-  float *k;               /* [M, Hkvl D] after RoPE */
-  float *v;               /* [M, Hkvl D] */
-  float *o;               /* [M, Hql D] attention output */
-  float *lse;             /* [B, Hql, Tl] */
-  float *x2;              /* [Ms, C] residual after attention */
-  float *rstd2;           /* [Ms] */
-  float *h2;              /* [Ms, C] MLP-norm output */
-  float *fc1;             /* [M, 2 Fl] dense, or [M, 2 Fsl] shared expert */
-  float *act;             /* [M, Fl] / [M, Fsl] */
-  float *logits;          /* [Ms, E] router logits */
-  float *scores;          /* [Ms, E] */
-  float *topk_w;          /* [Ms, K] */
-  int *topk_idx;          /* [Ms, K] */
-  int *slot_to_row;       /* [Ms K] */
-  int *row_to_slot;       /* [Ms K] */
-  int *tokens_per_expert; /* [E] kept rows per expert (this rank's tokens) */
-  int *counts_mb; /* [E] routed slots per expert over the micro-batch (aux loss)
-                   */
-  int *recv_counts; /* [EP, El] rows received per (source, local expert) */
-  int *gath_counts; /* [ETP, EP, El] rows after the ETP gather */
-  float *xe;        /* [R, C] expert input rows, expert-major */
-  float *e_fc1;     /* [R, 2 Fel] */
-  float *e_act;     /* [R, Fel] */
-  float *
-      y_rows; /* [Ms K, C] expert outputs back at the source (permuted order) */
-  void *stage; /* start of this layer's offloaded tensors in the staging area */
-  float *host; /* host-pool copy of the offloaded tensors (NULL = none) */
-  size_t offload_bytes;
+    float *x;               /* [Ms, C] layer input (residual stream) */
+    float *rstd1;           /* [Ms] */
+    float *h1;              /* [Ms, C] attention-norm output */
+    float *q;               /* [M, Hql D] after RoPE */
+    float *k;               /* [M, Hkvl D] after RoPE */
+    float *v;               /* [M, Hkvl D] */
+    float *o;               /* [M, Hql D] attention output */
+    float *lse;             /* [B, Hql, Tl] */
+    float *x2;              /* [Ms, C] residual after attention */
+    float *rstd2;           /* [Ms] */
+    float *h2;              /* [Ms, C] MLP-norm output */
+    float *fc1;             /* [M, 2 Fl] dense, or [M, 2 Fsl] shared expert */
+    float *act;             /* [M, Fl] / [M, Fsl] */
+    float *logits;          /* [Ms, E] router logits */
+    float *scores;          /* [Ms, E] */
+    float *topk_w;          /* [Ms, K] */
+    int *topk_idx;          /* [Ms, K] */
+    int *slot_to_row;       /* [Ms K] */
+    int *row_to_slot;       /* [Ms K] */
+    int *tokens_per_expert; /* [E] kept rows per expert (this rank's tokens) */
+    int *counts_mb;         /* [E] routed slots per expert over the micro-batch (aux loss)
+                             */
+    int *recv_counts;       /* [EP, El] rows received per (source, local expert) */
+    int *gath_counts;       /* [ETP, EP, El] rows after the ETP gather */
+    float *xe;              /* [R, C] expert input rows, expert-major */
+    float *e_fc1;           /* [R, 2 Fel] */
+    float *e_act;           /* [R, Fel] */
+    float *y_rows;          /* [Ms K, C] expert outputs back at the source (permuted order) */
+    void *stage;            /* start of this layer's offloaded tensors in the staging area */
+    float *host;            /* host-pool copy of the offloaded tensors (NULL = none) */
+    size_t offload_bytes;
 };
 
-/* Which modules a layer recomputes (selective) or whether it is part of a
- * full-recompute unit. */
+/* Which modules a layer recomputes (selective) or whether it is part of a full-recompute unit. */
 struct moe_eng_rc {
-  unsigned modules;   /* MOE_RC_* recomputed in backward */
-  unsigned offload;   /* MOE_OFF_* offloaded */
-  bool is_full;       /* layer recomputed entirely (full recompute) */
-  bool is_unit_start; /* first layer of a full-recompute unit (its input is
-                         kept) */
-  int unit_len;       /* layers in the unit starting here */
+    unsigned modules;   /* MOE_RC_* recomputed in backward */
+    unsigned offload;   /* MOE_OFF_* offloaded */
+    bool is_full;       /* layer recomputed entirely (full recompute) */
+    bool is_unit_start; /* first layer of a full-recompute unit (its input is kept) */
+    int unit_len;       /* layers in the unit starting here */
 };
 
-/* ---- Pipeline
- * ---------------------------------------------------------------------------
- */
+/* ---- Pipeline -------------------------------------------------------------------------------- */
 
 struct moe_eng_slot {
-  float *x0;  /* [Ms, C] chunk input (received, or the embedding output) */
-  float *out; /* [Ms, C] chunk output (sent to the next chunk, or the head
-                 input) */
-  float *
-      dout; /* [Ms, C] loss chunk: gradient of the output from the fused head */
-  float
-      *dx_send; /* [Ms, C] gradient of the input, sent to the previous chunk */
-  struct moe_comm_req out_req;
-  struct moe_comm_req dx_req;
-  struct moe_eng_layer_act *acts; /* [layers of the chunk] */
+    float *x0;      /* [Ms, C] chunk input (received, or the embedding output) */
+    float *out;     /* [Ms, C] chunk output (sent to the next chunk, or the head input) */
+    float *dout;    /* [Ms, C] loss chunk: gradient of the output from the fused head */
+    float *dx_send; /* [Ms, C] gradient of the input, sent to the previous chunk */
+    struct moe_comm_req out_req;
+    struct moe_comm_req dx_req;
+    struct moe_eng_layer_act *acts; /* [layers of the chunk] */
 };
 
 struct moe_eng_chunk {
-  int c; /* global chunk index v*PP + p */
-  int v; /* local virtual stage */
-  int first_layer;
-  int num_layers;
-  bool has_embedding;
-  bool has_loss;
-  int prev_pp; /* pp-group rank holding chunk c-1, -1 when c == 0 */
-  int next_pp; /* pp-group rank holding chunk c+1, -1 for the last chunk */
-  int num_slots;
-  struct moe_eng_slot *slots;
-  int *mb_slot;          /* [num_microbatches] slot a micro-batch uses */
-  struct moe_eng_rc *rc; /* [num_layers] */
+    int c; /* global chunk index v*PP + p */
+    int v; /* local virtual stage */
+    int first_layer;
+    int num_layers;
+    bool has_embedding;
+    bool has_loss;
+    int prev_pp; /* pp-group rank holding chunk c-1, -1 when c == 0 */
+    int next_pp; /* pp-group rank holding chunk c+1, -1 for the last chunk */
+    int num_slots;
+    struct moe_eng_slot *slots;
+    int *mb_slot;          /* [num_microbatches] slot a micro-batch uses */
+    struct moe_eng_rc *rc; /* [num_layers] */
 };
 
 struct moe_eng_op {
-  bool is_backward;
-  int v;  /* local chunk */
-  int mb; /* micro-batch */
+    bool is_backward;
+    int v;  /* local chunk */
+    int mb; /* micro-batch */
 };
 
-/* ---- Data
- * -------------------------------------------------------------------------------
- */
+/* ---- Data ------------------------------------------------------------------------------------ */
 
 struct moe_eng_data {
-  enum moe_eng_data_kind kind;
-  unsigned char *text; /* corpus bytes (text kind) */
-  size_t text_len;
-  size_t text_bytes_alloc;
-  uint64_t seed;
-  uint64_t next_seq; /* sequences consumed (the data position) */
-  int vocab;         /* token ids are < vocab */
-  int *succ;         /* synthetic: [vocab, 4] successor table */
+    enum moe_eng_data_kind kind;
+    unsigned char *text; /* corpus bytes (text kind) */
+    size_t text_len;
+    size_t text_bytes_alloc;
+    uint64_t seed;
+    uint64_t next_seq; /* sequences consumed (the data position) */
+    int vocab;         /* token ids are < vocab */
+    int *succ;         /* synthetic: [vocab, 4] successor table */
 };
 
-/* ---- Engine
- * -----------------------------------------------------------------------------
- */
+/* ---- Engine ---------------------------------------------------------------------------------- */
 
 enum moe_eng_mem_cat {
-  MOE_ENG_MEM_WEIGHTS = 0,
-  MOE_ENG_MEM_GRADS = 1,
-  MOE_ENG_MEM_OPTIMIZER = 2,
-  MOE_ENG_MEM_ACTIVATIONS = 3,
-  MOE_ENG_MEM_BUFFERS = 4,
-  MOE_ENG_MEM_HOST = 5, /* activation offload pool */
-  MOE_ENG_NUM_MEM = 6,
+    MOE_ENG_MEM_WEIGHTS = 0,
+    MOE_ENG_MEM_GRADS = 1,
+    MOE_ENG_MEM_OPTIMIZER = 2,
+    MOE_ENG_MEM_ACTIVATIONS = 3,
+    MOE_ENG_MEM_BUFFERS = 4,
+    MOE_ENG_MEM_HOST = 5, /* activation offload pool */
+    MOE_ENG_NUM_MEM = 6,
 };
 
 struct moe_eng_pool {
-  void *block;
-  size_t bytes;
-  struct moe_eng_arena arena;
+    void *block;
+    size_t bytes;
+    struct moe_eng_arena arena;
 };
 
 /* Statistics gathered over a run (reported in run.json). */
 struct moe_eng_stats {
-  int num_steps;
-  int cap_steps;
-  double *step_s;          /* [cap_steps] */
-  double *loss;            /* [cap_steps] */
-  double *phase_sum;       /* [MOE_NUM_PHASES] summed over measured steps */
-  double phase_exposed_ep; /* unused spare */
-  int num_measured; /* steps in phase_sum (the first step is warm-up when steps
-                       > 1) */
-  long *expert_tokens; /* [L, E] tokens per expert summed over steps
-                          (stage-reduced) */
-  double
-      bytes_dropped; /* token copies dropped by the capacity factor (slots) */
-  double offload_s;  /* time spent copying to/from the host pool */
-  double offload_bytes; /* bytes copied to the host pool per step */
+    int num_steps;
+    int cap_steps;
+    double *step_s;          /* [cap_steps] */
+    double *loss;            /* [cap_steps] */
+    double *phase_sum;       /* [MOE_NUM_PHASES] summed over measured steps */
+    double phase_exposed_ep; /* unused spare */
+    int num_measured;        /* steps in phase_sum (the first step is warm-up when steps
+                                > 1) */
+    long *expert_tokens;     /* [L, E] tokens per expert summed over steps (stage-reduced) */
+    double bytes_dropped;    /* token copies dropped by the capacity factor (slots) */
+    double offload_s;        /* time spent copying to/from the host pool */
+    double offload_bytes;    /* bytes copied to the host pool per step */
 };
 
 struct moe_eng {
-  struct moe_eng_ctx ctx;
-  struct moe_plan plan; /* with the resolved layout */
-  struct moe_eng_run_opts opts;
-  struct moe_eng_groups groups;
-  struct moe_eng_dims d;
-  const struct moe_k_ops *k;
-  moe_k_ctx_t *kc;
+    struct moe_eng_ctx ctx;
+    struct moe_plan plan; /* with the resolved layout */
+    struct moe_eng_run_opts opts;
+    struct moe_eng_groups groups;
+    struct moe_eng_dims d;
+    const struct moe_k_ops *k;
+    moe_k_ctx_t *kc;
 
-  struct moe_eng_pool mem[MOE_ENG_NUM_MEM];
-  struct moe_eng_arena
-      temp;          /* per-op temporaries (in buffers), reset per step */
-  float *rc_scratch; /* recompute scratch (start of the region) */
-  size_t rc_scratch_bytes;
-  float *staging; /* offload staging (one layer) */
-  size_t staging_bytes;
+    struct moe_eng_pool mem[MOE_ENG_NUM_MEM];
+    struct moe_eng_arena temp; /* per-op temporaries (in buffers), reset per step */
+    float *rc_scratch;         /* recompute scratch (start of the region) */
+    size_t rc_scratch_bytes;
+    float *staging; /* offload staging (one layer) */
+    size_t staging_bytes;
 
-  /* Parameters */
-  struct moe_eng_param *params;
-  int num_params;
-  int cap_params;
-  struct moe_eng_bucket *buckets;
-  int num_buckets;
-  int cap_buckets;
-  struct moe_eng_layer_w *layers;   /* [L], valid where held */
-  struct moe_eng_tensor embedding;  /* [Vl, C] (chunk 0) */
-  struct moe_eng_tensor final_norm; /* [C] (loss chunk) */
-  struct moe_eng_tensor
-      output; /* [Vl, C] (loss chunk); shares embedding when tied here */
-  bool has_tied_copy; /* output is a tied copy (embedding on another stage) */
+    /* Parameters */
+    struct moe_eng_param *params;
+    int num_params;
+    int cap_params;
+    struct moe_eng_bucket *buckets;
+    int num_buckets;
+    int cap_buckets;
+    struct moe_eng_layer_w *layers;   /* [L], valid where held */
+    struct moe_eng_tensor embedding;  /* [Vl, C] (chunk 0) */
+    struct moe_eng_tensor final_norm; /* [C] (loss chunk) */
+    struct moe_eng_tensor output;     /* [Vl, C] (loss chunk); shares embedding when tied here */
+    bool has_tied_copy;               /* output is a tied copy (embedding on another stage) */
 
-  /* Pipeline */
-  struct moe_eng_chunk *chunks; /* [vpp] */
-  int num_chunks_local;
-  struct moe_eng_op *ops;
-  int num_ops;
+    /* Pipeline */
+    struct moe_eng_chunk *chunks; /* [vpp] */
+    int num_chunks_local;
+    struct moe_eng_op *ops;
+    int num_ops;
 
-  /* Per-step buffers */
-  int *ids;            /* [m, M] token ids of every micro-batch */
-  int *targets;        /* [m, M] */
-  int *positions;      /* [M] */
-  int *cp_chunk_rows;  /* [CP*B] Tl each (K/V reorder) */
-  int *cp_chunk_order; /* [CP*B] */
-  float *grad_stream;  /* [Ms, C] gradient flowing through a chunk's backward */
-  float *grad_tmp;     /* [Ms, C] */
-  long
-      *step_counts; /* [L, E] routed slots per expert this step (before drop) */
-  double loss_sum;  /* cross-entropy summed over this rank's owned tokens this
-                       step */
-  double aux_sum;   /* router losses this step (owner-counted) */
-  double dropped;   /* dropped slots this step */
-  int step;         /* steps done */
+    /* Per-step buffers */
+    int *ids;            /* [m, M] token ids of every micro-batch */
+    int *targets;        /* [m, M] */
+    int *positions;      /* [M] */
+    int *cp_chunk_rows;  /* [CP*B] Tl each (K/V reorder) */
+    int *cp_chunk_order; /* [CP*B] */
+    float *grad_stream;  /* [Ms, C] gradient flowing through a chunk's backward */
+    float *grad_tmp;     /* [Ms, C] */
+    long *step_counts;   /* [L, E] routed slots per expert this step (before drop) */
+    double loss_sum;     /* cross-entropy summed over this rank's owned tokens this step */
+    double aux_sum;      /* router losses this step (owner-counted) */
+    double dropped;      /* dropped slots this step */
+    int step;            /* steps done */
 
-  struct moe_eng_data data;
-  struct moe_eng_stats stats;
-  bool is_recomputing; /* forward is a recompute: no statistics, no loss
-                          accumulation */
-  bool is_hierarchical;
-  int tag_base_fwd;
-  int tag_base_bwd;
+    struct moe_eng_data data;
+    struct moe_eng_stats stats;
+    bool is_recomputing;  /* forward is a recompute: no statistics, no loss accumulation */
+    char nan_origin[160]; /* first non-finite layer output of the step ("" = none) */
+    bool is_hierarchical;
+    int tag_base_fwd;
+    int tag_base_bwd;
 };
 
-/* ---- model.c: dimensions, parameters, buckets, initialisation
- * ------------------------------ */
+/* ---- model.c: dimensions, parameters, buckets, initialisation -------------------------------- */
 
-MOE_NODISCARD enum moe_status moe_eng_dims_init(struct moe_eng *e,
-                                                struct moe_diag *diag);
-/* Register parameters and carve weights/grads/optimizer (sizing or real
- * arenas). */
+MOE_NODISCARD enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag);
+/* Register parameters and carve weights/grads/optimizer (sizing or real arenas). */
 void moe_eng_params_carve(struct moe_eng *e);
 /* Deterministic, layout-independent initial values (and master copies). */
 void moe_eng_params_init(struct moe_eng *e);
 
-/* ---- activations.c: saved-activation layout, slots, recompute/offload
- * placement ---------- */
+/* ---- activations.c: saved-activation layout, slots, recompute/offload placement ---------- */
 
 void moe_eng_acts_carve(struct moe_eng *e);
 /* Bytes of per-op temporaries the step needs (sizing). */
 size_t moe_eng_temp_bytes(const struct moe_eng *e);
 
-/* ---- layers.c: decoder layer forward/backward
- * --------------------------------------------- */
+/* ---- layers.c: decoder layer forward/backward ------------------------------------------------ */
 
-void moe_eng_layer_fwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                       struct moe_eng_layer_act *a, const struct moe_eng_rc *rc,
+void moe_eng_layer_fwd(struct moe_eng *e,
+                       const struct moe_eng_layer_w *w,
+                       struct moe_eng_layer_act *a,
+                       const struct moe_eng_rc *rc,
                        float *out);
-/* d: [Ms, C] gradient of the layer output on entry, of its input on return (in
- * place). */
-void moe_eng_layer_bwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                       struct moe_eng_layer_act *a, const struct moe_eng_rc *rc,
+/* d: [Ms, C] gradient of the layer output on entry, of its input on return (in place). */
+void moe_eng_layer_bwd(struct moe_eng *e,
+                       const struct moe_eng_layer_w *w,
+                       struct moe_eng_layer_act *a,
+                       const struct moe_eng_rc *rc,
                        float *d);
 /* Linear layer helpers with optional precision emulation (qdq of GEMM inputs).
  */
-void moe_eng_linear_fwd(struct moe_eng *e, float *y, const float *x,
-                        const float *w, int rows, int in, int out);
-void moe_eng_linear_bwd(struct moe_eng *e, float *dx, float *dw,
-                        const float *dy, const float *x, const float *w,
-                        int rows, int in, int out, bool accumulate_dx);
+void moe_eng_linear_fwd(
+    struct moe_eng *e, float *y, const float *x, const float *w, int rows, int in, int out);
+void moe_eng_linear_bwd(struct moe_eng *e,
+                        float *dx,
+                        float *dw,
+                        const float *dy,
+                        const float *x,
+                        const float *w,
+                        int rows,
+                        int in,
+                        int out,
+                        bool accumulate_dx);
 
-/* Sequence-parallel helpers over TP: gather [Ms, C] -> [M, C]; reduce partial
- * [M, C] -> [Ms, C]. */
-const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf,
-                               int cols);
+/* Sequence-parallel helpers over TP: gather [Ms, C] -> [M, C]; reduce partial [M, C] -> [Ms, C]. */
+const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, int cols);
 void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols);
 
 /* Dense SwiGLU MLP (also the shared expert): hin [Ms, C] -> out [Ms, C]. */
-void moe_eng_mlp_fwd(struct moe_eng *e, const struct moe_eng_tensor *fc1,
-                     const struct moe_eng_tensor *fc2, int ffn_l,
-                     const float *hin, float *fc1_out, float *act, float *out,
+void moe_eng_mlp_fwd(struct moe_eng *e,
+                     const struct moe_eng_tensor *fc1,
+                     const struct moe_eng_tensor *fc2,
+                     int ffn_l,
+                     const float *hin,
+                     float *fc1_out,
+                     float *act,
+                     float *out,
                      enum moe_phase phase);
-/* dh (overwrite or accumulate) from dout; recomputes fc1_out/act first when
- * asked. */
-void moe_eng_mlp_bwd(struct moe_eng *e, const struct moe_eng_tensor *fc1,
-                     const struct moe_eng_tensor *fc2, int ffn_l,
-                     const float *hin, float *fc1_out, float *act,
-                     bool recompute, const float *dout, float *dh,
-                     bool accumulate, enum moe_phase phase);
+/* dh (overwrite or accumulate) from dout; recomputes fc1_out/act first when asked. */
+void moe_eng_mlp_bwd(struct moe_eng *e,
+                     const struct moe_eng_tensor *fc1,
+                     const struct moe_eng_tensor *fc2,
+                     int ffn_l,
+                     const float *hin,
+                     float *fc1_out,
+                     float *act,
+                     bool recompute,
+                     const float *dout,
+                     float *dh,
+                     bool accumulate,
+                     enum moe_phase phase);
 
-/* ---- moe_block.c: router, dispatch, experts, combine
- * --------------------------------------- */
+/* ---- moe_block.c: router, dispatch, experts, combine ----------------------------------------- */
 
-void moe_eng_moe_fwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                     struct moe_eng_layer_act *a, const float *h, float *out);
-/* dh[Ms, C] (accumulate) from dout[Ms, C] through the routed experts and
- * router. */
-void moe_eng_moe_bwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                     struct moe_eng_layer_act *a, const float *h,
-                     const float *dout, float *dh);
+void moe_eng_moe_fwd(struct moe_eng *e,
+                     const struct moe_eng_layer_w *w,
+                     struct moe_eng_layer_act *a,
+                     const float *h,
+                     float *out);
+/* dh[Ms, C] (accumulate) from dout[Ms, C] through the routed experts and router. */
+void moe_eng_moe_bwd(struct moe_eng *e,
+                     const struct moe_eng_layer_w *w,
+                     struct moe_eng_layer_act *a,
+                     const float *h,
+                     const float *dout,
+                     float *dh);
 
-/* ---- head.c: embedding, final norm, output layer, loss
- * ----------------------------------- */
+/* ---- head.c: embedding, final norm, output layer, loss --------------------------------------- */
 
 void moe_eng_embed_fwd(struct moe_eng *e, const int *ids, float *x0);
 void moe_eng_embed_bwd(struct moe_eng *e, const int *ids, const float *dx0);
-/* Loss chunk: from the chunk output x[Ms, C], accumulate the loss and write
- * dx[Ms, C]. */
-void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets,
-                          float *dx);
+/* Loss chunk: from the chunk output x[Ms, C], accumulate the loss and write dx[Ms, C]. */
+void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets, float *dx);
 
-/* ---- pipeline.c: schedule and step execution
- * ----------------------------------------------- */
+/* ---- pipeline.c: schedule and step execution ------------------------------------------------- */
 
-MOE_NODISCARD enum moe_status moe_eng_schedule_build(struct moe_eng *e,
-                                                     struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag);
 /* Run every micro-batch's forward and backward (grads accumulate). */
 void moe_eng_run_schedule(struct moe_eng *e);
 
-/* ---- optimizer.c
- * ---------------------------------------------------------------------------
- */
+/* ---- optimizer.c ----------------------------------------------------------------------------- */
 
 void moe_eng_grads_zero(struct moe_eng *e);
-/* Called when a bucket's last contribution is in (overlap: starts its
- * reduction). */
+/* Called when a bucket's last contribution is in (overlap: starts its reduction). */
 void moe_eng_bucket_ready(struct moe_eng *e, int bucket);
-/* Count one micro-batch's contribution to the buckets of layer l (or -1/-2
- * embedding/head). */
+/* Count one micro-batch's contribution to the buckets of layer l (or -1/-2 embedding/head). */
 void moe_eng_layer_grads_done(struct moe_eng *e, int layer_tag);
-/* Finish reductions, check finiteness, clip, AdamW, gather parameters, update
- * expert bias. Returns MOE_ERR_RUNTIME (diag naming the tensor) when a gradient
- * is not finite. */
-MOE_NODISCARD enum moe_status moe_eng_optimizer_step(struct moe_eng *e,
-                                                     double *grad_norm,
-                                                     struct moe_diag *diag);
-/* Wait for overlapped parameter gathers of a layer before its first use in a
- * step. */
+/* Finish reductions, check finiteness, clip, AdamW, gather parameters, update expert bias. Returns
+ * MOE_ERR_RUNTIME (diag naming the tensor) when a gradient is not finite. */
+MOE_NODISCARD enum moe_status
+moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, struct moe_diag *diag);
+/* Wait for overlapped parameter gathers of a layer before its first use in a step. */
 void moe_eng_params_wait(struct moe_eng *e, int layer_tag);
 /* Finish only the gradient reductions (compute_grads hook). */
 void moe_eng_grads_reduce(struct moe_eng *e);
@@ -465,19 +440,14 @@ double moe_eng_lr_at(const struct moe_eng *e, int step);
 /* Layer tags for buckets that are not decoder layers. */
 enum { MOE_ENG_TAG_EMBED = -1, MOE_ENG_TAG_HEAD = -2 };
 
-/* ---- data.c
- * -------------------------------------------------------------------------------
- */
+/* ---- data.c ---------------------------------------------------------------------------------- */
 
-MOE_NODISCARD enum moe_status moe_eng_data_init(struct moe_eng *e,
-                                                struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_eng_data_init(struct moe_eng *e, struct moe_diag *diag);
 void moe_eng_data_fini(struct moe_eng *e);
-/* Fill e->ids / e->targets for the next global batch and advance the data
- * position. */
+/* Fill e->ids / e->targets for the next global batch and advance the data position. */
 void moe_eng_data_next_batch(struct moe_eng *e);
 
-/* ---- checkpoint.c / report.c
- * -------------------------------------------------------------- */
+/* ---- checkpoint.c / report.c ----------------------------------------------------------------- */
 
 /* Finite check helper: true when every x[n] is finite. */
 bool moe_eng_all_finite(const float *x, size_t n);

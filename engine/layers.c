@@ -1,439 +1,466 @@
 /*
- * Decoder layer forward and backward on the kernels table: RMSNorm,
- * column-parallel QKV, RoPE, causal GQA attention (context parallel by
- * all-gathering K/V with the local queries' position offset), row-parallel
- * projection, residual, RMSNorm, and the dense SwiGLU MLP or the MoE block
- * (engine/moe_block.c). Tensor parallelism follows Megatron-Core: with sequence
- * parallelism the residual stream is split over TP along tokens, all-gathered
- * before each column-parallel linear and reduce-scattered after each
- * row-parallel one (in backward the roles swap); without it the stream is
- * replicated and row-parallel outputs are all-reduced. Sequence-parallel inputs
- * are gathered again in backward instead of being kept (Megatron does the
- * same).
+ * Decoder layer forward and backward on the kernels table: RMSNorm, column-parallel QKV, RoPE,
+ * causal GQA attention (context parallel by all-gathering K/V with the local queries' position
+ * offset), row-parallel projection, residual, RMSNorm, and the dense SwiGLU MLP or the MoE block
+ * (engine/moe_block.c). Tensor parallelism follows Megatron-Core: with sequence parallelism the
+ * residual stream is split over TP along tokens, all-gathered before each column-parallel linear
+ * and reduce-scattered after each row-parallel one (in backward the roles swap); without it the
+ * stream is replicated and row-parallel outputs are all-reduced. Sequence-parallel inputs are
+ * gathered again in backward instead of being kept (Megatron does the same).
  *
- * Precision emulation (when asked): each GEMM's inputs pass through the
- * kernels' quantise -> dequantise with the recipe's formats (forward operands
- * E4M3 / MX / NVFP4 / BF16, output gradients E5M2 for the tensorwise "hybrid"
- * recipes); the GEMM itself runs in fp32. Delayed scaling is emulated with
- * current (tensorwise) scaling.
+ * Precision emulation (when asked): each GEMM's inputs pass through the kernels' quantise ->
+ * dequantise with the recipe's formats (forward operands E4M3 / MX / NVFP4 / BF16, output gradients
+ * E5M2 for the tensorwise "hybrid" recipes); the GEMM itself runs in fp32. Delayed scaling is
+ * emulated with current (tensorwise) scaling.
  *
- * Recompute and offload: tensors placed in scratch are recomputed here right
- * before their first use in backward; offloaded tensors are copied back by the
- * caller (engine/pipeline.c).
+ * Recompute and offload: tensors placed in scratch are recomputed here right before their first use
+ * in backward; offloaded tensors are copied back by the caller (engine/pipeline.c).
  */
 #include "engine/internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-#define NORM_EPS 1e-5f     /* Megatron-LM --norm-epsilon default */
+#define NORM_EPS  1e-5f    /* Megatron-LM --norm-epsilon default */
 #define ROPE_BASE 10000.0f /* Megatron-LM --rotary-base default */
 
-/* ---- Precision emulation
- * ------------------------------------------------------------------ */
+/* ---- Precision emulation --------------------------------------------------------------------- */
 
 struct qspec {
-  enum moe_k_qformat fmt;
-  enum moe_k_qrecipe recipe;
+    enum moe_k_qformat fmt;
+    enum moe_k_qrecipe recipe;
 };
 
-/* Format and scaling of activations (role 0), weights (1) and output gradients
- * (2). */
-static struct qspec qspec_of(enum moe_recipe r, int role) {
-  switch (r) {
-  case MOE_RECIPE_FP8_TENSORWISE:
-  case MOE_RECIPE_FP8_DELAYED:
-    return (struct qspec){role == 2 ? MOE_K_QFMT_FP8_E5M2 : MOE_K_QFMT_FP8_E4M3,
-                          MOE_K_QRECIPE_TENSORWISE};
-  case MOE_RECIPE_FP8_BLOCKWISE:
-    return (struct qspec){MOE_K_QFMT_FP8_E4M3, role == 1
-                                                   ? MOE_K_QRECIPE_BLOCK_128X128
-                                                   : MOE_K_QRECIPE_BLOCK_1X128};
-  case MOE_RECIPE_MXFP8:
-    return (struct qspec){MOE_K_QFMT_FP8_E4M3, MOE_K_QRECIPE_MX};
-  case MOE_RECIPE_NVFP4:
-    return (struct qspec){MOE_K_QFMT_FP4_E2M1, MOE_K_QRECIPE_NVFP4};
-  case MOE_RECIPE_BF16:
-  case MOE_NUM_RECIPES:
-    break;
-  }
-  return (struct qspec){MOE_K_QFMT_BF16, MOE_K_QRECIPE_CAST};
+/* Format and scaling of activations (role 0), weights (1) and output gradients (2). */
+static struct qspec qspec_of(enum moe_recipe r, int role)
+{
+    switch (r) {
+    case MOE_RECIPE_FP8_TENSORWISE:
+    case MOE_RECIPE_FP8_DELAYED:
+        return (struct qspec){role == 2 ? MOE_K_QFMT_FP8_E5M2 : MOE_K_QFMT_FP8_E4M3,
+                              MOE_K_QRECIPE_TENSORWISE};
+    case MOE_RECIPE_FP8_BLOCKWISE:
+        return (struct qspec){MOE_K_QFMT_FP8_E4M3,
+                              role == 1 ? MOE_K_QRECIPE_BLOCK_128X128 : MOE_K_QRECIPE_BLOCK_1X128};
+    case MOE_RECIPE_MXFP8:
+        return (struct qspec){MOE_K_QFMT_FP8_E4M3, MOE_K_QRECIPE_MX};
+    case MOE_RECIPE_NVFP4:
+        return (struct qspec){MOE_K_QFMT_FP4_E2M1, MOE_K_QRECIPE_NVFP4};
+    case MOE_RECIPE_BF16:
+    case MOE_NUM_RECIPES:
+        break;
+    }
+    return (struct qspec){MOE_K_QFMT_BF16, MOE_K_QRECIPE_CAST};
 }
 
 /* qdq(x[rows, cols]) into temp storage; returns x itself when emulation is off.
  */
-static const float *qdq(struct moe_eng *e, const float *x, int rows, int cols,
-                        int role) {
-  if (!e->opts.emulate_precision || rows == 0) {
-    return x;
-  }
-  struct qspec q = qspec_of(e->plan.options.recipe, role);
-  float *out = moe_eng_arena_floats(&e->temp, (size_t)rows * (size_t)cols);
-  e->k->qdq(out, x, rows, cols, q.fmt, q.recipe, e->kc);
-  return out;
-}
-
-void moe_eng_linear_fwd(struct moe_eng *e, float *y, const float *x,
-                        const float *w, int rows, int in, int out) {
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  const float *xq = qdq(e, x, rows, in, 0);
-  const float *wq = qdq(e, w, out, in, 1);
-  e->k->linear_fwd(y, xq, wq, NULL, rows, in, out, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
-}
-
-void moe_eng_linear_bwd(struct moe_eng *e, float *dx, float *dw,
-                        const float *dy, const float *x, const float *w,
-                        int rows, int in, int out, bool accumulate_dx) {
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  const float *dyq = qdq(e, dy, rows, out, 2);
-  const float *wq = qdq(e, w, out, in, 1);
-  const float *xq = qdq(e, x, rows, in, 0);
-  if (dx != NULL) {
-    e->k->linear_bwd_data(dx, dyq, wq, rows, in, out, accumulate_dx, e->kc);
-  }
-  e->k->linear_bwd_weight(dw, NULL, dyq, xq, rows, in, out, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
-}
-
-/* ---- Tensor-parallel helpers
- * ---------------------------------------------------------------- */
-
-const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf,
-                               int cols) {
-  if (!e->d.sp) {
-    return x;
-  }
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
-  moe_comm_allgather(e->groups.tp, x, buf,
-                     (size_t)e->d.tokens_sp * (size_t)cols, MOE_COMM_F32);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-  return buf;
-}
-
-void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial,
-                       int cols) {
-  if (e->d.tp == 1) {
-    if (out != partial) {
-      memcpy(out, partial, (size_t)e->d.tokens * (size_t)cols * sizeof(float));
+static const float *qdq(struct moe_eng *e, const float *x, int rows, int cols, int role)
+{
+    if (!e->opts.emulate_precision || rows == 0) {
+        return x;
     }
-    return;
-  }
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
-  size_t n = (size_t)e->d.tokens_sp * (size_t)cols;
-  if (e->d.sp) {
-    moe_comm_reducescatter(e->groups.tp, partial, out, n, MOE_COMM_F32,
-                           MOE_COMM_SUM);
-  } else {
-    moe_comm_allreduce(e->groups.tp, partial, partial, n, MOE_COMM_F32,
-                       MOE_COMM_SUM);
-    if (out != partial) {
-      memcpy(out, partial, n * sizeof(float));
+    struct qspec q = qspec_of(e->plan.options.recipe, role);
+    float *out = moe_eng_arena_floats(&e->temp, (size_t)rows * (size_t)cols);
+    e->k->qdq(out, x, rows, cols, q.fmt, q.recipe, e->kc);
+    return out;
+}
+
+void moe_eng_linear_fwd(
+    struct moe_eng *e, float *y, const float *x, const float *w, int rows, int in, int out)
+{
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *xq = qdq(e, x, rows, in, 0);
+    const float *wq = qdq(e, w, out, in, 1);
+    e->k->linear_fwd(y, xq, wq, NULL, rows, in, out, e->kc);
+    moe_eng_arena_release(&e->temp, mark);
+}
+
+void moe_eng_linear_bwd(struct moe_eng *e,
+                        float *dx,
+                        float *dw,
+                        const float *dy,
+                        const float *x,
+                        const float *w,
+                        int rows,
+                        int in,
+                        int out,
+                        bool accumulate_dx)
+{
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *dyq = qdq(e, dy, rows, out, 2);
+    const float *wq = qdq(e, w, out, in, 1);
+    const float *xq = qdq(e, x, rows, in, 0);
+    if (dx != NULL) {
+        e->k->linear_bwd_data(dx, dyq, wq, rows, in, out, accumulate_dx, e->kc);
     }
-  }
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    e->k->linear_bwd_weight(dw, NULL, dyq, xq, rows, in, out, e->kc);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
-/* Temporary [M, cols] when gathering is needed, else NULL (the input is used as
- * is). */
-static float *gather_buf(struct moe_eng *e, int cols) {
-  return e->d.sp ? moe_eng_arena_floats(&e->temp,
-                                        (size_t)e->d.tokens * (size_t)cols)
-                 : NULL;
+/* ---- Tensor-parallel helpers ----------------------------------------------------------------- */
+
+const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, int cols)
+{
+    if (!e->d.sp) {
+        return x;
+    }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
+    moe_comm_allgather(e->groups.tp, x, buf, (size_t)e->d.tokens_sp * (size_t)cols, MOE_COMM_F32);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+    return buf;
 }
 
-/* ---- Dense SwiGLU MLP (and shared expert)
- * -------------------------------------------------- */
-
-void moe_eng_mlp_fwd(struct moe_eng *e, const struct moe_eng_tensor *fc1,
-                     const struct moe_eng_tensor *fc2, int ffn_l,
-                     const float *hin, float *fc1_out, float *act, float *out,
-                     enum moe_phase phase) {
-  const struct moe_eng_dims *d = &e->d;
-  int M = d->tokens;
-  int C = d->hidden;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  const float *h = moe_eng_sp_gather(e, hin, gather_buf(e, C), C);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, phase);
-  moe_eng_linear_fwd(e, fc1_out, h, fc1->w, M, C, 2 * ffn_l);
-  e->k->swiglu_fwd(act, fc1_out, M, ffn_l, e->kc);
-  float *partial =
-      d->sp ? moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C) : out;
-  moe_eng_linear_fwd(e, partial, act, fc2->w, M, ffn_l, C);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-  moe_eng_sp_reduce(e, out, partial, C);
-  moe_eng_arena_release(&e->temp, mark);
+void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols)
+{
+    if (e->d.tp == 1) {
+        if (out != partial) {
+            memcpy(out, partial, (size_t)e->d.tokens * (size_t)cols * sizeof(float));
+        }
+        return;
+    }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
+    size_t n = (size_t)e->d.tokens_sp * (size_t)cols;
+    if (e->d.sp) {
+        moe_comm_reducescatter(e->groups.tp, partial, out, n, MOE_COMM_F32, MOE_COMM_SUM);
+    } else {
+        moe_comm_allreduce(e->groups.tp, partial, partial, n, MOE_COMM_F32, MOE_COMM_SUM);
+        if (out != partial) {
+            memcpy(out, partial, n * sizeof(float));
+        }
+    }
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-void moe_eng_mlp_bwd(struct moe_eng *e, const struct moe_eng_tensor *fc1,
-                     const struct moe_eng_tensor *fc2, int ffn_l,
-                     const float *hin, float *fc1_out, float *act,
-                     bool recompute, const float *dout, float *dh,
-                     bool accumulate, enum moe_phase phase) {
-  const struct moe_eng_dims *d = &e->d;
-  int M = d->tokens;
-  int C = d->hidden;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  const float *h = moe_eng_sp_gather(e, hin, gather_buf(e, C), C);
-  const float *dfull = moe_eng_sp_gather(e, dout, gather_buf(e, C), C);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, phase);
-  if (recompute) {
+/* Temporary [M, cols] when gathering is needed, else NULL (the input is used as is). */
+static float *gather_buf(struct moe_eng *e, int cols)
+{
+    return e->d.sp ? moe_eng_arena_floats(&e->temp, (size_t)e->d.tokens * (size_t)cols) : NULL;
+}
+
+/* ---- Dense SwiGLU MLP (and shared expert) ---------------------------------------------------- */
+
+void moe_eng_mlp_fwd(struct moe_eng *e,
+                     const struct moe_eng_tensor *fc1,
+                     const struct moe_eng_tensor *fc2,
+                     int ffn_l,
+                     const float *hin,
+                     float *fc1_out,
+                     float *act,
+                     float *out,
+                     enum moe_phase phase)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int M = d->tokens;
+    int C = d->hidden;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *h = moe_eng_sp_gather(e, hin, gather_buf(e, C), C);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, phase);
     moe_eng_linear_fwd(e, fc1_out, h, fc1->w, M, C, 2 * ffn_l);
     e->k->swiglu_fwd(act, fc1_out, M, ffn_l, e->kc);
-  }
-  float *d_act = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)ffn_l);
-  moe_eng_linear_bwd(e, d_act, fc2->g, dfull, act, fc2->w, M, ffn_l, C, false);
-  float *d_fc1 = moe_eng_arena_floats(&e->temp, (size_t)M * 2 * (size_t)ffn_l);
-  e->k->swiglu_bwd(d_fc1, d_act, fc1_out, M, ffn_l, e->kc);
-  float *partial = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C);
-  moe_eng_linear_bwd(e, partial, fc1->g, d_fc1, h, fc1->w, M, C, 2 * ffn_l,
-                     false);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-  size_t n = (size_t)d->tokens_sp * (size_t)C;
-  float *red = d->sp ? moe_eng_arena_floats(&e->temp, n) : partial;
-  moe_eng_sp_reduce(e, red, partial, C);
-  if (accumulate) {
-    e->k->axpy(dh, red, n, 1.0f, e->kc);
-  } else {
-    memcpy(dh, red, n * sizeof(float));
-  }
-  moe_eng_arena_release(&e->temp, mark);
+    float *partial = d->sp ? moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C) : out;
+    moe_eng_linear_fwd(e, partial, act, fc2->w, M, ffn_l, C);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+    moe_eng_sp_reduce(e, out, partial, C);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
-/* ---- Attention
- * ------------------------------------------------------------------------------
- */
+void moe_eng_mlp_bwd(struct moe_eng *e,
+                     const struct moe_eng_tensor *fc1,
+                     const struct moe_eng_tensor *fc2,
+                     int ffn_l,
+                     const float *hin,
+                     float *fc1_out,
+                     float *act,
+                     bool recompute,
+                     const float *dout,
+                     float *dh,
+                     bool accumulate,
+                     enum moe_phase phase)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int M = d->tokens;
+    int C = d->hidden;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *h = moe_eng_sp_gather(e, hin, gather_buf(e, C), C);
+    const float *dfull = moe_eng_sp_gather(e, dout, gather_buf(e, C), C);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, phase);
+    if (recompute) {
+        moe_eng_linear_fwd(e, fc1_out, h, fc1->w, M, C, 2 * ffn_l);
+        e->k->swiglu_fwd(act, fc1_out, M, ffn_l, e->kc);
+    }
+    float *d_act = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)ffn_l);
+    moe_eng_linear_bwd(e, d_act, fc2->g, dfull, act, fc2->w, M, ffn_l, C, false);
+    float *d_fc1 = moe_eng_arena_floats(&e->temp, (size_t)M * 2 * (size_t)ffn_l);
+    e->k->swiglu_bwd(d_fc1, d_act, fc1_out, M, ffn_l, e->kc);
+    float *partial = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C);
+    moe_eng_linear_bwd(e, partial, fc1->g, d_fc1, h, fc1->w, M, C, 2 * ffn_l, false);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+    size_t n = (size_t)d->tokens_sp * (size_t)C;
+    float *red = d->sp ? moe_eng_arena_floats(&e->temp, n) : partial;
+    moe_eng_sp_reduce(e, red, partial, C);
+    if (accumulate) {
+        e->k->axpy(dh, red, n, 1.0f, e->kc);
+    } else {
+        memcpy(dh, red, n * sizeof(float));
+    }
+    moe_eng_arena_release(&e->temp, mark);
+}
 
-/* K/V of the whole sequence for this rank's queries: [B, T, Hkvl D] (CP
- * all-gather + reorder). */
-static void gather_kv(struct moe_eng *e, const float *k, const float *v,
-                      const float **kf, const float **vf) {
-  const struct moe_eng_dims *d = &e->d;
-  if (d->cp == 1) {
-    *kf = k;
-    *vf = v;
-    return;
-  }
-  int hkv = d->kv_heads_l * d->head_dim;
-  size_t n = (size_t)d->tokens * (size_t)hkv;
-  size_t full = n * (size_t)d->cp;
-  float *g = moe_eng_arena_floats(&e->temp, full);
-  float *kk = moe_eng_arena_floats(&e->temp, full);
-  float *vv = moe_eng_arena_floats(&e->temp, full);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_CP_COMM);
-  moe_comm_allgather(e->groups.cp, k, g, n, MOE_COMM_F32);
-  e->k->sort_chunks(kk, g, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs,
-                    hkv, e->kc);
-  moe_comm_allgather(e->groups.cp, v, g, n, MOE_COMM_F32);
-  e->k->sort_chunks(vv, g, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs,
-                    hkv, e->kc);
-  *kf = kk;
-  *vf = vv;
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+/* ---- Attention ------------------------------------------------------------------------------- */
+
+/* K/V of the whole sequence for this rank's queries: [B, T, Hkvl D] (CP all-gather + reorder). */
+static void
+gather_kv(struct moe_eng *e, const float *k, const float *v, const float **kf, const float **vf)
+{
+    const struct moe_eng_dims *d = &e->d;
+    if (d->cp == 1) {
+        *kf = k;
+        *vf = v;
+        return;
+    }
+    int hkv = d->kv_heads_l * d->head_dim;
+    size_t n = (size_t)d->tokens * (size_t)hkv;
+    size_t full = n * (size_t)d->cp;
+    float *g = moe_eng_arena_floats(&e->temp, full);
+    float *kk = moe_eng_arena_floats(&e->temp, full);
+    float *vv = moe_eng_arena_floats(&e->temp, full);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_CP_COMM);
+    moe_comm_allgather(e->groups.cp, k, g, n, MOE_COMM_F32);
+    e->k->sort_chunks(kk, g, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs, hkv, e->kc);
+    moe_comm_allgather(e->groups.cp, v, g, n, MOE_COMM_F32);
+    e->k->sort_chunks(vv, g, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs, hkv, e->kc);
+    *kf = kk;
+    *vf = vv;
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
 /* dk_full [B, T, Hkvl D] summed over CP ranks into this rank's dk [M, Hkvl D].
  */
-static void reduce_dkv(struct moe_eng *e, float *dfull, float *dlocal) {
-  const struct moe_eng_dims *d = &e->d;
-  int hkv = d->kv_heads_l * d->head_dim;
-  size_t n = (size_t)d->tokens * (size_t)hkv;
-  float *g = moe_eng_arena_floats(&e->temp, n * (size_t)d->cp);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_CP_COMM);
-  e->k->unsort_chunks(g, dfull, e->cp_chunk_rows, e->cp_chunk_order,
-                      d->cp * d->mbs, hkv, e->kc);
-  moe_comm_reducescatter(e->groups.cp, g, dlocal, n, MOE_COMM_F32,
-                         MOE_COMM_SUM);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+static void reduce_dkv(struct moe_eng *e, float *dfull, float *dlocal)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int hkv = d->kv_heads_l * d->head_dim;
+    size_t n = (size_t)d->tokens * (size_t)hkv;
+    float *g = moe_eng_arena_floats(&e->temp, n * (size_t)d->cp);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_CP_COMM);
+    e->k->unsort_chunks(g, dfull, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs, hkv, e->kc);
+    moe_comm_reducescatter(e->groups.cp, g, dlocal, n, MOE_COMM_F32, MOE_COMM_SUM);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-static size_t attn_ws_bytes(const struct moe_eng *e) {
-  return e->k->attention_workspace_bytes(e->d.seq_l, e->d.seq, e->kc);
+static size_t attn_ws_bytes(const struct moe_eng *e)
+{
+    return e->k->attention_workspace_bytes(e->d.seq_l, e->d.seq, e->kc);
 }
 
-static void attention_core_fwd(struct moe_eng *e, struct moe_eng_layer_act *a,
-                               const float *kf, const float *vf) {
-  const struct moe_eng_dims *d = &e->d;
-  size_t wsb = attn_ws_bytes(e);
-  void *ws = moe_eng_arena_take(&e->temp, wsb);
-  e->k->attention_fwd(a->o, a->lse, a->q, kf, vf, d->mbs, d->seq_l, d->seq,
-                      d->heads_l, d->kv_heads_l, d->head_dim, d->head_dim,
-                      d->pos0, 0, 1.0f / sqrtf((float)d->head_dim), true, ws,
-                      wsb, e->kc);
+static void
+attention_core_fwd(struct moe_eng *e, struct moe_eng_layer_act *a, const float *kf, const float *vf)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t wsb = attn_ws_bytes(e);
+    void *ws = moe_eng_arena_take(&e->temp, wsb);
+    e->k->attention_fwd(a->o, a->lse, a->q, kf, vf, d->mbs, d->seq_l, d->seq, d->heads_l,
+                        d->kv_heads_l, d->head_dim, d->head_dim, d->pos0, 0,
+                        1.0f / sqrtf((float)d->head_dim), true, ws, wsb, e->kc);
 }
 
-static void attention_fwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                          struct moe_eng_layer_act *a) {
-  const struct moe_eng_dims *d = &e->d;
-  const struct moe_k_ops *k = e->k;
-  int M = d->tokens;
-  int C = d->hidden;
-  int hq = d->heads_l * d->head_dim;
-  int hkv = d->kv_heads_l * d->head_dim;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  k->rmsnorm_fwd(a->h1, a->rstd1, a->x, w->attn_norm.w, d->tokens_sp, C,
-                 NORM_EPS, e->kc);
-  const float *h = moe_eng_sp_gather(e, a->h1, gather_buf(e, C), C);
-  float *qkv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)d->qkv_cols);
-  moe_eng_linear_fwd(e, qkv, h, w->qkv.w, M, C, d->qkv_cols);
-  k->copy_2d(a->q, hq, qkv, d->qkv_cols, M, hq, false, e->kc);
-  k->copy_2d(a->k, hkv, qkv + hq, d->qkv_cols, M, hkv, false, e->kc);
-  k->copy_2d(a->v, hkv, qkv + hq + hkv, d->qkv_cols, M, hkv, false, e->kc);
-  k->rope_fwd(a->q, a->q, e->positions, M, d->heads_l, d->head_dim, 0,
-              d->head_dim, ROPE_BASE, false, e->kc);
-  k->rope_fwd(a->k, a->k, e->positions, M, d->kv_heads_l, d->head_dim, 0,
-              d->head_dim, ROPE_BASE, false, e->kc);
-  const float *kf = NULL;
-  const float *vf = NULL;
-  gather_kv(e, a->k, a->v, &kf, &vf);
-  attention_core_fwd(e, a, kf, vf);
-  float *partial =
-      d->sp ? moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C) : a->x2;
-  moe_eng_linear_fwd(e, partial, a->o, w->proj.w, M, hq, C);
-  moe_eng_sp_reduce(e, a->x2, partial, C);
-  k->axpy(a->x2, a->x, (size_t)d->tokens_sp * (size_t)C, 1.0f,
-          e->kc); /* residual */
-  k->rmsnorm_fwd(a->h2, a->rstd2, a->x2, w->mlp_norm.w, d->tokens_sp, C,
-                 NORM_EPS, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
+static void
+attention_fwd(struct moe_eng *e, const struct moe_eng_layer_w *w, struct moe_eng_layer_act *a)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_k_ops *k = e->k;
+    int M = d->tokens;
+    int C = d->hidden;
+    int hq = d->heads_l * d->head_dim;
+    int hkv = d->kv_heads_l * d->head_dim;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    k->rmsnorm_fwd(a->h1, a->rstd1, a->x, w->attn_norm.w, d->tokens_sp, C, NORM_EPS, e->kc);
+    const float *h = moe_eng_sp_gather(e, a->h1, gather_buf(e, C), C);
+    float *qkv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)d->qkv_cols);
+    moe_eng_linear_fwd(e, qkv, h, w->qkv.w, M, C, d->qkv_cols);
+    k->copy_2d(a->q, hq, qkv, d->qkv_cols, M, hq, false, e->kc);
+    k->copy_2d(a->k, hkv, qkv + hq, d->qkv_cols, M, hkv, false, e->kc);
+    k->copy_2d(a->v, hkv, qkv + hq + hkv, d->qkv_cols, M, hkv, false, e->kc);
+    k->rope_fwd(a->q, a->q, e->positions, M, d->heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE,
+                false, e->kc);
+    k->rope_fwd(a->k, a->k, e->positions, M, d->kv_heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE,
+                false, e->kc);
+    const float *kf = NULL;
+    const float *vf = NULL;
+    gather_kv(e, a->k, a->v, &kf, &vf);
+    attention_core_fwd(e, a, kf, vf);
+    float *partial = d->sp ? moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C) : a->x2;
+    moe_eng_linear_fwd(e, partial, a->o, w->proj.w, M, hq, C);
+    moe_eng_sp_reduce(e, a->x2, partial, C);
+    k->axpy(a->x2, a->x, (size_t)d->tokens_sp * (size_t)C, 1.0f, e->kc); /* residual */
+    k->rmsnorm_fwd(a->h2, a->rstd2, a->x2, w->mlp_norm.w, d->tokens_sp, C, NORM_EPS, e->kc);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
 /* d [Ms, C]: gradient of x2 on entry; gradient of x on return. */
-static void attention_bwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
+static void attention_bwd(struct moe_eng *e,
+                          const struct moe_eng_layer_w *w,
                           struct moe_eng_layer_act *a,
-                          const struct moe_eng_rc *rc, float *d_) {
-  const struct moe_eng_dims *d = &e->d;
-  const struct moe_k_ops *k = e->k;
-  int M = d->tokens;
-  int C = d->hidden;
-  int hq = d->heads_l * d->head_dim;
-  int hkv = d->kv_heads_l * d->head_dim;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  const float *kf = NULL;
-  const float *vf = NULL;
-  gather_kv(e, a->k, a->v, &kf, &vf);
-  if (rc->is_full || (rc->modules & MOE_RC_CORE_ATTN)) {
-    if (!rc->is_full) {
-      attention_core_fwd(e, a, kf, vf);
+                          const struct moe_eng_rc *rc,
+                          float *d_)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_k_ops *k = e->k;
+    int M = d->tokens;
+    int C = d->hidden;
+    int hq = d->heads_l * d->head_dim;
+    int hkv = d->kv_heads_l * d->head_dim;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *kf = NULL;
+    const float *vf = NULL;
+    gather_kv(e, a->k, a->v, &kf, &vf);
+    if (rc->is_full || (rc->modules & MOE_RC_CORE_ATTN)) {
+        if (!rc->is_full) {
+            attention_core_fwd(e, a, kf, vf);
+        }
     }
-  }
-  const float *dfull = moe_eng_sp_gather(e, d_, gather_buf(e, C), C);
-  float *d_o = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hq);
-  moe_eng_linear_bwd(e, d_o, w->proj.g, dfull, a->o, w->proj.w, M, hq, C,
-                     false);
-  float *dq = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hq);
-  size_t kv_full = (size_t)M * (size_t)d->cp * (size_t)hkv;
-  float *dkf = moe_eng_arena_floats(&e->temp, kv_full);
-  float *dvf = moe_eng_arena_floats(&e->temp, kv_full);
-  size_t wsb = attn_ws_bytes(e);
-  void *ws = moe_eng_arena_take(&e->temp, wsb);
-  k->attention_bwd(dq, dkf, dvf, d_o, a->q, kf, vf, a->o, a->lse, d->mbs,
-                   d->seq_l, d->seq, d->heads_l, d->kv_heads_l, d->head_dim,
-                   d->head_dim, d->pos0, 0, 1.0f / sqrtf((float)d->head_dim),
-                   true, false, ws, wsb, e->kc);
-  float *dk = dkf;
-  float *dv = dvf;
-  if (d->cp > 1) {
-    dk = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hkv);
-    dv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hkv);
-    reduce_dkv(e, dkf, dk);
-    reduce_dkv(e, dvf, dv);
-  }
-  k->rope_bwd(dq, dq, e->positions, M, d->heads_l, d->head_dim, 0, d->head_dim,
-              ROPE_BASE, false, e->kc);
-  k->rope_bwd(dk, dk, e->positions, M, d->kv_heads_l, d->head_dim, 0,
-              d->head_dim, ROPE_BASE, false, e->kc);
-  float *dqkv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)d->qkv_cols);
-  k->copy_2d(dqkv, d->qkv_cols, dq, hq, M, hq, false, e->kc);
-  k->copy_2d(dqkv + hq, d->qkv_cols, dk, hkv, M, hkv, false, e->kc);
-  k->copy_2d(dqkv + hq + hkv, d->qkv_cols, dv, hkv, M, hkv, false, e->kc);
-  if (!rc->is_full && (rc->modules & MOE_RC_LAYERNORM)) {
-    k->rmsnorm_fwd(a->h1, a->rstd1, a->x, w->attn_norm.w, d->tokens_sp, C,
-                   NORM_EPS, e->kc);
-  }
-  const float *h = moe_eng_sp_gather(e, a->h1, gather_buf(e, C), C);
-  float *partial = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C);
-  moe_eng_linear_bwd(e, partial, w->qkv.g, dqkv, h, w->qkv.w, M, C, d->qkv_cols,
-                     false);
-  size_t n = (size_t)d->tokens_sp * (size_t)C;
-  float *dh1 = d->sp ? moe_eng_arena_floats(&e->temp, n) : partial;
-  moe_eng_sp_reduce(e, dh1, partial, C);
-  k->rmsnorm_bwd(d_, w->attn_norm.g, dh1, a->x, w->attn_norm.w, a->rstd1,
-                 d->tokens_sp, C, true, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
+    const float *dfull = moe_eng_sp_gather(e, d_, gather_buf(e, C), C);
+    float *d_o = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hq);
+    moe_eng_linear_bwd(e, d_o, w->proj.g, dfull, a->o, w->proj.w, M, hq, C, false);
+    float *dq = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hq);
+    size_t kv_full = (size_t)M * (size_t)d->cp * (size_t)hkv;
+    float *dkf = moe_eng_arena_floats(&e->temp, kv_full);
+    float *dvf = moe_eng_arena_floats(&e->temp, kv_full);
+    size_t wsb = attn_ws_bytes(e);
+    void *ws = moe_eng_arena_take(&e->temp, wsb);
+    k->attention_bwd(dq, dkf, dvf, d_o, a->q, kf, vf, a->o, a->lse, d->mbs, d->seq_l, d->seq,
+                     d->heads_l, d->kv_heads_l, d->head_dim, d->head_dim, d->pos0, 0,
+                     1.0f / sqrtf((float)d->head_dim), true, false, ws, wsb, e->kc);
+    float *dk = dkf;
+    float *dv = dvf;
+    if (d->cp > 1) {
+        dk = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hkv);
+        dv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hkv);
+        reduce_dkv(e, dkf, dk);
+        reduce_dkv(e, dvf, dv);
+    }
+    k->rope_bwd(dq, dq, e->positions, M, d->heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE, false,
+                e->kc);
+    k->rope_bwd(dk, dk, e->positions, M, d->kv_heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE,
+                false, e->kc);
+    float *dqkv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)d->qkv_cols);
+    k->copy_2d(dqkv, d->qkv_cols, dq, hq, M, hq, false, e->kc);
+    k->copy_2d(dqkv + hq, d->qkv_cols, dk, hkv, M, hkv, false, e->kc);
+    k->copy_2d(dqkv + hq + hkv, d->qkv_cols, dv, hkv, M, hkv, false, e->kc);
+    if (!rc->is_full && (rc->modules & MOE_RC_LAYERNORM)) {
+        k->rmsnorm_fwd(a->h1, a->rstd1, a->x, w->attn_norm.w, d->tokens_sp, C, NORM_EPS, e->kc);
+    }
+    const float *h = moe_eng_sp_gather(e, a->h1, gather_buf(e, C), C);
+    float *partial = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C);
+    moe_eng_linear_bwd(e, partial, w->qkv.g, dqkv, h, w->qkv.w, M, C, d->qkv_cols, false);
+    size_t n = (size_t)d->tokens_sp * (size_t)C;
+    float *dh1 = d->sp ? moe_eng_arena_floats(&e->temp, n) : partial;
+    moe_eng_sp_reduce(e, dh1, partial, C);
+    k->rmsnorm_bwd(d_, w->attn_norm.g, dh1, a->x, w->attn_norm.w, a->rstd1, d->tokens_sp, C, true,
+                   e->kc);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
-/* ---- Layer
- * ----------------------------------------------------------------------------------
- */
+/* ---- Layer ------------------------------------------------------------------------------ */
 
-void moe_eng_layer_fwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                       struct moe_eng_layer_act *a, const struct moe_eng_rc *rc,
-                       float *out) {
-  (void)rc;
-  const struct moe_eng_dims *d = &e->d;
-  size_t n = (size_t)d->tokens_sp * (size_t)d->hidden;
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
-  attention_fwd(e, w, a);
-  if (!w->is_moe) {
-    moe_eng_mlp_fwd(e, &w->fc1, &w->fc2, d->ffn_l, a->h2, a->fc1, a->act, out,
-                    MOE_PHASE_COMPUTE);
-  } else {
-    moe_eng_moe_fwd(e, w, a, a->h2, out);
-    if (d->shared_ffn_l > 0) {
-      size_t mark = moe_eng_arena_mark(&e->temp);
-      float *s = moe_eng_arena_floats(&e->temp, n);
-      moe_eng_mlp_fwd(e, &w->s_fc1, &w->s_fc2, d->shared_ffn_l, a->h2, a->fc1,
-                      a->act, s, MOE_PHASE_EXPERT_GEMM);
-      e->k->axpy(out, s, n, 1.0f, e->kc);
-      moe_eng_arena_release(&e->temp, mark);
+/* Record where a non-finite value first appeared in this step's forward: the layer, and its first
+ * non-finite weight if it has one (else the block whose output went bad). */
+static void note_nonfinite(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           const struct moe_eng_layer_act *a,
+                           const float *out)
+{
+    size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
+    if (e->nan_origin[0] != '\0' || e->is_recomputing || moe_eng_all_finite(out, n)) {
+        return;
     }
-  }
-  e->k->axpy(out, a->x2, n, 1.0f, e->kc); /* residual */
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    const struct moe_eng_tensor *ts[] = {&w->attn_norm, &w->qkv,   &w->proj,   &w->mlp_norm,
+                                         &w->fc1,       &w->fc2,   &w->router, &w->e_fc1,
+                                         &w->e_fc2,     &w->s_fc1, &w->s_fc2};
+    const char *what = moe_eng_all_finite(a->x2, n) ? "MLP/MoE block output" : "attention output";
+    for (size_t i = 0; i < MOE_ARRAY_LEN(ts); i++) {
+        if (ts[i]->w != NULL && !moe_eng_all_finite(ts[i]->w, ts[i]->numel)) {
+            what = e->params[ts[i]->param].name;
+            break;
+        }
+    }
+    (void)snprintf(e->nan_origin, sizeof(e->nan_origin), "layer %d, %s", w->idx, what);
 }
 
-void moe_eng_layer_bwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                       struct moe_eng_layer_act *a, const struct moe_eng_rc *rc,
-                       float *d_) {
-  const struct moe_eng_dims *d = &e->d;
-  int C = d->hidden;
-  size_t n = (size_t)d->tokens_sp * (size_t)C;
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  bool sel = !rc->is_full;
-  if (sel && (rc->modules & MOE_RC_LAYERNORM)) {
-    e->k->rmsnorm_fwd(a->h2, a->rstd2, a->x2, w->mlp_norm.w, d->tokens_sp, C,
-                      NORM_EPS, e->kc);
-  }
-  float *dh2 = moe_eng_arena_floats(&e->temp, n);
-  if (!w->is_moe) {
-    bool rcmp = sel && (rc->modules & MOE_RC_MLP);
-    moe_eng_mlp_bwd(e, &w->fc1, &w->fc2, d->ffn_l, a->h2, a->fc1, a->act, rcmp,
-                    d_, dh2, false, MOE_PHASE_COMPUTE);
-  } else {
-    bool moe_rc = sel && (rc->modules & MOE_RC_MOE);
-    if (moe_rc) {
-      /* Rerun the routed forward to refill its tensors (no statistics, same
-       * values). */
-      bool was = e->is_recomputing;
-      e->is_recomputing = true;
-      float *scratch_out = moe_eng_arena_floats(&e->temp, n);
-      moe_eng_moe_fwd(e, w, a, a->h2, scratch_out);
-      e->is_recomputing = was;
-    }
-    if (d->shared_ffn_l > 0) {
-      bool rcmp = sel && (rc->modules & (MOE_RC_SHARED_EXPERTS | MOE_RC_MOE));
-      moe_eng_mlp_bwd(e, &w->s_fc1, &w->s_fc2, d->shared_ffn_l, a->h2, a->fc1,
-                      a->act, rcmp, d_, dh2, false, MOE_PHASE_EXPERT_GEMM);
+void moe_eng_layer_fwd(struct moe_eng *e,
+                       const struct moe_eng_layer_w *w,
+                       struct moe_eng_layer_act *a,
+                       const struct moe_eng_rc *rc,
+                       float *out)
+{
+    (void)rc;
+    const struct moe_eng_dims *d = &e->d;
+    size_t n = (size_t)d->tokens_sp * (size_t)d->hidden;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    attention_fwd(e, w, a);
+    if (!w->is_moe) {
+        moe_eng_mlp_fwd(e, &w->fc1, &w->fc2, d->ffn_l, a->h2, a->fc1, a->act, out,
+                        MOE_PHASE_COMPUTE);
     } else {
-      memset(dh2, 0, n * sizeof(float));
+        moe_eng_moe_fwd(e, w, a, a->h2, out);
+        if (d->shared_ffn_l > 0) {
+            size_t mark = moe_eng_arena_mark(&e->temp);
+            float *s = moe_eng_arena_floats(&e->temp, n);
+            moe_eng_mlp_fwd(e, &w->s_fc1, &w->s_fc2, d->shared_ffn_l, a->h2, a->fc1, a->act, s,
+                            MOE_PHASE_EXPERT_GEMM);
+            e->k->axpy(out, s, n, 1.0f, e->kc);
+            moe_eng_arena_release(&e->temp, mark);
+        }
     }
-    moe_eng_moe_bwd(e, w, a, a->h2, d_, dh2);
-  }
-  e->k->rmsnorm_bwd(d_, w->mlp_norm.g, dh2, a->x2, w->mlp_norm.w, a->rstd2,
-                    d->tokens_sp, C, true, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
-  attention_bwd(e, w, a, rc, d_);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    e->k->axpy(out, a->x2, n, 1.0f, e->kc); /* residual */
+    note_nonfinite(e, w, a, out);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+void moe_eng_layer_bwd(struct moe_eng *e,
+                       const struct moe_eng_layer_w *w,
+                       struct moe_eng_layer_act *a,
+                       const struct moe_eng_rc *rc,
+                       float *d_)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int C = d->hidden;
+    size_t n = (size_t)d->tokens_sp * (size_t)C;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    bool sel = !rc->is_full;
+    if (sel && (rc->modules & MOE_RC_LAYERNORM)) {
+        e->k->rmsnorm_fwd(a->h2, a->rstd2, a->x2, w->mlp_norm.w, d->tokens_sp, C, NORM_EPS, e->kc);
+    }
+    float *dh2 = moe_eng_arena_floats(&e->temp, n);
+    if (!w->is_moe) {
+        bool rcmp = sel && (rc->modules & MOE_RC_MLP);
+        moe_eng_mlp_bwd(e, &w->fc1, &w->fc2, d->ffn_l, a->h2, a->fc1, a->act, rcmp, d_, dh2, false,
+                        MOE_PHASE_COMPUTE);
+    } else {
+        bool moe_rc = sel && (rc->modules & MOE_RC_MOE);
+        if (moe_rc) {
+            /* Rerun the routed forward to refill its tensors (no statistics, same values). */
+            bool was = e->is_recomputing;
+            e->is_recomputing = true;
+            float *scratch_out = moe_eng_arena_floats(&e->temp, n);
+            moe_eng_moe_fwd(e, w, a, a->h2, scratch_out);
+            e->is_recomputing = was;
+        }
+        if (d->shared_ffn_l > 0) {
+            bool rcmp = sel && (rc->modules & (MOE_RC_SHARED_EXPERTS | MOE_RC_MOE));
+            moe_eng_mlp_bwd(e, &w->s_fc1, &w->s_fc2, d->shared_ffn_l, a->h2, a->fc1, a->act, rcmp,
+                            d_, dh2, false, MOE_PHASE_EXPERT_GEMM);
+        } else {
+            memset(dh2, 0, n * sizeof(float));
+        }
+        moe_eng_moe_bwd(e, w, a, a->h2, d_, dh2);
+    }
+    e->k->rmsnorm_bwd(d_, w->mlp_norm.g, dh2, a->x2, w->mlp_norm.w, a->rstd2, d->tokens_sp, C, true,
+                      e->kc);
+    moe_eng_arena_release(&e->temp, mark);
+    attention_bwd(e, w, a, rc, d_);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }

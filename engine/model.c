@@ -1,23 +1,19 @@
 /*
- * Model construction: per-rank dimensions from the model and the folded layout,
- * the parameter registry grouped into reduction buckets, and layout-independent
- * initialisation.
+ * Model construction: per-rank dimensions from the model and the folded layout, the parameter
+ * registry grouped into reduction buckets, and layout-independent initialisation.
  *
- * Sharding (Megatron-Core's): QKV and FC1 are column-parallel over TP (each
- * rank holds whole heads and a slice of the FFN; FC1 keeps Megatron's fused
- * [gate; up] order per rank), the attention projection and FC2 are
- * row-parallel; embedding and output layer are vocab-parallel; norms and the
- * router are replicated. Routed experts live on EP ranks (E/EP each) and their
- * FFN is split over ETP like FC1/FC2. Buckets per layer: replicated (norms,
- * router), dense (TP-sharded linears, shared expert) and expert weights; each
- * bucket is padded to a multiple of 16 x its reduction group so the distributed
- * optimizer can shard it evenly (Megatron pads buckets likewise).
+ * Sharding (Megatron-Core's): QKV and FC1 are column-parallel over TP (each rank holds whole heads
+ * and a slice of the FFN; FC1 keeps Megatron's fused [gate; up] order per rank), the attention
+ * projection and FC2 are row-parallel; embedding and output layer are vocab-parallel; norms and the
+ * router are replicated. Routed experts live on EP ranks (E/EP each) and their FFN is split over
+ * ETP like FC1/FC2. Buckets per layer: replicated (norms, router), dense (TP-sharded linears,
+ * shared expert) and expert weights; each bucket is padded to a multiple of 16 x its reduction
+ * group so the distributed optimizer can shard it evenly (Megatron pads buckets likewise).
  *
- * Initialisation: every element of a global tensor gets N(0, std) drawn from
- * (seed, tensor id, global index) by a counter-based generator, so each rank
- * computes exactly its shard and any layout starts from the same model. std =
- * 0.02 (Megatron's --init-method-std default), output projections 0.02/sqrt(2L)
- * (Megatron's scaled init), norms 1, expert bias 0.
+ * Initialisation: every element of a global tensor gets N(0, std) drawn from (seed, tensor id,
+ * global index) by a counter-based generator, so each rank computes exactly its shard and any
+ * layout starts from the same model. std = 0.02 (Megatron's --init-method-std default), output
+ * projections 0.02/sqrt(2L) (Megatron's scaled init), norms 1, expert bias 0.
  */
 #include "engine/internal.h"
 
@@ -29,494 +25,490 @@
 
 /* Tensor codes for initialisation streams. */
 enum {
-  CODE_ATTN_NORM = 1,
-  CODE_WQ,
-  CODE_WK,
-  CODE_WV,
-  CODE_WO,
-  CODE_MLP_NORM,
-  CODE_FC1_GATE,
-  CODE_FC1_UP,
-  CODE_FC2,
-  CODE_ROUTER,
-  CODE_E1_GATE,
-  CODE_E1_UP,
-  CODE_E2,
-  CODE_S1_GATE,
-  CODE_S1_UP,
-  CODE_S2,
-  CODE_EMBED,
-  CODE_FINAL_NORM,
-  CODE_OUTPUT,
+    CODE_ATTN_NORM = 1,
+    CODE_WQ,
+    CODE_WK,
+    CODE_WV,
+    CODE_WO,
+    CODE_MLP_NORM,
+    CODE_FC1_GATE,
+    CODE_FC1_UP,
+    CODE_FC2,
+    CODE_ROUTER,
+    CODE_E1_GATE,
+    CODE_E1_UP,
+    CODE_E2,
+    CODE_S1_GATE,
+    CODE_S1_UP,
+    CODE_S2,
+    CODE_EMBED,
+    CODE_FINAL_NORM,
+    CODE_OUTPUT,
 };
 
-static uint64_t uid_of(int layer, int code, int expert) {
-  return ((uint64_t)(layer + 2) << 32) | ((uint64_t)code << 16) |
-         (uint64_t)expert;
+static uint64_t uid_of(int layer, int code, int expert)
+{
+    return ((uint64_t)(layer + 2) << 32) | ((uint64_t)code << 16) | (uint64_t)expert;
 }
 
-/* ---- Dimensions
- * ---------------------------------------------------------------------------
- */
+/* ---- Dimensions ------------------------------------------------------------------------------ */
 
-static enum moe_status check_supported(const struct moe_eng *e,
-                                       struct moe_diag *diag) {
-  const struct moe_model_cfg *m = &e->plan.model;
-  const char *what = NULL;
-  if (m->is_mla) {
-    what = "multi-latent attention (MLA)";
-  } else if (m->mtp_num_layers > 0) {
-    what = "multi-token-prediction layers";
-  } else if (m->window_size > 0) {
-    what = "sliding-window attention";
-  } else if (m->has_qk_layernorm) {
-    what = "q/k layernorm";
-  } else if (m->has_linear_bias) {
-    what = "linear biases";
-  } else if (!m->is_swiglu) {
-    what = "non-gated (GELU) MLPs";
-  } else if (e->plan.options.dispatcher == MOE_DISPATCH_ALLGATHER &&
-             moe_cfg_is_moe(m)) {
-    what = "the allgather dispatcher (use alltoall or flex)";
-  }
-  if (what != NULL) {
-    return moe_diag_set(
-        diag, MOE_ERR_UNSUPPORTED,
-        "model %s uses %s, which moefold-train does not implement; use a "
-        "GQA/MHA SwiGLU model such as the tiny-moe or tiny-dsv3 presets",
-        m->name, what);
-  }
-  for (int l = 0; l < m->num_layers; l++) {
-    if (m->layer_flags[l] & MOE_LAYER_WINDOWED) {
-      return moe_diag_set(
-          diag, MOE_ERR_UNSUPPORTED,
-          "layer %d uses sliding-window attention, which moefold-train does "
-          "not implement",
-          l);
+static enum moe_status check_supported(const struct moe_eng *e, struct moe_diag *diag)
+{
+    const struct moe_model_cfg *m = &e->plan.model;
+    const char *what = NULL;
+    if (m->is_mla) {
+        what = "multi-latent attention (MLA)";
+    } else if (m->mtp_num_layers > 0) {
+        what = "multi-token-prediction layers";
+    } else if (m->window_size > 0) {
+        what = "sliding-window attention";
+    } else if (m->has_qk_layernorm) {
+        what = "q/k layernorm";
+    } else if (m->has_linear_bias) {
+        what = "linear biases";
+    } else if (!m->is_swiglu) {
+        what = "non-gated (GELU) MLPs";
+    } else if (e->plan.options.dispatcher == MOE_DISPATCH_ALLGATHER && moe_cfg_is_moe(m)) {
+        what = "the allgather dispatcher (use alltoall or flex)";
     }
-  }
-  return MOE_OK;
-}
-
-static enum moe_status divides(int a, int b, const char *what_a,
-                               const char *what_b, struct moe_diag *diag) {
-  if (b <= 0 || a % b != 0) {
-    return moe_diag_set(diag, MOE_ERR_INVALID,
-                        "%s=%d is not divisible by %s=%d", what_a, a, what_b,
-                        b);
-  }
-  return MOE_OK;
-}
-
-/* Rows a rank's experts may receive per MoE layer and micro-batch (buffer
- * bound). */
-static void expert_row_bounds(struct moe_eng *e) {
-  struct moe_eng_dims *d = &e->d;
-  d->rows_send = d->tokens_sp * d->topk;
-  if (d->experts == 0) {
-    d->rows_recv = d->rows_exp = 0;
-    return;
-  }
-  long per_src =
-      (long)d->tokens_sp * (d->topk < d->experts_l ? d->topk : d->experts_l);
-  if (d->capacity > 0 && (long)d->experts_l * d->capacity < per_src) {
-    per_src = (long)d->experts_l * d->capacity;
-  }
-  long worst = per_src * d->ep;
-  if (e->opts.moe_buffer_factor > 0.0) {
-    long mean = (long)d->tokens_sp * d->topk;
-    long capped = (long)ceil(e->opts.moe_buffer_factor * (double)mean);
-    if (capped < worst) {
-      worst = capped;
+    if (what != NULL) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "model %s uses %s, which moefold-train does not implement; use a "
+                            "GQA/MHA SwiGLU model such as the tiny-moe or tiny-dsv3 presets",
+                            m->name, what);
     }
-  }
-  d->rows_recv = (int)worst;
-  d->rows_exp = (int)(worst * d->etp);
-}
-
-enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag) {
-  MOE_TRY(check_supported(e, diag));
-  const struct moe_model_cfg *m = &e->plan.model;
-  const struct moe_layout *lay = &e->plan.layout;
-  const struct moe_rank_coords *c = &e->groups.me;
-  struct moe_eng_dims *d = &e->d;
-  memset(d, 0, sizeof(*d));
-  d->tp = lay->tp;
-  d->cp = lay->cp;
-  d->ep = lay->ep;
-  d->etp = lay->etp;
-  d->sp = lay->tp > 1 && lay->sequence_parallel;
-  d->num_layers = m->num_layers;
-  d->hidden = m->hidden_size;
-  d->vocab = moe_cfg_padded_vocab(m, lay->tp);
-  d->heads = m->num_attention_heads;
-  d->kv_heads = m->num_query_groups;
-  d->head_dim = m->kv_channels;
-  d->ffn = m->ffn_hidden_size;
-  d->shared_ffn = m->moe_shared_expert_intermediate_size;
-  d->experts = moe_cfg_is_moe(m) ? m->num_experts : 0;
-  d->expert_ffn = m->moe_ffn_hidden_size;
-  d->topk = m->moe_router_topk;
-  MOE_TRY(divides(d->vocab, lay->tp, "padded vocab", "tp", diag));
-  MOE_TRY(divides(d->heads, lay->tp, "num_attention_heads", "tp", diag));
-  MOE_TRY(divides(d->kv_heads, lay->tp, "num_query_groups", "tp", diag));
-  MOE_TRY(divides(d->head_dim, 2, "kv_channels (RoPE pairs)", "2", diag));
-  d->vocab_l = d->vocab / lay->tp;
-  d->vocab0 = c->tp * d->vocab_l;
-  d->heads_l = d->heads / lay->tp;
-  d->kv_heads_l = d->kv_heads / lay->tp;
-  d->qkv_cols = (d->heads_l + 2 * d->kv_heads_l) * d->head_dim;
-  bool has_dense = moe_cfg_num_moe_layers(m) < m->num_layers;
-  if (has_dense) {
-    MOE_TRY(divides(d->ffn, lay->tp, "ffn_hidden_size", "tp", diag));
-    d->ffn_l = d->ffn / lay->tp;
-  }
-  if (d->experts > 0) {
-    MOE_TRY(divides(d->experts, lay->ep, "num_experts", "ep", diag));
-    MOE_TRY(
-        divides(d->expert_ffn, lay->etp, "moe_ffn_hidden_size", "etp", diag));
-    if (d->shared_ffn > 0) {
-      MOE_TRY(
-          divides(d->shared_ffn, lay->tp, "shared expert size", "tp", diag));
-      d->shared_ffn_l = d->shared_ffn / lay->tp;
+    for (int l = 0; l < m->num_layers; l++) {
+        if (m->layer_flags[l] & MOE_LAYER_WINDOWED) {
+            return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                                "layer %d uses sliding-window attention, which moefold-train does "
+                                "not implement",
+                                l);
+        }
     }
-    if (m->moe_router_num_groups > 1) {
-      MOE_TRY(divides(d->experts, m->moe_router_num_groups, "num_experts",
-                      "moe_router_num_groups", diag));
+    return MOE_OK;
+}
+
+static enum moe_status
+divides(int a, int b, const char *what_a, const char *what_b, struct moe_diag *diag)
+{
+    if (b <= 0 || a % b != 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s=%d is not divisible by %s=%d", what_a, a,
+                            what_b, b);
     }
-    d->experts_l = d->experts / lay->ep;
-    d->expert0 = c->ep * d->experts_l;
-    d->expert_ffn_l = d->expert_ffn / lay->etp;
-  }
-  d->mbs = lay->mbs;
-  d->seq = lay->seq_length;
-  MOE_TRY(divides(d->seq, lay->cp, "seq_length", "cp", diag));
-  d->seq_l = d->seq / lay->cp;
-  d->pos0 = c->cp * d->seq_l;
-  d->tokens = d->mbs * d->seq_l;
-  if (d->sp) {
-    MOE_TRY(divides(d->tokens, lay->tp, "tokens per micro-batch and CP rank",
-                    "tp", diag));
-  }
-  d->tokens_sp = d->sp ? d->tokens / lay->tp : d->tokens;
-  if (d->experts > 0) {
-    d->capacity = moe_k_expert_capacity(d->tokens_sp, d->topk, d->experts,
-                                        e->plan.options.capacity_factor);
-  }
-  expert_row_bounds(e);
-  return MOE_OK;
+    return MOE_OK;
 }
 
-/* ---- Registry
- * -----------------------------------------------------------------------------
- */
-
-static int bucket_open(struct moe_eng *e, enum moe_eng_pkind kind, int layer) {
-  MOE_ASSERT(e->num_buckets < e->cap_buckets);
-  int b = e->num_buckets++;
-  struct moe_eng_bucket *bk = &e->buckets[b];
-  memset(bk, 0, sizeof(*bk));
-  bk->kind = kind;
-  bk->layer = layer;
-  bk->first_param = e->num_params;
-  bk->group = kind == MOE_ENG_PK_EXPERT ? e->groups.edp : e->groups.dpcp;
-  bk->tp_partial = kind == MOE_ENG_PK_REPL && e->d.sp;
-  bk->is_norm_owner = kind != MOE_ENG_PK_REPL || e->groups.me.tp == 0;
-  bk->no_decay = kind == MOE_ENG_PK_REPL;
-  return b;
+/* Rows a rank's experts may receive per MoE layer and micro-batch (buffer bound). */
+static void expert_row_bounds(struct moe_eng *e)
+{
+    struct moe_eng_dims *d = &e->d;
+    d->rows_send = d->tokens_sp * d->topk;
+    if (d->experts == 0) {
+        d->rows_recv = d->rows_exp = 0;
+        return;
+    }
+    long per_src = (long)d->tokens_sp * (d->topk < d->experts_l ? d->topk : d->experts_l);
+    if (d->capacity > 0 && (long)d->experts_l * d->capacity < per_src) {
+        per_src = (long)d->experts_l * d->capacity;
+    }
+    long worst = per_src * d->ep;
+    if (e->opts.moe_buffer_factor > 0.0) {
+        long mean = (long)d->tokens_sp * d->topk;
+        long capped = (long)ceil(e->opts.moe_buffer_factor * (double)mean);
+        if (capped < worst) {
+            worst = capped;
+        }
+    }
+    d->rows_recv = (int)worst;
+    d->rows_exp = (int)(worst * d->etp);
 }
 
-/* Add a parameter of numel elements to bucket b; its views are set by
- * bucket_close. */
-static struct moe_eng_tensor param_add(struct moe_eng *e, int b, int layer,
-                                       const char *name, size_t numel,
-                                       bool no_decay) {
-  MOE_ASSERT(e->num_params < e->cap_params);
-  int p = e->num_params++;
-  struct moe_eng_param *pr = &e->params[p];
-  memset(pr, 0, sizeof(*pr));
-  if (layer >= 0) {
-    (void)snprintf(pr->name, sizeof(pr->name), "layer%d.%s", layer, name);
-  } else {
-    (void)snprintf(pr->name, sizeof(pr->name), "%s", name);
-  }
-  pr->numel = numel;
-  pr->layer = layer;
-  pr->bucket = b;
-  pr->no_decay = no_decay;
-  e->buckets[b].num_params++;
-  e->buckets[b].numel += numel;
-  return (struct moe_eng_tensor){
-      .w = NULL, .g = NULL, .numel = numel, .param = p};
+enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag)
+{
+    MOE_TRY(check_supported(e, diag));
+    const struct moe_model_cfg *m = &e->plan.model;
+    const struct moe_layout *lay = &e->plan.layout;
+    const struct moe_rank_coords *c = &e->groups.me;
+    struct moe_eng_dims *d = &e->d;
+    memset(d, 0, sizeof(*d));
+    d->tp = lay->tp;
+    d->cp = lay->cp;
+    d->ep = lay->ep;
+    d->etp = lay->etp;
+    d->sp = lay->tp > 1 && lay->sequence_parallel;
+    d->num_layers = m->num_layers;
+    d->hidden = m->hidden_size;
+    d->vocab = moe_cfg_padded_vocab(m, lay->tp);
+    d->heads = m->num_attention_heads;
+    d->kv_heads = m->num_query_groups;
+    d->head_dim = m->kv_channels;
+    d->ffn = m->ffn_hidden_size;
+    d->shared_ffn = m->moe_shared_expert_intermediate_size;
+    d->experts = moe_cfg_is_moe(m) ? m->num_experts : 0;
+    d->expert_ffn = m->moe_ffn_hidden_size;
+    d->topk = m->moe_router_topk;
+    MOE_TRY(divides(d->vocab, lay->tp, "padded vocab", "tp", diag));
+    MOE_TRY(divides(d->heads, lay->tp, "num_attention_heads", "tp", diag));
+    MOE_TRY(divides(d->kv_heads, lay->tp, "num_query_groups", "tp", diag));
+    MOE_TRY(divides(d->head_dim, 2, "kv_channels (RoPE pairs)", "2", diag));
+    d->vocab_l = d->vocab / lay->tp;
+    d->vocab0 = c->tp * d->vocab_l;
+    d->heads_l = d->heads / lay->tp;
+    d->kv_heads_l = d->kv_heads / lay->tp;
+    d->qkv_cols = (d->heads_l + 2 * d->kv_heads_l) * d->head_dim;
+    bool has_dense = moe_cfg_num_moe_layers(m) < m->num_layers;
+    if (has_dense) {
+        MOE_TRY(divides(d->ffn, lay->tp, "ffn_hidden_size", "tp", diag));
+        d->ffn_l = d->ffn / lay->tp;
+    }
+    if (d->experts > 0) {
+        MOE_TRY(divides(d->experts, lay->ep, "num_experts", "ep", diag));
+        MOE_TRY(divides(d->expert_ffn, lay->etp, "moe_ffn_hidden_size", "etp", diag));
+        if (d->shared_ffn > 0) {
+            MOE_TRY(divides(d->shared_ffn, lay->tp, "shared expert size", "tp", diag));
+            d->shared_ffn_l = d->shared_ffn / lay->tp;
+        }
+        if (m->moe_router_num_groups > 1) {
+            MOE_TRY(divides(d->experts, m->moe_router_num_groups, "num_experts",
+                            "moe_router_num_groups", diag));
+        }
+        d->experts_l = d->experts / lay->ep;
+        d->expert0 = c->ep * d->experts_l;
+        d->expert_ffn_l = d->expert_ffn / lay->etp;
+    }
+    d->mbs = lay->mbs;
+    d->seq = lay->seq_length;
+    MOE_TRY(divides(d->seq, lay->cp, "seq_length", "cp", diag));
+    d->seq_l = d->seq / lay->cp;
+    d->pos0 = c->cp * d->seq_l;
+    d->tokens = d->mbs * d->seq_l;
+    if (d->sp) {
+        MOE_TRY(divides(d->tokens, lay->tp, "tokens per micro-batch and CP rank", "tp", diag));
+    }
+    d->tokens_sp = d->sp ? d->tokens / lay->tp : d->tokens;
+    if (d->experts > 0) {
+        d->capacity = moe_k_expert_capacity(d->tokens_sp, d->topk, d->experts,
+                                            e->plan.options.capacity_factor);
+    }
+    expert_row_bounds(e);
+    return MOE_OK;
 }
 
-static void bucket_close(struct moe_eng *e, int b) {
-  struct moe_eng_bucket *bk = &e->buckets[b];
-  if (bk->num_params == 0) {
-    e->num_buckets--; /* nothing registered: drop it */
-    return;
-  }
-  int gsize = moe_comm_size(bk->group);
-  size_t unit = (size_t)gsize * 16;
-  bk->padded = (bk->numel + unit - 1) / unit * unit;
-  bool dist = e->plan.options.use_distributed_optimizer;
-  bk->shard = dist ? bk->padded / (size_t)gsize : bk->padded;
-  bk->shard_off = dist ? (size_t)moe_comm_rank(bk->group) * bk->shard : 0;
-  bk->w = moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena, bk->padded);
-  bk->g = moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_GRADS].arena, bk->padded);
-  struct moe_eng_arena *opt = &e->mem[MOE_ENG_MEM_OPTIMIZER].arena;
-  bk->master = moe_eng_arena_floats(opt, bk->shard);
-  bk->m = moe_eng_arena_floats(opt, bk->shard);
-  bk->v = moe_eng_arena_floats(opt, bk->shard);
-  size_t off = 0;
-  for (int i = 0; i < bk->num_params; i++) {
-    struct moe_eng_param *p = &e->params[bk->first_param + i];
-    p->w = bk->w != NULL ? bk->w + off : NULL;
-    p->g = bk->g != NULL ? bk->g + off : NULL;
-    off += p->numel;
-  }
+/* ---- Registry -------------------------------------------------------------------------------- */
+
+static int bucket_open(struct moe_eng *e, enum moe_eng_pkind kind, int layer)
+{
+    MOE_ASSERT(e->num_buckets < e->cap_buckets);
+    int b = e->num_buckets++;
+    struct moe_eng_bucket *bk = &e->buckets[b];
+    memset(bk, 0, sizeof(*bk));
+    bk->kind = kind;
+    bk->layer = layer;
+    bk->first_param = e->num_params;
+    bk->group = kind == MOE_ENG_PK_EXPERT ? e->groups.edp : e->groups.dpcp;
+    bk->tp_partial = kind == MOE_ENG_PK_REPL && e->d.sp;
+    bk->is_norm_owner = kind != MOE_ENG_PK_REPL || e->groups.me.tp == 0;
+    bk->no_decay = kind == MOE_ENG_PK_REPL;
+    return b;
 }
 
-static void tensor_bind(const struct moe_eng *e, struct moe_eng_tensor *t) {
-  if (t->param >= 0 && t->numel > 0) {
-    t->w = e->params[t->param].w;
-    t->g = e->params[t->param].g;
-  }
+/* Add a parameter of numel elements to bucket b; its views are set by bucket_close. */
+static struct moe_eng_tensor
+param_add(struct moe_eng *e, int b, int layer, const char *name, size_t numel, bool no_decay)
+{
+    MOE_ASSERT(e->num_params < e->cap_params);
+    int p = e->num_params++;
+    struct moe_eng_param *pr = &e->params[p];
+    memset(pr, 0, sizeof(*pr));
+    if (layer >= 0) {
+        (void)snprintf(pr->name, sizeof(pr->name), "layer%d.%s", layer, name);
+    } else {
+        (void)snprintf(pr->name, sizeof(pr->name), "%s", name);
+    }
+    pr->numel = numel;
+    pr->layer = layer;
+    pr->bucket = b;
+    pr->no_decay = no_decay;
+    e->buckets[b].num_params++;
+    e->buckets[b].numel += numel;
+    return (struct moe_eng_tensor){.w = NULL, .g = NULL, .numel = numel, .param = p};
 }
 
-static struct moe_eng_tensor none_tensor(void) {
-  return (struct moe_eng_tensor){.w = NULL, .g = NULL, .numel = 0, .param = -1};
+static void bucket_close(struct moe_eng *e, int b)
+{
+    struct moe_eng_bucket *bk = &e->buckets[b];
+    if (bk->num_params == 0) {
+        e->num_buckets--; /* nothing registered: drop it */
+        return;
+    }
+    int gsize = moe_comm_size(bk->group);
+    size_t unit = (size_t)gsize * 16;
+    bk->padded = (bk->numel + unit - 1) / unit * unit;
+    bool dist = e->plan.options.use_distributed_optimizer;
+    bk->shard = dist ? bk->padded / (size_t)gsize : bk->padded;
+    bk->shard_off = dist ? (size_t)moe_comm_rank(bk->group) * bk->shard : 0;
+    bk->w = moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena, bk->padded);
+    bk->g = moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_GRADS].arena, bk->padded);
+    struct moe_eng_arena *opt = &e->mem[MOE_ENG_MEM_OPTIMIZER].arena;
+    bk->master = moe_eng_arena_floats(opt, bk->shard);
+    bk->m = moe_eng_arena_floats(opt, bk->shard);
+    bk->v = moe_eng_arena_floats(opt, bk->shard);
+    size_t off = 0;
+    for (int i = 0; i < bk->num_params; i++) {
+        struct moe_eng_param *p = &e->params[bk->first_param + i];
+        p->w = bk->w != NULL ? bk->w + off : NULL;
+        p->g = bk->g != NULL ? bk->g + off : NULL;
+        off += p->numel;
+    }
+}
+
+static void tensor_bind(const struct moe_eng *e, struct moe_eng_tensor *t)
+{
+    if (t->param >= 0 && t->numel > 0) {
+        t->w = e->params[t->param].w;
+        t->g = e->params[t->param].g;
+    }
+}
+
+static struct moe_eng_tensor none_tensor(void)
+{
+    return (struct moe_eng_tensor){.w = NULL, .g = NULL, .numel = 0, .param = -1};
 }
 
 /* Register one decoder layer's parameters (three buckets). */
-static void layer_register(struct moe_eng *e, int l) {
-  const struct moe_eng_dims *d = &e->d;
-  struct moe_eng_layer_w *w = &e->layers[l];
-  size_t C = (size_t)d->hidden;
-  w->idx = l;
-  w->is_moe = d->experts > 0 && (e->plan.model.layer_flags[l] & MOE_LAYER_MOE);
-  struct moe_eng_tensor none = none_tensor();
-  w->fc1 = w->fc2 = w->router = w->e_fc1 = w->e_fc2 = w->s_fc1 = w->s_fc2 =
-      none;
+static void layer_register(struct moe_eng *e, int l)
+{
+    const struct moe_eng_dims *d = &e->d;
+    struct moe_eng_layer_w *w = &e->layers[l];
+    size_t C = (size_t)d->hidden;
+    w->idx = l;
+    w->is_moe = d->experts > 0 && (e->plan.model.layer_flags[l] & MOE_LAYER_MOE);
+    struct moe_eng_tensor none = none_tensor();
+    w->fc1 = w->fc2 = w->router = w->e_fc1 = w->e_fc2 = w->s_fc1 = w->s_fc2 = none;
 
-  int br = bucket_open(e, MOE_ENG_PK_REPL, l);
-  w->attn_norm = param_add(e, br, l, "attn_norm", C, true);
-  w->mlp_norm = param_add(e, br, l, "mlp_norm", C, true);
-  if (w->is_moe) {
-    w->router = param_add(e, br, l, "router", (size_t)d->experts * C, false);
-  }
-  bucket_close(e, br);
-
-  int bd = bucket_open(e, MOE_ENG_PK_DENSE, l);
-  w->qkv = param_add(e, bd, l, "w_qkv", (size_t)d->qkv_cols * C, false);
-  w->proj = param_add(e, bd, l, "w_proj",
-                      C * (size_t)(d->heads_l * d->head_dim), false);
-  if (!w->is_moe) {
-    w->fc1 = param_add(e, bd, l, "w_fc1", 2 * (size_t)d->ffn_l * C, false);
-    w->fc2 = param_add(e, bd, l, "w_fc2", C * (size_t)d->ffn_l, false);
-  } else if (d->shared_ffn_l > 0) {
-    w->s_fc1 = param_add(e, bd, l, "shared_fc1",
-                         2 * (size_t)d->shared_ffn_l * C, false);
-    w->s_fc2 =
-        param_add(e, bd, l, "shared_fc2", C * (size_t)d->shared_ffn_l, false);
-  }
-  bucket_close(e, bd);
-
-  if (w->is_moe) {
-    int be = bucket_open(e, MOE_ENG_PK_EXPERT, l);
-    size_t el = (size_t)d->experts_l;
-    w->e_fc1 = param_add(e, be, l, "expert_fc1",
-                         el * 2 * (size_t)d->expert_ffn_l * C, false);
-    w->e_fc2 = param_add(e, be, l, "expert_fc2",
-                         el * C * (size_t)d->expert_ffn_l, false);
-    bucket_close(e, be);
-    w->expert_bias =
-        e->plan.model.has_router_expert_bias
-            ? moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena,
-                                   (size_t)d->experts)
-            : NULL;
-  } else {
-    w->expert_bias = NULL;
-  }
-}
-
-void moe_eng_params_carve(struct moe_eng *e) {
-  const struct moe_eng_dims *d = &e->d;
-  e->num_params = 0;
-  e->num_buckets = 0;
-  size_t vc = (size_t)d->vocab_l * (size_t)d->hidden;
-  struct moe_eng_tensor none = none_tensor();
-  e->embedding = e->final_norm = e->output = none;
-  e->has_tied_copy = false;
-  bool has_embed = false;
-  bool has_loss = false;
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    has_embed = has_embed || e->chunks[v].has_embedding;
-    has_loss = has_loss || e->chunks[v].has_loss;
-  }
-  if (has_embed) {
-    int b = bucket_open(e, MOE_ENG_PK_DENSE, MOE_ENG_TAG_EMBED);
-    e->embedding = param_add(e, b, -1, "embedding", vc, false);
-    bucket_close(e, b);
-  }
-  /* Layers in backward-completion order does not matter for correctness; keep
-   * layer order. */
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    const struct moe_eng_chunk *ch = &e->chunks[v];
-    for (int i = 0; i < ch->num_layers; i++) {
-      layer_register(e, ch->first_layer + i);
+    int br = bucket_open(e, MOE_ENG_PK_REPL, l);
+    w->attn_norm = param_add(e, br, l, "attn_norm", C, true);
+    w->mlp_norm = param_add(e, br, l, "mlp_norm", C, true);
+    if (w->is_moe) {
+        w->router = param_add(e, br, l, "router", (size_t)d->experts * C, false);
     }
-  }
-  if (has_loss) {
-    int br = bucket_open(e, MOE_ENG_PK_REPL, MOE_ENG_TAG_HEAD);
-    e->final_norm = param_add(e, br, -1, "final_norm", (size_t)d->hidden, true);
     bucket_close(e, br);
-    bool tied = !e->plan.model.is_untied_embeddings;
-    if (tied && has_embed) {
-      e->output = e->embedding; /* same tensor: both uses accumulate into one
-                                   gradient */
+
+    int bd = bucket_open(e, MOE_ENG_PK_DENSE, l);
+    w->qkv = param_add(e, bd, l, "w_qkv", (size_t)d->qkv_cols * C, false);
+    w->proj = param_add(e, bd, l, "w_proj", C * (size_t)(d->heads_l * d->head_dim), false);
+    if (!w->is_moe) {
+        w->fc1 = param_add(e, bd, l, "w_fc1", 2 * (size_t)d->ffn_l * C, false);
+        w->fc2 = param_add(e, bd, l, "w_fc2", C * (size_t)d->ffn_l, false);
+    } else if (d->shared_ffn_l > 0) {
+        w->s_fc1 = param_add(e, bd, l, "shared_fc1", 2 * (size_t)d->shared_ffn_l * C, false);
+        w->s_fc2 = param_add(e, bd, l, "shared_fc2", C * (size_t)d->shared_ffn_l, false);
+    }
+    bucket_close(e, bd);
+
+    if (w->is_moe) {
+        int be = bucket_open(e, MOE_ENG_PK_EXPERT, l);
+        size_t el = (size_t)d->experts_l;
+        w->e_fc1 = param_add(e, be, l, "expert_fc1", el * 2 * (size_t)d->expert_ffn_l * C, false);
+        w->e_fc2 = param_add(e, be, l, "expert_fc2", el * C * (size_t)d->expert_ffn_l, false);
+        bucket_close(e, be);
+        w->expert_bias =
+            e->plan.model.has_router_expert_bias
+                ? moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena, (size_t)d->experts)
+                : NULL;
     } else {
-      int bd = bucket_open(e, MOE_ENG_PK_DENSE, MOE_ENG_TAG_HEAD);
-      e->output =
-          param_add(e, bd, -1, tied ? "output(tied)" : "output", vc, false);
-      bucket_close(e, bd);
-      if (tied) {
-        e->has_tied_copy = true;
-        e->buckets[bd].is_tied_copy = true;
-        e->buckets[bd].is_norm_owner = false;
-      }
+        w->expert_bias = NULL;
     }
-  }
-  tensor_bind(e, &e->embedding);
-  tensor_bind(e, &e->final_norm);
-  tensor_bind(e, &e->output);
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    const struct moe_eng_chunk *ch = &e->chunks[v];
-    for (int i = 0; i < ch->num_layers; i++) {
-      struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
-      struct moe_eng_tensor *ts[] = {
-          &w->attn_norm, &w->qkv,   &w->proj,  &w->mlp_norm, &w->fc1,  &w->fc2,
-          &w->router,    &w->e_fc1, &w->e_fc2, &w->s_fc1,    &w->s_fc2};
-      for (size_t t = 0; t < MOE_ARRAY_LEN(ts); t++) {
-        tensor_bind(e, ts[t]);
-      }
+}
+
+void moe_eng_params_carve(struct moe_eng *e)
+{
+    const struct moe_eng_dims *d = &e->d;
+    e->num_params = 0;
+    e->num_buckets = 0;
+    size_t vc = (size_t)d->vocab_l * (size_t)d->hidden;
+    struct moe_eng_tensor none = none_tensor();
+    e->embedding = e->final_norm = e->output = none;
+    e->has_tied_copy = false;
+    bool has_embed = false;
+    bool has_loss = false;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        has_embed = has_embed || e->chunks[v].has_embedding;
+        has_loss = has_loss || e->chunks[v].has_loss;
     }
-  }
-}
-
-/* ---- Initialisation
- * ------------------------------------------------------------------------ */
-
-/* dst[rows, cols] = std * N(0,1) at global (row0 + r, col0 + c) of a tensor
- * with gcols columns. */
-static void init_block(float *dst, int rows, int cols, uint64_t seed,
-                       uint64_t uid, long row0, long col0, long gcols,
-                       double std) {
-  for (int r = 0; r < rows; r++) {
-    for (int c = 0; c < cols; c++) {
-      uint64_t idx = (uint64_t)((row0 + r) * gcols + col0 + c);
-      dst[(size_t)r * (size_t)cols + (size_t)c] =
-          (float)(std * moe_eng_normal_at(seed, uid, idx));
+    if (has_embed) {
+        int b = bucket_open(e, MOE_ENG_PK_DENSE, MOE_ENG_TAG_EMBED);
+        e->embedding = param_add(e, b, -1, "embedding", vc, false);
+        bucket_close(e, b);
     }
-  }
-}
-
-static void init_ones(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    x[i] = 1.0f;
-  }
-}
-
-/* Column-parallel fused [gate; up] weight: local [2 fl, C] from two global [f,
- * C] tensors. */
-static void init_gate_up(float *w, int fl, int part, int C, uint64_t seed,
-                         uint64_t uid_gate, uint64_t uid_up, double std) {
-  init_block(w, fl, C, seed, uid_gate, (long)part * fl, 0, C, std);
-  init_block(w + (size_t)fl * (size_t)C, fl, C, seed, uid_up, (long)part * fl,
-             0, C, std);
-}
-
-static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w) {
-  const struct moe_eng_dims *d = &e->d;
-  uint64_t s = e->opts.seed;
-  int l = w->idx;
-  int C = d->hidden;
-  int tp = e->groups.me.tp;
-  double std = INIT_STD;
-  double out_std = INIT_STD / sqrt(2.0 * (double)d->num_layers);
-  int hd = d->head_dim;
-  init_ones(w->attn_norm.w, w->attn_norm.numel);
-  init_ones(w->mlp_norm.w, w->mlp_norm.numel);
-  float *q = w->qkv.w;
-  float *k = q + (size_t)d->heads_l * (size_t)hd * (size_t)C;
-  float *v = k + (size_t)d->kv_heads_l * (size_t)hd * (size_t)C;
-  init_block(q, d->heads_l * hd, C, s, uid_of(l, CODE_WQ, 0),
-             (long)tp * d->heads_l * hd, 0, C, std);
-  init_block(k, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WK, 0),
-             (long)tp * d->kv_heads_l * hd, 0, C, std);
-  init_block(v, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WV, 0),
-             (long)tp * d->kv_heads_l * hd, 0, C, std);
-  init_block(w->proj.w, C, d->heads_l * hd, s, uid_of(l, CODE_WO, 0), 0,
-             (long)tp * d->heads_l * hd, (long)d->heads * hd, out_std);
-  if (!w->is_moe) {
-    init_gate_up(w->fc1.w, d->ffn_l, tp, C, s, uid_of(l, CODE_FC1_GATE, 0),
-                 uid_of(l, CODE_FC1_UP, 0), std);
-    init_block(w->fc2.w, C, d->ffn_l, s, uid_of(l, CODE_FC2, 0), 0,
-               (long)tp * d->ffn_l, d->ffn, out_std);
-    return;
-  }
-  init_block(w->router.w, d->experts, C, s, uid_of(l, CODE_ROUTER, 0), 0, 0, C,
-             std);
-  if (w->expert_bias != NULL) {
-    memset(w->expert_bias, 0, (size_t)d->experts * sizeof(float));
-  }
-  if (d->shared_ffn_l > 0) {
-    init_gate_up(w->s_fc1.w, d->shared_ffn_l, tp, C, s,
-                 uid_of(l, CODE_S1_GATE, 0), uid_of(l, CODE_S1_UP, 0), std);
-    init_block(w->s_fc2.w, C, d->shared_ffn_l, s, uid_of(l, CODE_S2, 0), 0,
-               (long)tp * d->shared_ffn_l, d->shared_ffn, out_std);
-  }
-  int fel = d->expert_ffn_l;
-  int etp = e->groups.me.etp;
-  for (int i = 0; i < d->experts_l; i++) {
-    int ge = d->expert0 + i;
-    float *w1 = w->e_fc1.w + (size_t)i * 2 * (size_t)fel * (size_t)C;
-    float *w2 = w->e_fc2.w + (size_t)i * (size_t)C * (size_t)fel;
-    init_gate_up(w1, fel, etp, C, s, uid_of(l, CODE_E1_GATE, ge),
-                 uid_of(l, CODE_E1_UP, ge), std);
-    init_block(w2, C, fel, s, uid_of(l, CODE_E2, ge), 0, (long)etp * fel,
-               d->expert_ffn, out_std);
-  }
-}
-
-void moe_eng_params_init(struct moe_eng *e) {
-  const struct moe_eng_dims *d = &e->d;
-  uint64_t s = e->opts.seed;
-  for (int b = 0; b < e->num_buckets; b++) {
-    memset(e->buckets[b].w, 0, e->buckets[b].padded * sizeof(float));
-  }
-  if (e->embedding.w != NULL) {
-    init_block(e->embedding.w, d->vocab_l, d->hidden, s,
-               uid_of(-1, CODE_EMBED, 0), d->vocab0, 0, d->hidden, INIT_STD);
-  }
-  if (e->final_norm.w != NULL) {
-    init_ones(e->final_norm.w, e->final_norm.numel);
-  }
-  if (e->output.w != NULL && e->output.param != e->embedding.param) {
-    int code = e->plan.model.is_untied_embeddings ? CODE_OUTPUT : CODE_EMBED;
-    init_block(e->output.w, d->vocab_l, d->hidden, s, uid_of(-1, code, 0),
-               d->vocab0, 0, d->hidden, INIT_STD);
-  }
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    const struct moe_eng_chunk *ch = &e->chunks[v];
-    for (int i = 0; i < ch->num_layers; i++) {
-      layer_init(e, &e->layers[ch->first_layer + i]);
+    /* Layers in backward-completion order does not matter for correctness; keep layer order. */
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            layer_register(e, ch->first_layer + i);
+        }
     }
-  }
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    memcpy(bk->master, bk->w + bk->shard_off, bk->shard * sizeof(float));
-    memset(bk->m, 0, bk->shard * sizeof(float));
-    memset(bk->v, 0, bk->shard * sizeof(float));
-  }
+    if (has_loss) {
+        int br = bucket_open(e, MOE_ENG_PK_REPL, MOE_ENG_TAG_HEAD);
+        e->final_norm = param_add(e, br, -1, "final_norm", (size_t)d->hidden, true);
+        bucket_close(e, br);
+        bool tied = !e->plan.model.is_untied_embeddings;
+        if (tied && has_embed) {
+            e->output = e->embedding; /* same tensor: both uses accumulate into one gradient */
+        } else {
+            int bd = bucket_open(e, MOE_ENG_PK_DENSE, MOE_ENG_TAG_HEAD);
+            e->output = param_add(e, bd, -1, tied ? "output(tied)" : "output", vc, false);
+            bucket_close(e, bd);
+            if (tied) {
+                e->has_tied_copy = true;
+                e->buckets[bd].is_tied_copy = true;
+                e->buckets[bd].is_norm_owner = false;
+            }
+        }
+    }
+    tensor_bind(e, &e->embedding);
+    tensor_bind(e, &e->final_norm);
+    tensor_bind(e, &e->output);
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
+            struct moe_eng_tensor *ts[] = {&w->attn_norm, &w->qkv,   &w->proj,   &w->mlp_norm,
+                                           &w->fc1,       &w->fc2,   &w->router, &w->e_fc1,
+                                           &w->e_fc2,     &w->s_fc1, &w->s_fc2};
+            for (size_t t = 0; t < MOE_ARRAY_LEN(ts); t++) {
+                tensor_bind(e, ts[t]);
+            }
+        }
+    }
+}
+
+/* ---- Initialisation -------------------------------------------------------------------------- */
+
+/* dst[rows, cols] = std * N(0,1) at global (row0 + r, col0 + c) of a tensor with gcols columns. */
+static void init_block(float *dst,
+                       int rows,
+                       int cols,
+                       uint64_t seed,
+                       uint64_t uid,
+                       long row0,
+                       long col0,
+                       long gcols,
+                       double std)
+{
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) {
+            uint64_t idx = (uint64_t)((row0 + r) * gcols + col0 + c);
+            dst[(size_t)r * (size_t)cols + (size_t)c] =
+                (float)(std * moe_eng_normal_at(seed, uid, idx));
+        }
+    }
+}
+
+static void init_ones(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        x[i] = 1.0f;
+    }
+}
+
+/* Column-parallel fused [gate; up] weight: local [2 fl, C] from two global [f, C] tensors. */
+static void init_gate_up(float *w,
+                         int fl,
+                         int part,
+                         int C,
+                         uint64_t seed,
+                         uint64_t uid_gate,
+                         uint64_t uid_up,
+                         double std)
+{
+    init_block(w, fl, C, seed, uid_gate, (long)part * fl, 0, C, std);
+    init_block(w + (size_t)fl * (size_t)C, fl, C, seed, uid_up, (long)part * fl, 0, C, std);
+}
+
+static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
+{
+    const struct moe_eng_dims *d = &e->d;
+    uint64_t s = e->opts.seed;
+    int l = w->idx;
+    int C = d->hidden;
+    int tp = e->groups.me.tp;
+    double std = INIT_STD;
+    double out_std = INIT_STD / sqrt(2.0 * (double)d->num_layers);
+    int hd = d->head_dim;
+    init_ones(w->attn_norm.w, w->attn_norm.numel);
+    init_ones(w->mlp_norm.w, w->mlp_norm.numel);
+    float *q = w->qkv.w;
+    float *k = q + (size_t)d->heads_l * (size_t)hd * (size_t)C;
+    float *v = k + (size_t)d->kv_heads_l * (size_t)hd * (size_t)C;
+    init_block(q, d->heads_l * hd, C, s, uid_of(l, CODE_WQ, 0), (long)tp * d->heads_l * hd, 0, C,
+               std);
+    init_block(k, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WK, 0), (long)tp * d->kv_heads_l * hd, 0,
+               C, std);
+    init_block(v, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WV, 0), (long)tp * d->kv_heads_l * hd, 0,
+               C, std);
+    init_block(w->proj.w, C, d->heads_l * hd, s, uid_of(l, CODE_WO, 0), 0,
+               (long)tp * d->heads_l * hd, (long)d->heads * hd, out_std);
+    if (!w->is_moe) {
+        init_gate_up(w->fc1.w, d->ffn_l, tp, C, s, uid_of(l, CODE_FC1_GATE, 0),
+                     uid_of(l, CODE_FC1_UP, 0), std);
+        init_block(w->fc2.w, C, d->ffn_l, s, uid_of(l, CODE_FC2, 0), 0, (long)tp * d->ffn_l, d->ffn,
+                   out_std);
+        return;
+    }
+    init_block(w->router.w, d->experts, C, s, uid_of(l, CODE_ROUTER, 0), 0, 0, C, std);
+    if (w->expert_bias != NULL) {
+        memset(w->expert_bias, 0, (size_t)d->experts * sizeof(float));
+    }
+    if (d->shared_ffn_l > 0) {
+        init_gate_up(w->s_fc1.w, d->shared_ffn_l, tp, C, s, uid_of(l, CODE_S1_GATE, 0),
+                     uid_of(l, CODE_S1_UP, 0), std);
+        init_block(w->s_fc2.w, C, d->shared_ffn_l, s, uid_of(l, CODE_S2, 0), 0,
+                   (long)tp * d->shared_ffn_l, d->shared_ffn, out_std);
+    }
+    int fel = d->expert_ffn_l;
+    int etp = e->groups.me.etp;
+    for (int i = 0; i < d->experts_l; i++) {
+        int ge = d->expert0 + i;
+        float *w1 = w->e_fc1.w + (size_t)i * 2 * (size_t)fel * (size_t)C;
+        float *w2 = w->e_fc2.w + (size_t)i * (size_t)C * (size_t)fel;
+        init_gate_up(w1, fel, etp, C, s, uid_of(l, CODE_E1_GATE, ge), uid_of(l, CODE_E1_UP, ge),
+                     std);
+        init_block(w2, C, fel, s, uid_of(l, CODE_E2, ge), 0, (long)etp * fel, d->expert_ffn,
+                   out_std);
+    }
+}
+
+void moe_eng_params_init(struct moe_eng *e)
+{
+    const struct moe_eng_dims *d = &e->d;
+    uint64_t s = e->opts.seed;
+    for (int b = 0; b < e->num_buckets; b++) {
+        memset(e->buckets[b].w, 0, e->buckets[b].padded * sizeof(float));
+    }
+    if (e->embedding.w != NULL) {
+        init_block(e->embedding.w, d->vocab_l, d->hidden, s, uid_of(-1, CODE_EMBED, 0), d->vocab0,
+                   0, d->hidden, INIT_STD);
+    }
+    if (e->final_norm.w != NULL) {
+        init_ones(e->final_norm.w, e->final_norm.numel);
+    }
+    if (e->output.w != NULL && e->output.param != e->embedding.param) {
+        int code = e->plan.model.is_untied_embeddings ? CODE_OUTPUT : CODE_EMBED;
+        init_block(e->output.w, d->vocab_l, d->hidden, s, uid_of(-1, code, 0), d->vocab0, 0,
+                   d->hidden, INIT_STD);
+    }
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            layer_init(e, &e->layers[ch->first_layer + i]);
+        }
+    }
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        memcpy(bk->master, bk->w + bk->shard_off, bk->shard * sizeof(float));
+        memset(bk->m, 0, bk->shard * sizeof(float));
+        memset(bk->v, 0, bk->shard * sizeof(float));
+    }
 }

@@ -1,445 +1,447 @@
 /*
- * The MoE block: router (softmax, or sigmoid with expert bias and group-limited
- * top-k; switch load-balancing and z losses), token dispatch to the experts' EP
- * ranks, the routed SwiGLU experts as grouped GEMMs, and the weighted combine
- * back to the tokens' owners. DeepEP's vocabulary: dispatch layout (tokens per
- * expert, slot <-> row maps), dispatch, combine.
+ * The MoE block: router (softmax, or sigmoid with expert bias and group-limited top-k; switch
+ * load-balancing and z losses), token dispatch to the experts' EP ranks, the routed SwiGLU experts
+ * as grouped GEMMs, and the weighted combine back to the tokens' owners. DeepEP's vocabulary:
+ * dispatch layout (tokens per expert, slot <-> row maps), dispatch, combine.
  *
- * Flow of one micro-batch on a rank (Megatron-Core's alltoall dispatcher with
- * ETP): own tokens h[Ms, C] -> route -> permute into expert order -> EP
- * all-to-all-v (counts exchanged first) -> ETP all-gather (each ETP rank
- * computes its slice of the FFN for every row of its experts) -> sort rows
- * expert-major -> grouped GEMMs -> unsort -> ETP reduce-scatter (sums the FFN
- * slices) -> EP all-to-all-v back -> unpermute with the top-k weights. Dropless
- * by default; with a capacity factor each expert keeps the first capacity slots
- * of each rank's tokens (Megatron's "position" policy). The hierarchical
- * dispatcher (engine/hier.c) sends one copy of a token per remote node and
- * forwards it inside the node instead of the EP all-to-all-v.
+ * Flow of one micro-batch on a rank (Megatron-Core's alltoall dispatcher with ETP): own tokens
+ * h[Ms, C] -> route -> permute into expert order -> EP all-to-all-v (counts exchanged first) -> ETP
+ * all-gather (each ETP rank computes its slice of the FFN for every row of its experts) -> sort
+ * rows expert-major -> grouped GEMMs -> unsort -> ETP reduce-scatter (sums the FFN slices) -> EP
+ * all-to-all-v back -> unpermute with the top-k weights. Dropless by default; with a capacity
+ * factor each expert keeps the first capacity slots of each rank's tokens (Megatron's "position"
+ * policy). The hierarchical dispatcher (engine/hier.c) sends one copy of a token per remote node
+ * and forwards it inside the node instead of the EP all-to-all-v.
  *
- * Router losses: the aux loss uses the expert counts of the whole micro-batch
- * (all-reduced over the TP x CP ranks that share it) so every layout computes
- * the same loss; both losses are averaged over the micro-batches of the global
- * batch. Expert-bias updates use the step's global counts (engine/optimizer.c).
+ * Router losses: the aux loss uses the expert counts of the whole micro-batch (all-reduced over the
+ * TP x CP ranks that share it) so every layout computes the same loss; both losses are averaged
+ * over the micro-batches of the global batch. Expert-bias updates use the step's global counts
+ * (engine/optimizer.c).
  */
-#include "engine/internal.h"
-
 #include "engine/check.h"
+#include "engine/internal.h"
 
 #include <string.h>
 
-/* ---- Grouped GEMMs with precision emulation
- * ------------------------------------------------ */
+/* ---- Grouped GEMMs with precision emulation -------------------------------------------------- */
 
-/* Per-expert qdq of rows [R, cols] grouped by counts, or of stacked weights
- * [El, out, cols]. */
-static const float *qdq_rows(struct moe_eng *e, const float *x,
-                             const int *counts, int num, int cols, int role) {
-  if (!e->opts.emulate_precision) {
-    return x;
-  }
-  size_t rows = 0;
-  for (int i = 0; i < num; i++) {
-    rows += (size_t)counts[i];
-  }
-  float *out = moe_eng_arena_floats(&e->temp, rows * (size_t)cols);
-  enum moe_recipe r = e->plan.options.recipe;
-  size_t off = 0;
-  for (int i = 0; i < num; i++) {
-    if (counts[i] > 0) {
-      enum moe_k_qformat f = MOE_K_QFMT_BF16;
-      enum moe_k_qrecipe q = MOE_K_QRECIPE_CAST;
-      switch (r) {
-      case MOE_RECIPE_FP8_TENSORWISE:
-      case MOE_RECIPE_FP8_DELAYED:
-        f = role == 2 ? MOE_K_QFMT_FP8_E5M2 : MOE_K_QFMT_FP8_E4M3;
-        q = MOE_K_QRECIPE_TENSORWISE;
-        break;
-      case MOE_RECIPE_FP8_BLOCKWISE:
-        f = MOE_K_QFMT_FP8_E4M3;
-        q = role == 1 ? MOE_K_QRECIPE_BLOCK_128X128 : MOE_K_QRECIPE_BLOCK_1X128;
-        break;
-      case MOE_RECIPE_MXFP8:
-        f = MOE_K_QFMT_FP8_E4M3;
-        q = MOE_K_QRECIPE_MX;
-        break;
-      case MOE_RECIPE_NVFP4:
-        f = MOE_K_QFMT_FP4_E2M1;
-        q = MOE_K_QRECIPE_NVFP4;
-        break;
-      case MOE_RECIPE_BF16:
-      case MOE_NUM_RECIPES:
-        break;
-      }
-      e->k->qdq(out + off * (size_t)cols, x + off * (size_t)cols, counts[i],
-                cols, f, q, e->kc);
+/* Per-expert qdq of rows [R, cols] grouped by counts, or of stacked weights [El, out, cols]. */
+static const float *
+qdq_rows(struct moe_eng *e, const float *x, const int *counts, int num, int cols, int role)
+{
+    if (!e->opts.emulate_precision) {
+        return x;
     }
-    off += (size_t)counts[i];
-  }
-  return out;
+    size_t rows = 0;
+    for (int i = 0; i < num; i++) {
+        rows += (size_t)counts[i];
+    }
+    float *out = moe_eng_arena_floats(&e->temp, rows * (size_t)cols);
+    enum moe_recipe r = e->plan.options.recipe;
+    size_t off = 0;
+    for (int i = 0; i < num; i++) {
+        if (counts[i] > 0) {
+            enum moe_k_qformat f = MOE_K_QFMT_BF16;
+            enum moe_k_qrecipe q = MOE_K_QRECIPE_CAST;
+            switch (r) {
+            case MOE_RECIPE_FP8_TENSORWISE:
+            case MOE_RECIPE_FP8_DELAYED:
+                f = role == 2 ? MOE_K_QFMT_FP8_E5M2 : MOE_K_QFMT_FP8_E4M3;
+                q = MOE_K_QRECIPE_TENSORWISE;
+                break;
+            case MOE_RECIPE_FP8_BLOCKWISE:
+                f = MOE_K_QFMT_FP8_E4M3;
+                q = role == 1 ? MOE_K_QRECIPE_BLOCK_128X128 : MOE_K_QRECIPE_BLOCK_1X128;
+                break;
+            case MOE_RECIPE_MXFP8:
+                f = MOE_K_QFMT_FP8_E4M3;
+                q = MOE_K_QRECIPE_MX;
+                break;
+            case MOE_RECIPE_NVFP4:
+                f = MOE_K_QFMT_FP4_E2M1;
+                q = MOE_K_QRECIPE_NVFP4;
+                break;
+            case MOE_RECIPE_BF16:
+            case MOE_NUM_RECIPES:
+                break;
+            }
+            e->k->qdq(out + off * (size_t)cols, x + off * (size_t)cols, counts[i], cols, f, q,
+                      e->kc);
+        }
+        off += (size_t)counts[i];
+    }
+    return out;
 }
 
-/* Weight counts: every expert has `out` rows. */
-static const float *qdq_weights(struct moe_eng *e, const float *w, int num,
-                                int out, int in, int *tmp_counts) {
-  for (int i = 0; i < num; i++) {
-    tmp_counts[i] = out;
-  }
-  return qdq_rows(e, w, tmp_counts, num, in, 1);
+/* Stacked expert weights [El, out, in]: qdq each expert's [out, in] matrix on its own. */
+static const float *qdq_weights(struct moe_eng *e, const float *w, int num, int out, int in)
+{
+    if (!e->opts.emulate_precision) {
+        return w;
+    }
+    int *rows = moe_eng_arena_ints(&e->temp, (size_t)num);
+    for (int i = 0; i < num; i++) {
+        rows[i] = out;
+    }
+    return qdq_rows(e, w, rows, num, in, 1);
 }
 
-static void grouped_fwd(struct moe_eng *e, float *y, const float *x,
-                        const float *w, const int *counts, int in, int out) {
-  int el = e->d.experts_l;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  int *wc = moe_eng_arena_ints(&e->temp, (size_t)el);
-  const float *xq = qdq_rows(e, x, counts, el, in, 0);
-  const float *wq = qdq_weights(e, w, el, out, in, wc);
-  e->k->grouped_linear_fwd(y, xq, wq, counts, el, in, out, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
+static void grouped_fwd(
+    struct moe_eng *e, float *y, const float *x, const float *w, const int *counts, int in, int out)
+{
+    int el = e->d.experts_l;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *xq = qdq_rows(e, x, counts, el, in, 0);
+    const float *wq = qdq_weights(e, w, el, out, in);
+    e->k->grouped_linear_fwd(y, xq, wq, counts, el, in, out, e->kc);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
-static void grouped_bwd(struct moe_eng *e, float *dx, float *dw,
-                        const float *dy, const float *x, const float *w,
-                        const int *counts, int in, int out) {
-  int el = e->d.experts_l;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  int *wc = moe_eng_arena_ints(&e->temp, (size_t)el);
-  const float *dyq = qdq_rows(e, dy, counts, el, out, 2);
-  const float *xq = qdq_rows(e, x, counts, el, in, 0);
-  const float *wq = qdq_weights(e, w, el, out, in, wc);
-  e->k->grouped_linear_bwd_data(dx, dyq, wq, counts, el, in, out, false, e->kc);
-  e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts, el, in, out, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
+static void grouped_bwd(struct moe_eng *e,
+                        float *dx,
+                        float *dw,
+                        const float *dy,
+                        const float *x,
+                        const float *w,
+                        const int *counts,
+                        int in,
+                        int out)
+{
+    int el = e->d.experts_l;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    const float *dyq = qdq_rows(e, dy, counts, el, out, 2);
+    const float *xq = qdq_rows(e, x, counts, el, in, 0);
+    const float *wq = qdq_weights(e, w, el, out, in);
+    e->k->grouped_linear_bwd_data(dx, dyq, wq, counts, el, in, out, false, e->kc);
+    e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts, el, in, out, e->kc);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
-/* ---- Dispatch bookkeeping
- * ------------------------------------------------------------------- */
+/* ---- Dispatch bookkeeping -------------------------------------------------------------------- */
 
-/* Rows and element counts of the EP exchange, derived from the saved per-expert
- * counts. */
+/* Rows and element counts of the EP exchange, derived from the saved per-expert counts. */
 struct ep_plan {
-  int *scount, *sdispl, *rcount, *rdispl; /* [EP] in floats (rows x C) */
-  int *gcount, *gdispl;          /* [ETP] rows x C of each ETP rank's block */
-  int *chunk_rows, *chunk_order; /* [ETP EP El] expert-major sort */
-  int *local_counts; /* [El] rows per local expert after the gather */
-  int rows_send, rows_recv, rows_exp;
+    int *scount, *sdispl, *rcount, *rdispl; /* [EP] in floats (rows x C) */
+    int *gcount, *gdispl;                   /* [ETP] rows x C of each ETP rank's block */
+    int *chunk_rows, *chunk_order;          /* [ETP EP El] expert-major sort */
+    int *local_counts;                      /* [El] rows per local expert after the gather */
+    int rows_send, rows_recv, rows_exp;
 };
 
-static struct ep_plan ep_plan_make(struct moe_eng *e,
-                                   const struct moe_eng_layer_act *a) {
-  const struct moe_eng_dims *d = &e->d;
-  int EP = d->ep, ETP = d->etp, El = d->experts_l, C = d->hidden;
-  struct ep_plan p;
-  struct moe_eng_arena *t = &e->temp;
-  p.scount = moe_eng_arena_ints(t, (size_t)EP);
-  p.sdispl = moe_eng_arena_ints(t, (size_t)EP);
-  p.rcount = moe_eng_arena_ints(t, (size_t)EP);
-  p.rdispl = moe_eng_arena_ints(t, (size_t)EP);
-  p.gcount = moe_eng_arena_ints(t, (size_t)ETP);
-  p.gdispl = moe_eng_arena_ints(t, (size_t)ETP);
-  int nch = ETP * EP * El;
-  p.chunk_rows = moe_eng_arena_ints(t, (size_t)nch);
-  p.chunk_order = moe_eng_arena_ints(t, (size_t)nch);
-  p.local_counts = moe_eng_arena_ints(t, (size_t)El);
-  int so = 0, ro = 0;
-  for (int j = 0; j < EP; j++) {
-    int s = 0, r = 0;
+static struct ep_plan ep_plan_make(struct moe_eng *e, const struct moe_eng_layer_act *a)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int EP = d->ep, ETP = d->etp, El = d->experts_l, C = d->hidden;
+    struct ep_plan p;
+    struct moe_eng_arena *t = &e->temp;
+    p.scount = moe_eng_arena_ints(t, (size_t)EP);
+    p.sdispl = moe_eng_arena_ints(t, (size_t)EP);
+    p.rcount = moe_eng_arena_ints(t, (size_t)EP);
+    p.rdispl = moe_eng_arena_ints(t, (size_t)EP);
+    p.gcount = moe_eng_arena_ints(t, (size_t)ETP);
+    p.gdispl = moe_eng_arena_ints(t, (size_t)ETP);
+    int nch = ETP * EP * El;
+    p.chunk_rows = moe_eng_arena_ints(t, (size_t)nch);
+    p.chunk_order = moe_eng_arena_ints(t, (size_t)nch);
+    p.local_counts = moe_eng_arena_ints(t, (size_t)El);
+    int so = 0, ro = 0;
+    for (int j = 0; j < EP; j++) {
+        int s = 0, r = 0;
+        for (int i = 0; i < El; i++) {
+            s += a->tokens_per_expert[j * El + i];
+            r += a->recv_counts[j * El + i];
+        }
+        p.scount[j] = s * C;
+        p.sdispl[j] = so;
+        p.rcount[j] = r * C;
+        p.rdispl[j] = ro;
+        so += s * C;
+        ro += r * C;
+    }
+    p.rows_send = so / C;
+    p.rows_recv = ro / C;
+    int go = 0;
+    for (int q = 0; q < ETP; q++) {
+        int g = 0;
+        for (int i = 0; i < EP * El; i++) {
+            g += a->gath_counts[q * EP * El + i];
+        }
+        p.gcount[q] = g * C;
+        p.gdispl[q] = go;
+        go += g * C;
+    }
+    p.rows_exp = go / C;
+    memcpy(p.chunk_rows, a->gath_counts, (size_t)nch * sizeof(int));
+    int k = 0;
     for (int i = 0; i < El; i++) {
-      s += a->tokens_per_expert[j * El + i];
-      r += a->recv_counts[j * El + i];
+        p.local_counts[i] = 0;
+        for (int q = 0; q < ETP * EP; q++) {
+            p.chunk_order[k++] = q * El + i;
+            p.local_counts[i] += a->gath_counts[q * El + i];
+        }
     }
-    p.scount[j] = s * C;
-    p.sdispl[j] = so;
-    p.rcount[j] = r * C;
-    p.rdispl[j] = ro;
-    so += s * C;
-    ro += r * C;
-  }
-  p.rows_send = so / C;
-  p.rows_recv = ro / C;
-  int go = 0;
-  for (int q = 0; q < ETP; q++) {
-    int g = 0;
-    for (int i = 0; i < EP * El; i++) {
-      g += a->gath_counts[q * EP * El + i];
-    }
-    p.gcount[q] = g * C;
-    p.gdispl[q] = go;
-    go += g * C;
-  }
-  p.rows_exp = go / C;
-  memcpy(p.chunk_rows, a->gath_counts, (size_t)nch * sizeof(int));
-  int k = 0;
-  for (int i = 0; i < El; i++) {
-    p.local_counts[i] = 0;
-    for (int q = 0; q < ETP * EP; q++) {
-      p.chunk_order[k++] = q * El + i;
-      p.local_counts[i] += a->gath_counts[q * El + i];
-    }
-  }
-  return p;
+    return p;
 }
 
-static void check_bound(const struct moe_eng *e, int rows, int bound,
-                        const char *what) {
-  if (rows > bound) {
-    moe_eng_fatal(__FILE__, __LINE__,
-                  "expert load exceeded the %s buffer (%d rows > %d): the "
-                  "expert rows buffer "
-                  "was sized with --moe-buffer-factor %g x the mean load; "
-                  "rerun with a larger "
-                  "factor or 0 (worst case)",
-                  what, rows, bound, e->opts.moe_buffer_factor);
-  }
+static void check_bound(const struct moe_eng *e, int rows, int bound, const char *what)
+{
+    if (rows > bound) {
+        moe_eng_fatal(__FILE__, __LINE__,
+                      "expert load exceeded the %s buffer (%d rows > %d): the "
+                      "expert rows buffer "
+                      "was sized with --moe-buffer-factor %g x the mean load; "
+                      "rerun with a larger "
+                      "factor or 0 (worst case)",
+                      what, rows, bound, e->opts.moe_buffer_factor);
+    }
 }
 
-/* Routing: logits, scores, top-k, counts, router losses; fills the dispatch
- * layout. */
-static void route(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                  struct moe_eng_layer_act *a, const float *h) {
-  const struct moe_eng_dims *d = &e->d;
-  const struct moe_model_cfg *m = &e->plan.model;
-  int Ms = d->tokens_sp, E = d->experts, K = d->topk, C = d->hidden;
-  enum moe_k_score_fn sf = m->router_score == MOE_ROUTER_SIGMOID
-                               ? MOE_K_SCORE_SIGMOID
-                               : MOE_K_SCORE_SOFTMAX;
-  bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
-  e->k->linear_fwd(a->logits, h, w->router.w, NULL, Ms, C, E, e->kc);
-  int groups = m->moe_router_num_groups > 1 ? m->moe_router_num_groups : 0;
-  e->k->router_fwd(a->topk_idx, a->topk_w, a->scores, a->logits, w->expert_bias,
-                   Ms, E, K, groups, groups > 0 ? m->moe_router_group_topk : 0,
-                   sf, norm, e->opts.topk_scaling, e->kc);
-  moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  int *counts = moe_eng_arena_ints(&e->temp, (size_t)E);
-  e->k->expert_counts(counts, a->topk_idx, Ms, K, E, e->kc);
-  if (!e->is_recomputing) {
-    long *sc = e->step_counts + (size_t)w->idx * (size_t)E;
-    for (int i = 0; i < E; i++) {
-      sc[i] += counts[i];
-    }
-  }
-  int tot = d->mbs * d->seq;
-  if (e->opts.aux_loss_coeff > 0.0f) {
-    moe_comm_allreduce(e->groups.tpcp, counts, a->counts_mb, (size_t)E,
-                       MOE_COMM_I32, MOE_COMM_SUM);
-    float loss = 0.0f;
-    e->k->router_aux_loss_fwd(&loss, a->scores, a->counts_mb, Ms, tot, E, K, sf,
-                              e->opts.aux_loss_coeff, e->kc);
+/* Routing: logits, scores, top-k, counts, router losses; fills the dispatch layout. */
+static void route(struct moe_eng *e,
+                  const struct moe_eng_layer_w *w,
+                  struct moe_eng_layer_act *a,
+                  const float *h)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_model_cfg *m = &e->plan.model;
+    int Ms = d->tokens_sp, E = d->experts, K = d->topk, C = d->hidden;
+    enum moe_k_score_fn sf =
+        m->router_score == MOE_ROUTER_SIGMOID ? MOE_K_SCORE_SIGMOID : MOE_K_SCORE_SOFTMAX;
+    bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    e->k->linear_fwd(a->logits, h, w->router.w, NULL, Ms, C, E, e->kc);
+    int groups = m->moe_router_num_groups > 1 ? m->moe_router_num_groups : 0;
+    e->k->router_fwd(a->topk_idx, a->topk_w, a->scores, a->logits, w->expert_bias, Ms, E, K, groups,
+                     groups > 0 ? m->moe_router_group_topk : 0, sf, norm, e->opts.topk_scaling,
+                     e->kc);
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    int *counts = moe_eng_arena_ints(&e->temp, (size_t)E);
+    e->k->expert_counts(counts, a->topk_idx, Ms, K, E, e->kc);
     if (!e->is_recomputing) {
-      e->aux_sum += (double)loss;
+        long *sc = e->step_counts + (size_t)w->idx * (size_t)E;
+        for (int i = 0; i < E; i++) {
+            sc[i] += counts[i];
+        }
     }
-  }
-  if (e->opts.z_loss_coeff > 0.0f) {
-    float zl = 0.0f;
-    e->k->router_z_loss_fwd(&zl, a->logits, Ms, tot, E, e->opts.z_loss_coeff,
-                            e->kc);
+    int tot = d->mbs * d->seq;
+    if (e->opts.aux_loss_coeff > 0.0f) {
+        moe_comm_allreduce(e->groups.tpcp, counts, a->counts_mb, (size_t)E, MOE_COMM_I32,
+                           MOE_COMM_SUM);
+        float loss = 0.0f;
+        e->k->router_aux_loss_fwd(&loss, a->scores, a->counts_mb, Ms, tot, E, K, sf,
+                                  e->opts.aux_loss_coeff, e->kc);
+        if (!e->is_recomputing) {
+            e->aux_sum += (double)loss;
+        }
+    }
+    if (e->opts.z_loss_coeff > 0.0f) {
+        float zl = 0.0f;
+        e->k->router_z_loss_fwd(&zl, a->logits, Ms, tot, E, e->opts.z_loss_coeff, e->kc);
+        if (!e->is_recomputing) {
+            e->aux_sum += (double)zl;
+        }
+    }
+    int *per_rank = moe_eng_arena_ints(&e->temp, (size_t)d->ep);
+    e->k->dispatch_layout(a->tokens_per_expert, per_rank, a->slot_to_row, a->row_to_slot,
+                          a->topk_idx, Ms, K, E, d->ep, d->capacity, e->kc);
     if (!e->is_recomputing) {
-      e->aux_sum += (double)zl;
+        long kept = 0;
+        for (int i = 0; i < E; i++) {
+            kept += a->tokens_per_expert[i];
+        }
+        e->dropped += (double)((long)Ms * K - kept);
     }
-  }
-  int *per_rank = moe_eng_arena_ints(&e->temp, (size_t)d->ep);
-  e->k->dispatch_layout(a->tokens_per_expert, per_rank, a->slot_to_row,
-                        a->row_to_slot, a->topk_idx, Ms, K, E, d->ep,
-                        d->capacity, e->kc);
-  if (!e->is_recomputing) {
-    long kept = 0;
-    for (int i = 0; i < E; i++) {
-      kept += a->tokens_per_expert[i];
-    }
-    e->dropped += (double)((long)Ms * K - kept);
-  }
-  moe_eng_arena_release(&e->temp, mark);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    moe_eng_arena_release(&e->temp, mark);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
 /* Counts exchange: recv_counts over EP, then gath_counts over ETP. */
-static void exchange_counts(struct moe_eng *e, struct moe_eng_layer_act *a) {
-  const struct moe_eng_dims *d = &e->d;
-  int El = d->experts_l;
-  if (d->ep > 1) {
-    moe_comm_alltoall(e->groups.ep, a->tokens_per_expert, a->recv_counts,
-                      (size_t)El, MOE_COMM_I32);
-  } else {
-    memcpy(a->recv_counts, a->tokens_per_expert, (size_t)El * sizeof(int));
-  }
-  if (d->etp > 1) {
-    moe_comm_allgather(e->groups.etp, a->recv_counts, a->gath_counts,
-                       (size_t)d->ep * (size_t)El, MOE_COMM_I32);
-  } else {
-    memcpy(a->gath_counts, a->recv_counts,
-           (size_t)d->ep * (size_t)El * sizeof(int));
-  }
+static void exchange_counts(struct moe_eng *e, struct moe_eng_layer_act *a)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int El = d->experts_l;
+    if (d->ep > 1) {
+        moe_comm_alltoall(e->groups.ep, a->tokens_per_expert, a->recv_counts, (size_t)El,
+                          MOE_COMM_I32);
+    } else {
+        memcpy(a->recv_counts, a->tokens_per_expert, (size_t)El * sizeof(int));
+    }
+    if (d->etp > 1) {
+        moe_comm_allgather(e->groups.etp, a->recv_counts, a->gath_counts,
+                           (size_t)d->ep * (size_t)El, MOE_COMM_I32);
+    } else {
+        memcpy(a->gath_counts, a->recv_counts, (size_t)d->ep * (size_t)El * sizeof(int));
+    }
 }
 
-/* EP all-to-all-v of rows [.., C] in the dispatch direction (forward) or back
- * (combine). */
-static void ep_exchange(struct moe_eng *e, const struct ep_plan *p,
-                        const float *in, float *out, bool is_dispatch) {
-  if (e->d.ep == 1) {
-    size_t rows = (size_t)(is_dispatch ? p->rows_send : p->rows_recv);
-    memcpy(out, in, rows * (size_t)e->d.hidden * sizeof(float));
-    return;
-  }
-  if (is_dispatch) {
-    moe_comm_alltoallv(e->groups.ep, in, p->scount, p->sdispl, out, p->rcount,
-                       p->rdispl, MOE_COMM_F32);
-  } else {
-    moe_comm_alltoallv(e->groups.ep, in, p->rcount, p->rdispl, out, p->scount,
-                       p->sdispl, MOE_COMM_F32);
-  }
+/* EP all-to-all-v of rows [.., C] in the dispatch direction (forward) or back (combine). */
+static void ep_exchange(
+    struct moe_eng *e, const struct ep_plan *p, const float *in, float *out, bool is_dispatch)
+{
+    if (e->d.ep == 1) {
+        size_t rows = (size_t)(is_dispatch ? p->rows_send : p->rows_recv);
+        memcpy(out, in, rows * (size_t)e->d.hidden * sizeof(float));
+        return;
+    }
+    if (is_dispatch) {
+        moe_comm_alltoallv(e->groups.ep, in, p->scount, p->sdispl, out, p->rcount, p->rdispl,
+                           MOE_COMM_F32);
+    } else {
+        moe_comm_alltoallv(e->groups.ep, in, p->rcount, p->rdispl, out, p->scount, p->sdispl,
+                           MOE_COMM_F32);
+    }
 }
 
-/* ETP: gather rows of every ETP rank ([rows_recv] -> [rows_exp]), or
- * reduce-scatter them back. */
-static void etp_gather(struct moe_eng *e, const struct ep_plan *p,
-                       const float *in, float *out) {
-  if (e->d.etp == 1) {
-    memcpy(out, in, (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
-    return;
-  }
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
-  moe_comm_allgatherv(e->groups.etp, in, p->rows_recv * e->d.hidden, out,
-                      p->gcount, p->gdispl, MOE_COMM_F32);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+/* ETP: gather rows of every ETP rank ([rows_recv] -> [rows_exp]), or reduce-scatter them back. */
+static void etp_gather(struct moe_eng *e, const struct ep_plan *p, const float *in, float *out)
+{
+    if (e->d.etp == 1) {
+        memcpy(out, in, (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
+        return;
+    }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
+    moe_comm_allgatherv(e->groups.etp, in, p->rows_recv * e->d.hidden, out, p->gcount, p->gdispl,
+                        MOE_COMM_F32);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-static void etp_reduce(struct moe_eng *e, const struct ep_plan *p, float *in,
-                       float *out) {
-  if (e->d.etp == 1) {
-    memcpy(out, in, (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
-    return;
-  }
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
-  moe_comm_reducescatterv(e->groups.etp, in, out, p->gcount, MOE_COMM_F32,
-                          MOE_COMM_SUM);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+static void etp_reduce(struct moe_eng *e, const struct ep_plan *p, float *in, float *out)
+{
+    if (e->d.etp == 1) {
+        memcpy(out, in, (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
+        return;
+    }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
+    moe_comm_reducescatterv(e->groups.etp, in, out, p->gcount, MOE_COMM_F32, MOE_COMM_SUM);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-/* ---- Forward / backward
- * --------------------------------------------------------------------- */
+/* ---- Forward / backward ---------------------------------------------------------------------- */
 
-void moe_eng_moe_fwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                     struct moe_eng_layer_act *a, const float *h, float *out) {
-  const struct moe_eng_dims *d = &e->d;
-  const struct moe_k_ops *k = e->k;
-  int Ms = d->tokens_sp, K = d->topk, C = d->hidden, El = d->experts_l;
-  int fel = d->expert_ffn_l;
-  route(e, w, a, h);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  struct moe_eng_arena *t = &e->temp;
-  float *send = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
-  float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
-  float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-  int rows = 0;
-  for (int i = 0; i < d->experts; i++) {
-    rows += a->tokens_per_expert[i];
-  }
-  k->permute(send, h, a->row_to_slot, rows, K, C, e->kc);
-  exchange_counts(e, a);
-  struct ep_plan p = ep_plan_make(e, a);
-  check_bound(e, p.rows_recv, d->rows_recv, "EP receive");
-  check_bound(e, p.rows_exp, d->rows_exp, "expert");
-  ep_exchange(e, &p, send, recv, true);
-  etp_gather(e, &p, recv, gath);
-  k->sort_chunks(a->xe, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El,
-                 C, e->kc);
-  moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
-  float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-  grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
-  k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
-  grouped_fwd(e, eout, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
-  moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
-  k->unsort_chunks(gath, eout, p.chunk_rows, p.chunk_order, d->etp * d->ep * El,
-                   C, e->kc);
-  etp_reduce(e, &p, gath, recv);
-  ep_exchange(e, &p, recv, a->y_rows, false);
-  k->unpermute(out, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
-  moe_eng_arena_release(t, mark);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-}
-
-/* Router backward: d_topk_w and the router losses into d_logits, then into dh
- * and the weight. */
-static void route_bwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                      struct moe_eng_layer_act *a, const float *h,
-                      const float *d_topk_w, float *dh) {
-  const struct moe_eng_dims *d = &e->d;
-  const struct moe_model_cfg *m = &e->plan.model;
-  int Ms = d->tokens_sp, E = d->experts, K = d->topk, C = d->hidden;
-  enum moe_k_score_fn sf = m->router_score == MOE_ROUTER_SIGMOID
-                               ? MOE_K_SCORE_SIGMOID
-                               : MOE_K_SCORE_SOFTMAX;
-  bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
-  int tot = d->mbs * d->seq;
-  /* Router losses are averaged over the micro-batches of the global batch. */
-  float d_aux = 1.0f / (float)(e->plan.layout.gbs / e->plan.layout.mbs);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  float *d_scores = NULL;
-  if (e->opts.aux_loss_coeff > 0.0f) {
-    d_scores = moe_eng_arena_floats(&e->temp, (size_t)Ms * (size_t)E);
-    e->k->router_aux_loss_bwd(d_scores, a->scores, a->counts_mb, Ms, tot, E, K,
-                              sf, e->opts.aux_loss_coeff, d_aux, e->kc);
-  }
-  float *d_logits = moe_eng_arena_floats(&e->temp, (size_t)Ms * (size_t)E);
-  e->k->router_bwd(d_logits, d_topk_w, d_scores, a->scores, a->topk_idx, Ms, E,
-                   K, sf, norm, e->opts.topk_scaling, e->kc);
-  if (e->opts.z_loss_coeff > 0.0f) {
-    e->k->router_z_loss_bwd(d_logits, a->logits, Ms, tot, E,
-                            e->opts.z_loss_coeff, d_aux, e->kc);
-  }
-  e->k->linear_bwd_data(dh, d_logits, w->router.w, Ms, C, E, true, e->kc);
-  e->k->linear_bwd_weight(w->router.g, NULL, d_logits, h, Ms, C, E, e->kc);
-  moe_eng_arena_release(&e->temp, mark);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-}
-
-void moe_eng_moe_bwd(struct moe_eng *e, const struct moe_eng_layer_w *w,
-                     struct moe_eng_layer_act *a, const float *h,
-                     const float *dout, float *dh) {
-  const struct moe_eng_dims *d = &e->d;
-  const struct moe_k_ops *k = e->k;
-  int Ms = d->tokens_sp, K = d->topk, C = d->hidden, El = d->experts_l;
-  int fel = d->expert_ffn_l;
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  struct moe_eng_arena *t = &e->temp;
-  float *d_topk_w = moe_eng_arena_floats(t, (size_t)Ms * (size_t)K);
-  size_t mark_w = moe_eng_arena_mark(t);
-  struct ep_plan p = ep_plan_make(e, a);
-  float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
-  float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-  float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-  float *rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
-  k->unpermute_bwd(rows, d_topk_w, dout, a->y_rows, a->topk_w, a->slot_to_row,
-                   Ms, K, C, e->kc);
-  ep_exchange(e, &p, rows, recv, true);
-  etp_gather(e, &p, recv, gath);
-  k->sort_chunks(deo, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C,
-                 e->kc);
-  moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
-  if (e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
-      (e->plan.options.recompute_modules & MOE_RC_MOE_ACT)) {
+void moe_eng_moe_fwd(struct moe_eng *e,
+                     const struct moe_eng_layer_w *w,
+                     struct moe_eng_layer_act *a,
+                     const float *h,
+                     float *out)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_k_ops *k = e->k;
+    int Ms = d->tokens_sp, K = d->topk, C = d->hidden, El = d->experts_l;
+    int fel = d->expert_ffn_l;
+    route(e, w, a, h);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_arena *t = &e->temp;
+    float *send = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
+    float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
+    float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+    int rows = 0;
+    for (int i = 0; i < d->experts; i++) {
+        rows += a->tokens_per_expert[i];
+    }
+    k->permute(send, h, a->row_to_slot, rows, K, C, e->kc);
+    exchange_counts(e, a);
+    struct ep_plan p = ep_plan_make(e, a);
+    check_bound(e, p.rows_recv, d->rows_recv, "EP receive");
+    check_bound(e, p.rows_exp, d->rows_exp, "expert");
+    ep_exchange(e, &p, send, recv, true);
+    etp_gather(e, &p, recv, gath);
+    k->sort_chunks(a->xe, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
+    float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
     k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
-  }
-  float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
-  grouped_bwd(e, d_act, w->e_fc2.g, deo, a->e_act, w->e_fc2.w, p.local_counts,
-              fel, C);
-  float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * 2 * (size_t)fel);
-  k->swiglu_bwd(d_fc1, d_act, a->e_fc1, p.rows_exp, fel, e->kc);
-  grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, p.local_counts, C,
-              2 * fel);
-  moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-  k->unsort_chunks(gath, deo, p.chunk_rows, p.chunk_order, d->etp * d->ep * El,
-                   C, e->kc);
-  etp_reduce(e, &p, gath, recv);
-  ep_exchange(e, &p, recv, rows, false);
-  k->permute_bwd(dh, rows, a->slot_to_row, Ms, K, C, true, e->kc);
-  moe_eng_arena_release(t, mark_w);
-  route_bwd(e, w, a, h, d_topk_w, dh);
-  moe_eng_arena_release(t, mark);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
+    k->unsort_chunks(gath, eout, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+    etp_reduce(e, &p, gath, recv);
+    ep_exchange(e, &p, recv, a->y_rows, false);
+    k->unpermute(out, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
+    moe_eng_arena_release(t, mark);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+/* Router backward: d_topk_w and the router losses into d_logits, then into dh and the weight. */
+static void route_bwd(struct moe_eng *e,
+                      const struct moe_eng_layer_w *w,
+                      struct moe_eng_layer_act *a,
+                      const float *h,
+                      const float *d_topk_w,
+                      float *dh)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_model_cfg *m = &e->plan.model;
+    int Ms = d->tokens_sp, E = d->experts, K = d->topk, C = d->hidden;
+    enum moe_k_score_fn sf =
+        m->router_score == MOE_ROUTER_SIGMOID ? MOE_K_SCORE_SIGMOID : MOE_K_SCORE_SOFTMAX;
+    bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
+    int tot = d->mbs * d->seq;
+    /* Router losses are averaged over the micro-batches of the global batch. */
+    float d_aux = 1.0f / (float)(e->plan.layout.gbs / e->plan.layout.mbs);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    float *d_scores = NULL;
+    if (e->opts.aux_loss_coeff > 0.0f) {
+        d_scores = moe_eng_arena_floats(&e->temp, (size_t)Ms * (size_t)E);
+        e->k->router_aux_loss_bwd(d_scores, a->scores, a->counts_mb, Ms, tot, E, K, sf,
+                                  e->opts.aux_loss_coeff, d_aux, e->kc);
+    }
+    float *d_logits = moe_eng_arena_floats(&e->temp, (size_t)Ms * (size_t)E);
+    e->k->router_bwd(d_logits, d_topk_w, d_scores, a->scores, a->topk_idx, Ms, E, K, sf, norm,
+                     e->opts.topk_scaling, e->kc);
+    if (e->opts.z_loss_coeff > 0.0f) {
+        e->k->router_z_loss_bwd(d_logits, a->logits, Ms, tot, E, e->opts.z_loss_coeff, d_aux,
+                                e->kc);
+    }
+    e->k->linear_bwd_data(dh, d_logits, w->router.w, Ms, C, E, true, e->kc);
+    e->k->linear_bwd_weight(w->router.g, NULL, d_logits, h, Ms, C, E, e->kc);
+    moe_eng_arena_release(&e->temp, mark);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+void moe_eng_moe_bwd(struct moe_eng *e,
+                     const struct moe_eng_layer_w *w,
+                     struct moe_eng_layer_act *a,
+                     const float *h,
+                     const float *dout,
+                     float *dh)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_k_ops *k = e->k;
+    int Ms = d->tokens_sp, K = d->topk, C = d->hidden, El = d->experts_l;
+    int fel = d->expert_ffn_l;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_arena *t = &e->temp;
+    float *d_topk_w = moe_eng_arena_floats(t, (size_t)Ms * (size_t)K);
+    size_t mark_w = moe_eng_arena_mark(t);
+    struct ep_plan p = ep_plan_make(e, a);
+    float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
+    float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+    float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+    float *rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
+    k->unpermute_bwd(rows, d_topk_w, dout, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
+    ep_exchange(e, &p, rows, recv, true);
+    etp_gather(e, &p, recv, gath);
+    k->sort_chunks(deo, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
+    if (e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
+        (e->plan.options.recompute_modules & MOE_RC_MOE_ACT)) {
+        k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
+    }
+    float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
+    grouped_bwd(e, d_act, w->e_fc2.g, deo, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
+    float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * 2 * (size_t)fel);
+    k->swiglu_bwd(d_fc1, d_act, a->e_fc1, p.rows_exp, fel, e->kc);
+    grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
+    k->unsort_chunks(gath, deo, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+    etp_reduce(e, &p, gath, recv);
+    ep_exchange(e, &p, recv, rows, false);
+    k->permute_bwd(dh, rows, a->slot_to_row, Ms, K, C, true, e->kc);
+    moe_eng_arena_release(t, mark_w);
+    route_bwd(e, w, a, h, d_topk_w, dh);
+    moe_eng_arena_release(t, mark);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }

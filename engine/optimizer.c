@@ -1,25 +1,21 @@
 /*
- * Gradient reduction and the optimizer step (Megatron-Core's distributed
- * optimizer, ZeRO-1): each bucket's gradients are summed over its reduction
- * group -- DP x CP for dense parameters, EDP for routed experts -- by a
- * reduce-scatter (each rank keeps one shard), or an all-reduce when the
- * optimizer is not distributed. Sequence-parallel replicated parameters (norms,
- * router) are first all-reduced over TP; tied embeddings split across the first
- * and last stage are summed over the embedding group. AdamW updates the fp32
- * master shard, which is copied into the weights and all-gathered back over the
- * group.
+ * Gradient reduction and the optimizer step (Megatron-Core's distributed optimizer, ZeRO-1): each
+ * bucket's gradients are summed over its reduction group -- DP x CP for dense parameters, EDP for
+ * routed experts -- by a reduce-scatter (each rank keeps one shard), or an all-reduce when the
+ * optimizer is not distributed. Sequence-parallel replicated parameters (norms, router) are first
+ * all-reduced over TP; tied embeddings split across the first and last stage are summed over the
+ * embedding group. AdamW updates the fp32 master shard, which is copied into the weights and
+ * all-gathered back over the group.
  *
- * Overlap: with overlap_grad_reduce a bucket's reduction starts (non-blocking)
- * as soon as its last micro-batch's backward is done; with overlap_param_gather
- * the next step's parameter all-gather starts right after the update and each
- * layer waits for its buckets just before first use. The time spent waiting is
- * the exposed dp_comm.
+ * Overlap: with overlap_grad_reduce a bucket's reduction starts (non-blocking) as soon as its last
+ * micro-batch's backward is done; with overlap_param_gather the next step's parameter all-gather
+ * starts right after the update and each layer waits for its buckets just before first use. The
+ * time spent waiting is the exposed dp_comm.
  *
- * Also here: the global gradient norm (each parameter counted once:
- * TP-replicated tensors on tp rank 0, shards by their owners), clipping, the
- * non-finite check that names step, layer and tensor, and the aux-loss-free
- * expert-bias update from the step's global expert counts (DeepSeek-V3, bias +=
- * rate * sign(mean - count)).
+ * Also here: the global gradient norm (each parameter counted once: TP-replicated tensors on tp
+ * rank 0, shards by their owners), clipping, the non-finite check that names step, layer and
+ * tensor, and the aux-loss-free expert-bias update from the step's global expert counts
+ * (DeepSeek-V3, bias += rate * sign(mean - count)).
  */
 #include "engine/internal.h"
 
@@ -27,297 +23,318 @@
 #include <stdio.h>
 #include <string.h>
 
-double moe_eng_lr_at(const struct moe_eng *e, int step) {
-  double lr = e->opts.lr;
-  if (e->opts.warmup_steps > 0 && step < e->opts.warmup_steps) {
-    lr *= (double)step / (double)e->opts.warmup_steps;
-  }
-  return lr;
-}
-
-static bool is_tied_embedding(const struct moe_eng *e,
-                              const struct moe_eng_bucket *bk) {
-  if (e->plan.model.is_untied_embeddings || e->groups.embed == NULL) {
-    return false;
-  }
-  if (bk->is_tied_copy) {
-    return true;
-  }
-  return bk->layer == MOE_ENG_TAG_EMBED;
-}
-
-void moe_eng_grads_zero(struct moe_eng *e) {
-  int m = e->plan.layout.num_microbatches;
-  bool tied_here =
-      e->output.param >= 0 && e->output.param == e->embedding.param;
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    memset(bk->g, 0, bk->padded * sizeof(float));
-    bk->pending = m;
-    if (tied_here && bk->layer == MOE_ENG_TAG_EMBED) {
-      bk->pending =
-          2 * m; /* embedding backward and the output layer both add */
+double moe_eng_lr_at(const struct moe_eng *e, int step)
+{
+    double lr = e->opts.lr;
+    if (e->opts.warmup_steps > 0 && step < e->opts.warmup_steps) {
+        lr *= (double)step / (double)e->opts.warmup_steps;
     }
-  }
+    return lr;
 }
 
-static void start_reduce(struct moe_eng *e, struct moe_eng_bucket *bk,
-                         bool is_async) {
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
-  if (bk->tp_partial && e->d.tp > 1) {
-    moe_comm_allreduce(e->groups.tp, bk->g, bk->g, bk->numel, MOE_COMM_F32,
-                       MOE_COMM_SUM);
-  }
-  if (moe_comm_size(bk->group) > 1) {
-    bool dist = e->plan.options.use_distributed_optimizer;
-    if (dist && is_async) {
-      moe_comm_ireducescatter(bk->group, bk->g, bk->g, bk->shard, MOE_COMM_F32,
-                              MOE_COMM_SUM, &bk->grad_req);
-    } else if (dist) {
-      moe_comm_reducescatter(bk->group, bk->g, bk->g, bk->shard, MOE_COMM_F32,
-                             MOE_COMM_SUM);
-    } else if (is_async) {
-      moe_comm_iallreduce(bk->group, bk->g, bk->g, bk->padded, MOE_COMM_F32,
-                          MOE_COMM_SUM, &bk->grad_req);
-    } else {
-      moe_comm_allreduce(bk->group, bk->g, bk->g, bk->padded, MOE_COMM_F32,
-                         MOE_COMM_SUM);
+static bool is_tied_embedding(const struct moe_eng *e, const struct moe_eng_bucket *bk)
+{
+    if (e->plan.model.is_untied_embeddings || e->groups.embed == NULL) {
+        return false;
     }
-  }
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    if (bk->is_tied_copy) {
+        return true;
+    }
+    return bk->layer == MOE_ENG_TAG_EMBED;
 }
 
-void moe_eng_bucket_ready(struct moe_eng *e, int bucket) {
-  if (e->plan.options.overlap_grad_reduce) {
-    start_reduce(e, &e->buckets[bucket], true);
-  }
+void moe_eng_grads_zero(struct moe_eng *e)
+{
+    int m = e->plan.layout.num_microbatches;
+    bool tied_here = e->output.param >= 0 && e->output.param == e->embedding.param;
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        memset(bk->g, 0, bk->padded * sizeof(float));
+        bk->pending = m;
+        if (tied_here && bk->layer == MOE_ENG_TAG_EMBED) {
+            bk->pending = 2 * m; /* embedding backward and the output layer both add */
+        }
+    }
 }
 
-void moe_eng_layer_grads_done(struct moe_eng *e, int layer_tag) {
-  bool tied_here =
-      e->output.param >= 0 && e->output.param == e->embedding.param;
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    bool hit =
-        bk->layer == layer_tag || (tied_here && layer_tag == MOE_ENG_TAG_HEAD &&
-                                   bk->layer == MOE_ENG_TAG_EMBED);
-    if (hit && --bk->pending == 0) {
-      moe_eng_bucket_ready(e, b);
+static void start_reduce(struct moe_eng *e, struct moe_eng_bucket *bk, bool is_async)
+{
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+    if (bk->tp_partial && e->d.tp > 1) {
+        moe_comm_allreduce(e->groups.tp, bk->g, bk->g, bk->numel, MOE_COMM_F32, MOE_COMM_SUM);
     }
-  }
+    if (moe_comm_size(bk->group) > 1) {
+        bool dist = e->plan.options.use_distributed_optimizer;
+        if (dist && is_async) {
+            moe_comm_ireducescatter(bk->group, bk->g, bk->g, bk->shard, MOE_COMM_F32, MOE_COMM_SUM,
+                                    &bk->grad_req);
+        } else if (dist) {
+            moe_comm_reducescatter(bk->group, bk->g, bk->g, bk->shard, MOE_COMM_F32, MOE_COMM_SUM);
+        } else if (is_async) {
+            moe_comm_iallreduce(bk->group, bk->g, bk->g, bk->padded, MOE_COMM_F32, MOE_COMM_SUM,
+                                &bk->grad_req);
+        } else {
+            moe_comm_allreduce(bk->group, bk->g, bk->g, bk->padded, MOE_COMM_F32, MOE_COMM_SUM);
+        }
+    }
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-void moe_eng_params_wait(struct moe_eng *e, int layer_tag) {
-  if (!e->plan.options.overlap_param_gather) {
-    return;
-  }
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    bool hit =
-        bk->layer == layer_tag || (layer_tag == MOE_ENG_TAG_HEAD &&
-                                   e->output.param == e->embedding.param &&
-                                   bk->layer == MOE_ENG_TAG_EMBED);
-    if (hit && bk->param_req.is_active) {
-      enum moe_phase prev =
-          moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
-      moe_comm_wait(bk->group, &bk->param_req);
-      moe_eng_phase_enter(&e->ctx.timer, prev);
+void moe_eng_bucket_ready(struct moe_eng *e, int bucket)
+{
+    if (e->plan.options.overlap_grad_reduce) {
+        start_reduce(e, &e->buckets[bucket], true);
     }
-  }
 }
 
-/* Wait for (or run) every bucket's reduction, then sum tied embeddings over the
- * stages. */
-static void finish_reductions(struct moe_eng *e) {
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    if (!e->plan.options.overlap_grad_reduce) {
-      start_reduce(e, bk, false);
-    } else if (bk->pending > 0) {
-      /* Never completed by the schedule (cannot happen); reduce now to stay
-       * collective. */
-      start_reduce(e, bk, false);
+void moe_eng_layer_grads_done(struct moe_eng *e, int layer_tag)
+{
+    bool tied_here = e->output.param >= 0 && e->output.param == e->embedding.param;
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        bool hit = bk->layer == layer_tag ||
+                   (tied_here && layer_tag == MOE_ENG_TAG_HEAD && bk->layer == MOE_ENG_TAG_EMBED);
+        if (hit && --bk->pending == 0) {
+            moe_eng_bucket_ready(e, b);
+        }
     }
-    moe_comm_wait(bk->group, &bk->grad_req);
-    if (is_tied_embedding(e, bk)) {
-      moe_comm_allreduce(e->groups.embed, bk->g, bk->g, bk->shard, MOE_COMM_F32,
-                         MOE_COMM_SUM);
+}
+
+void moe_eng_params_wait(struct moe_eng *e, int layer_tag)
+{
+    if (!e->plan.options.overlap_param_gather) {
+        return;
     }
-  }
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        bool hit = bk->layer == layer_tag ||
+                   (layer_tag == MOE_ENG_TAG_HEAD && e->output.param == e->embedding.param &&
+                    bk->layer == MOE_ENG_TAG_EMBED);
+        if (hit && bk->param_req.is_active) {
+            enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+            moe_comm_wait(bk->group, &bk->param_req);
+            moe_eng_phase_enter(&e->ctx.timer, prev);
+        }
+    }
+}
+
+/* Wait for (or run) every bucket's reduction, then sum tied embeddings over the stages. */
+static void finish_reductions(struct moe_eng *e)
+{
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        if (!e->plan.options.overlap_grad_reduce) {
+            start_reduce(e, bk, false);
+        } else if (bk->pending > 0) {
+            /* Never completed by the schedule (cannot happen); reduce now to stay collective. */
+            start_reduce(e, bk, false);
+        }
+        moe_comm_wait(bk->group, &bk->grad_req);
+        if (is_tied_embedding(e, bk)) {
+            moe_comm_allreduce(e->groups.embed, bk->g, bk->g, bk->shard, MOE_COMM_F32,
+                               MOE_COMM_SUM);
+        }
+    }
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
 /* Name of the parameter holding element idx of bucket b's reduced shard. */
 static const struct moe_eng_param *
-param_at(const struct moe_eng *e, const struct moe_eng_bucket *bk, size_t idx) {
-  size_t pos = bk->shard_off + idx;
-  size_t off = 0;
-  for (int i = 0; i < bk->num_params; i++) {
-    const struct moe_eng_param *p = &e->params[bk->first_param + i];
-    if (pos < off + p->numel) {
-      return p;
-    }
-    off += p->numel;
-  }
-  return NULL;
-}
-
-/* Sum of squares of the gradients this rank owns; on a non-finite value fill
- * diag. */
-static double owned_sumsq(struct moe_eng *e, int *nonfinite,
-                          struct moe_diag *diag) {
-  double total = 0.0;
-  bool dist = e->plan.options.use_distributed_optimizer;
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    float ss = 0.0f;
-    e->k->sum_squares(&ss, bk->g, bk->shard, e->kc);
-    if (!isfinite(ss)) {
-      for (size_t i = 0; i < bk->shard; i++) {
-        if (!isfinite(bk->g[i])) {
-          const struct moe_eng_param *p = param_at(e, bk, i);
-          (void)moe_diag_set(
-              diag, MOE_ERR_RUNTIME,
-              "step %d: non-finite gradient (%g) in %s (layer %d, "
-              "element %zu of this rank's shard)",
-              e->step + 1, (double)bk->g[i], p != NULL ? p->name : "?",
-              p != NULL ? p->layer : -1, i);
-          moe_eng_log_rank(&e->ctx.log, "%s",
-                           diag != NULL ? diag->message : "");
-          break;
+param_at(const struct moe_eng *e, const struct moe_eng_bucket *bk, size_t idx)
+{
+    size_t pos = bk->shard_off + idx;
+    size_t off = 0;
+    for (int i = 0; i < bk->num_params; i++) {
+        const struct moe_eng_param *p = &e->params[bk->first_param + i];
+        if (pos < off + p->numel) {
+            return p;
         }
-      }
-      *nonfinite = 1;
-      continue;
+        off += p->numel;
     }
-    if (bk->is_norm_owner && (dist || moe_comm_rank(bk->group) == 0)) {
-      total += (double)ss;
-    }
-  }
-  return total;
+    return NULL;
 }
 
-static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr,
-                         float scale) {
-  size_t off = 0;
-  size_t lo = bk->shard_off;
-  size_t hi = bk->shard_off + bk->shard;
-  for (int i = 0; i < bk->num_params; i++) {
-    const struct moe_eng_param *p = &e->params[bk->first_param + i];
-    size_t a = off > lo ? off : lo;
-    size_t z = off + p->numel < hi ? off + p->numel : hi;
-    if (a < z) {
-      size_t s = a - lo;
-      float wd = p->no_decay ? 0.0f : e->opts.weight_decay;
-      e->k->adamw_step(bk->master + s, bk->m + s, bk->v + s, bk->g + s, z - a,
-                       lr, e->opts.beta1, e->opts.beta2, e->opts.adam_eps, wd,
-                       scale, e->step + 1, e->kc);
+/* Sum of squares of a bucket's reduced shard in double (the float kernel result overflowed). */
+static double sumsq_double(const float *g, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        s += (double)g[i] * (double)g[i];
     }
-    off += p->numel;
-  }
+    return s;
 }
 
-static void gather_params(struct moe_eng *e) {
-  bool dist = e->plan.options.use_distributed_optimizer;
-  bool async = e->plan.options.overlap_param_gather;
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
-  for (int b = 0; b < e->num_buckets; b++) {
-    struct moe_eng_bucket *bk = &e->buckets[b];
-    memcpy(bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
-    if (!dist || moe_comm_size(bk->group) == 1) {
-      continue;
+/* Sum of squares of the gradients this rank owns; the first non-finite value fills diag. */
+static double owned_sumsq(struct moe_eng *e, int *nonfinite, struct moe_diag *diag)
+{
+    double total = 0.0;
+    bool dist = e->plan.options.use_distributed_optimizer;
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        float ss = 0.0f;
+        e->k->sum_squares(&ss, bk->g, bk->shard, e->kc);
+        double sd = (double)ss;
+        if (!isfinite(ss)) {
+            size_t bad = 0;
+            while (bad < bk->shard && isfinite(bk->g[bad])) {
+                bad++;
+            }
+            if (bad == bk->shard) {
+                sd = sumsq_double(bk->g, bk->shard); /* large but finite gradients */
+            } else {
+                const struct moe_eng_param *p = param_at(e, bk, bad);
+                if (*nonfinite == 0) {
+                    (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
+                                       "step %d: non-finite gradient (%g) in %s (layer %d, "
+                                       "element %zu of this rank's shard)",
+                                       e->step + 1, (double)bk->g[bad], p != NULL ? p->name : "?",
+                                       p != NULL ? p->layer : -1, bad);
+                }
+                *nonfinite = 1;
+                continue;
+            }
+        }
+        if (bk->is_norm_owner && (dist || moe_comm_rank(bk->group) == 0)) {
+            total += sd;
+        }
     }
-    float *mine = bk->w + bk->shard_off;
-    if (async) {
-      moe_comm_iallgather(bk->group, mine, bk->w, bk->shard, MOE_COMM_F32,
-                          &bk->param_req);
-    } else {
-      moe_comm_allgather(bk->group, mine, bk->w, bk->shard, MOE_COMM_F32);
-    }
-  }
-  moe_eng_phase_enter(&e->ctx.timer, prev);
+    return total;
 }
 
-/* Expert bias update and expert-load statistics from the step's counts over the
- * stage. */
-static void expert_counts_step(struct moe_eng *e) {
-  const struct moe_eng_dims *d = &e->d;
-  if (d->experts == 0) {
-    return;
-  }
-  int E = d->experts;
-  size_t mark = moe_eng_arena_mark(&e->temp);
-  int *counts = moe_eng_arena_ints(&e->temp, (size_t)E);
-  for (int v = 0; v < e->num_chunks_local; v++) {
-    const struct moe_eng_chunk *ch = &e->chunks[v];
-    for (int i = 0; i < ch->num_layers; i++) {
-      const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
-      if (!w->is_moe) {
-        continue;
-      }
-      const long *sc = e->step_counts + (size_t)w->idx * (size_t)E;
-      for (int x = 0; x < E; x++) {
-        counts[x] = (int)sc[x];
-      }
-      moe_comm_allreduce(e->groups.stage, counts, counts, (size_t)E,
-                         MOE_COMM_I32, MOE_COMM_SUM);
-      if (w->expert_bias != NULL && e->opts.bias_update_rate > 0.0f) {
-        e->k->router_bias_update(w->expert_bias, counts, E,
-                                 e->opts.bias_update_rate, e->kc);
-      }
-      long *acc = e->stats.expert_tokens + (size_t)w->idx * (size_t)E;
-      for (int x = 0; x < E; x++) {
-        acc[x] += counts[x];
-      }
+static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr, float scale)
+{
+    size_t off = 0;
+    size_t lo = bk->shard_off;
+    size_t hi = bk->shard_off + bk->shard;
+    for (int i = 0; i < bk->num_params; i++) {
+        const struct moe_eng_param *p = &e->params[bk->first_param + i];
+        size_t a = off > lo ? off : lo;
+        size_t z = off + p->numel < hi ? off + p->numel : hi;
+        if (a < z) {
+            size_t s = a - lo;
+            float wd = p->no_decay ? 0.0f : e->opts.weight_decay;
+            e->k->adamw_step(bk->master + s, bk->m + s, bk->v + s, bk->g + s, z - a, lr,
+                             e->opts.beta1, e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1,
+                             e->kc);
+        }
+        off += p->numel;
     }
-  }
-  moe_eng_arena_release(&e->temp, mark);
 }
 
-enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm,
-                                       struct moe_diag *diag) {
-  finish_reductions(e);
-  enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
-  int nonfinite = 0;
-  double sums[4] = {owned_sumsq(e, &nonfinite, diag), 0.0, e->loss_sum,
-                    e->aux_sum};
-  sums[1] = (double)nonfinite;
-  if (!isfinite(e->loss_sum) || !isfinite(e->aux_sum)) {
-    sums[1] += 1.0;
-    (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
-                       "step %d: the loss is not finite (%g)", e->step + 1,
-                       e->loss_sum);
-  }
-  moe_comm_allreduce(e->ctx.world, sums, sums, 4, MOE_COMM_F64, MOE_COMM_SUM);
-  e->loss_sum = sums[2];
-  e->aux_sum = sums[3] / (double)(e->plan.layout.gbs / e->plan.layout.mbs);
-  *grad_norm = sqrt(sums[0]);
-  if (sums[1] > 0.0 || !isfinite(sums[0])) {
-    if (diag != NULL && diag->message[0] == '\0') {
-      (void)moe_diag_set(
-          diag, MOE_ERR_RUNTIME,
-          "step %d: a non-finite loss or gradient was found on another rank "
-          "(its message names the tensor); the update was skipped",
-          e->step + 1);
+static void gather_params(struct moe_eng *e)
+{
+    bool dist = e->plan.options.use_distributed_optimizer;
+    bool async = e->plan.options.overlap_param_gather;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        memcpy(bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
+        if (!dist || moe_comm_size(bk->group) == 1) {
+            continue;
+        }
+        float *mine = bk->w + bk->shard_off;
+        if (async) {
+            moe_comm_iallgather(bk->group, mine, bk->w, bk->shard, MOE_COMM_F32, &bk->param_req);
+        } else {
+            moe_comm_allgather(bk->group, mine, bk->w, bk->shard, MOE_COMM_F32);
+        }
     }
     moe_eng_phase_enter(&e->ctx.timer, prev);
-    return MOE_ERR_RUNTIME;
-  }
-  float scale = 1.0f;
-  if (e->opts.clip_grad > 0.0f && *grad_norm > (double)e->opts.clip_grad) {
-    scale = (float)((double)e->opts.clip_grad / (*grad_norm + 1e-6));
-  }
-  float lr = (float)moe_eng_lr_at(e, e->step + 1);
-  for (int b = 0; b < e->num_buckets; b++) {
-    adamw_bucket(e, &e->buckets[b], lr, scale);
-  }
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-  gather_params(e);
-  prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
-  expert_counts_step(e);
-  moe_eng_phase_enter(&e->ctx.timer, prev);
-  return MOE_OK;
 }
 
-void moe_eng_grads_reduce(struct moe_eng *e) { finish_reductions(e); }
+/* Expert bias update and expert-load statistics from the step's counts over the stage. */
+static void expert_counts_step(struct moe_eng *e)
+{
+    const struct moe_eng_dims *d = &e->d;
+    if (d->experts == 0) {
+        return;
+    }
+    int E = d->experts;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    int *counts = moe_eng_arena_ints(&e->temp, (size_t)E);
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
+            if (!w->is_moe) {
+                continue;
+            }
+            const long *sc = e->step_counts + (size_t)w->idx * (size_t)E;
+            for (int x = 0; x < E; x++) {
+                counts[x] = (int)sc[x];
+            }
+            moe_comm_allreduce(e->groups.stage, counts, counts, (size_t)E, MOE_COMM_I32,
+                               MOE_COMM_SUM);
+            if (w->expert_bias != NULL && e->opts.bias_update_rate > 0.0f) {
+                e->k->router_bias_update(w->expert_bias, counts, E, e->opts.bias_update_rate,
+                                         e->kc);
+            }
+            long *acc = e->stats.expert_tokens + (size_t)w->idx * (size_t)E;
+            for (int x = 0; x < E; x++) {
+                acc[x] += counts[x];
+            }
+        }
+    }
+    moe_eng_arena_release(&e->temp, mark);
+}
+
+enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, struct moe_diag *diag)
+{
+    finish_reductions(e);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
+    int nonfinite = 0;
+    double sums[4] = {0.0, 0.0, e->loss_sum, e->aux_sum};
+    if (e->nan_origin[0] != '\0') {
+        /* The forward went non-finite first: name where, not the gradients it spoiled. */
+        nonfinite = 1;
+        (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
+                           "step %d: non-finite values in the forward pass, first in %s (the "
+                           "loss is %g)",
+                           e->step + 1, e->nan_origin, e->loss_sum);
+    } else {
+        sums[0] = owned_sumsq(e, &nonfinite, diag);
+        if (nonfinite == 0 && (!isfinite(e->loss_sum) || !isfinite(e->aux_sum))) {
+            nonfinite = 1;
+            (void)moe_diag_set(diag, MOE_ERR_RUNTIME, "step %d: the loss is not finite (%g)",
+                               e->step + 1, e->loss_sum);
+        }
+    }
+    if (nonfinite != 0) {
+        moe_eng_log_rank(&e->ctx.log, "%s", diag != NULL ? diag->message : "non-finite value");
+    }
+    sums[1] = (double)nonfinite;
+    moe_comm_allreduce(e->ctx.world, sums, sums, 4, MOE_COMM_F64, MOE_COMM_SUM);
+    e->loss_sum = sums[2];
+    e->aux_sum = sums[3] / (double)(e->plan.layout.gbs / e->plan.layout.mbs);
+    *grad_norm = sqrt(sums[0]);
+    if (sums[1] > 0.0 || !isfinite(sums[0])) {
+        if (diag != NULL && diag->message[0] == '\0') {
+            (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
+                               "step %d: a non-finite loss or gradient was found on another rank "
+                               "(its message names the tensor); the update was skipped",
+                               e->step + 1);
+        }
+        moe_eng_phase_enter(&e->ctx.timer, prev);
+        return MOE_ERR_RUNTIME;
+    }
+    float scale = 1.0f;
+    if (e->opts.clip_grad > 0.0f && *grad_norm > (double)e->opts.clip_grad) {
+        scale = (float)((double)e->opts.clip_grad / (*grad_norm + 1e-6));
+    }
+    float lr = (float)moe_eng_lr_at(e, e->step + 1);
+    for (int b = 0; b < e->num_buckets; b++) {
+        adamw_bucket(e, &e->buckets[b], lr, scale);
+    }
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+    gather_params(e);
+    prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
+    expert_counts_step(e);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+    return MOE_OK;
+}
+
+void moe_eng_grads_reduce(struct moe_eng *e)
+{
+    finish_reductions(e);
+}

@@ -1,27 +1,22 @@
 /*
- * run.json ("format": "moefold-run", "version": 1): what the engine measured,
- * under the names `moefold predict --json` uses, so `moefold compare` can put
- * them side by side.
+ * run.json ("format": "moefold-run", "version": 1): what the engine measured, under the names
+ * `moefold predict --json` uses, so `moefold compare` can put them side by side.
  *
  * Definitions:
- * - time_s.<phase>: mean wall time per step (first step excluded as warm-up
- * when the run has more than one) that the critical rank spent in that phase;
- * the phases partition the step, so they sum to step_time_s. The critical rank
- * is the one with the most non-idle time (step time minus pipeline bubble).
- * Communication phases are exposed time: time the rank spent inside the
+ * - time_s.<phase>: mean wall time per step (first step excluded as warm-up when the run has more
+ * than one) that the critical rank spent in that phase; the phases partition the step, so they sum
+ * to step_time_s. The critical rank is the one with the most non-idle time (step time minus
+ * pipeline bubble). Communication phases are exposed time: time the rank spent inside the
  *   collective or waiting for it, not hidden behind compute. ep_comm = dispatch
- * + combine; exposed_comm = dispatch + combine + tp_comm + cp_comm + pp_comm +
- * dp_comm.
- * - bytes_sent: per rank per step, mean over ranks, keyed
- * "<group>.<collective>" (nccl-tests' algorithm factors, engine/comm.h).
- * - tokens_per_expert: per MoE layer, routed token copies per expert per step
- * (before capacity drop), summed over the layer's stage.
- * - memory_gib: the engine's own allocations by category on the rank with the
- * largest total.
+ * + combine; exposed_comm = dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm.
+ * - bytes_sent: per rank per step, mean over ranks, keyed "<group>.<collective>" (nccl-tests'
+ * algorithm factors, engine/comm.h).
+ * - tokens_per_expert: per MoE layer, routed token copies per expert per step (before capacity
+ * drop), summed over the layer's stage.
+ * - memory_gib: the engine's own allocations by category on the rank with the largest total.
  */
-#include "engine/internal.h"
-
 #include "engine/check.h"
+#include "engine/internal.h"
 #include "topologies/json_util.h"
 
 #include <math.h>
@@ -30,255 +25,239 @@
 #define GIB 1073741824.0
 
 /* Per-rank summary gathered to every rank. */
-enum {
-  SUM_STEP = 0,
-  SUM_PHASES = 1,
-  SUM_MEM = SUM_PHASES + MOE_NUM_PHASES,
-  SUM_LEN = SUM_MEM + 7
-};
+enum { SUM_STEP = 0, SUM_PHASES = 1, SUM_MEM = SUM_PHASES + MOE_NUM_PHASES, SUM_LEN = SUM_MEM + 7 };
 
-static void rank_summary(const struct moe_eng *e, double *out) {
-  const struct moe_eng_stats *s = &e->stats;
-  double n = s->num_measured > 0 ? (double)s->num_measured : 1.0;
-  double step = 0.0;
-  for (int p = 0; p < MOE_NUM_PHASES; p++) {
-    out[SUM_PHASES + p] = s->phase_sum[p] / n;
-    step += out[SUM_PHASES + p];
-  }
-  out[SUM_STEP] = step;
-  struct moe_eng_mem_report m;
-  moe_eng_memory(e, &m);
-  out[SUM_MEM + 0] = m.weights;
-  out[SUM_MEM + 1] = m.grads;
-  out[SUM_MEM + 2] = m.optimizer;
-  out[SUM_MEM + 3] = m.activations;
-  out[SUM_MEM + 4] = m.buffers;
-  out[SUM_MEM + 5] = m.host_offload;
-  out[SUM_MEM + 6] = m.peak_rss;
+static void rank_summary(const struct moe_eng *e, double *out)
+{
+    const struct moe_eng_stats *s = &e->stats;
+    double n = s->num_measured > 0 ? (double)s->num_measured : 1.0;
+    double step = 0.0;
+    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+        out[SUM_PHASES + p] = s->phase_sum[p] / n;
+        step += out[SUM_PHASES + p];
+    }
+    out[SUM_STEP] = step;
+    struct moe_eng_mem_report m;
+    moe_eng_memory(e, &m);
+    out[SUM_MEM + 0] = m.weights;
+    out[SUM_MEM + 1] = m.grads;
+    out[SUM_MEM + 2] = m.optimizer;
+    out[SUM_MEM + 3] = m.activations;
+    out[SUM_MEM + 4] = m.buffers;
+    out[SUM_MEM + 5] = m.host_offload;
+    out[SUM_MEM + 6] = m.peak_rss;
 }
 
-static void add_phases(cJSON *o, const double *ph) {
-  cJSON *t = cJSON_AddObjectToObject(o, "time_s");
-  for (int p = 0; p < MOE_NUM_PHASES; p++) {
-    cJSON_AddNumberToObject(t, moe_phase_name((enum moe_phase)p), ph[p]);
-  }
-  double ep = ph[MOE_PHASE_DISPATCH] + ph[MOE_PHASE_COMBINE];
-  cJSON_AddNumberToObject(t, "ep_comm", ep);
-  cJSON_AddNumberToObject(t, "exposed_comm",
-                          ep + ph[MOE_PHASE_TP_COMM] + ph[MOE_PHASE_CP_COMM] +
-                              ph[MOE_PHASE_PP_COMM] + ph[MOE_PHASE_DP_COMM]);
+static void add_phases(cJSON *o, const double *ph)
+{
+    cJSON *t = cJSON_AddObjectToObject(o, "time_s");
+    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+        cJSON_AddNumberToObject(t, moe_phase_name((enum moe_phase)p), ph[p]);
+    }
+    double ep = ph[MOE_PHASE_DISPATCH] + ph[MOE_PHASE_COMBINE];
+    cJSON_AddNumberToObject(t, "ep_comm", ep);
+    cJSON_AddNumberToObject(t, "exposed_comm",
+                            ep + ph[MOE_PHASE_TP_COMM] + ph[MOE_PHASE_CP_COMM] +
+                                ph[MOE_PHASE_PP_COMM] + ph[MOE_PHASE_DP_COMM]);
 }
 
-static void add_memory(cJSON *o, const double *mem) {
-  cJSON *m = cJSON_AddObjectToObject(o, "memory_gib");
-  const char *names[] = {"weights", "grads", "optimizer", "activations",
-                         "buffers"};
-  double total = 0.0;
-  for (int i = 0; i < 5; i++) {
-    cJSON_AddNumberToObject(m, names[i], mem[i] / GIB);
-    total += mem[i];
-  }
-  cJSON_AddNumberToObject(m, "total", total / GIB);
-  cJSON_AddNumberToObject(m, "host_offload", mem[5] / GIB);
+static void add_memory(cJSON *o, const double *mem)
+{
+    cJSON *m = cJSON_AddObjectToObject(o, "memory_gib");
+    const char *names[] = {"weights", "grads", "optimizer", "activations", "buffers"};
+    double total = 0.0;
+    for (int i = 0; i < 5; i++) {
+        cJSON_AddNumberToObject(m, names[i], mem[i] / GIB);
+        total += mem[i];
+    }
+    cJSON_AddNumberToObject(m, "total", total / GIB);
+    cJSON_AddNumberToObject(m, "host_offload", mem[5] / GIB);
 }
 
-/* Every group's bytes, summed over ranks (collective: every rank passes the
- * same group list). */
-static void add_bytes(struct moe_eng *e, cJSON *o) {
-  moe_comm_t *groups[] = {e->groups.tp,    e->groups.cp,   e->groups.dp,
-                          e->groups.dpcp,  e->groups.tpcp, e->groups.pp,
-                          e->groups.ep,    e->groups.etp,  e->groups.edp,
-                          e->groups.stage, e->groups.embed};
-  enum { NG = sizeof(groups) / sizeof(groups[0]) };
-  double v[NG * MOE_NUM_COLLS];
-  for (int g = 0; g < NG; g++) {
-    for (int c = 0; c < MOE_NUM_COLLS; c++) {
-      v[g * MOE_NUM_COLLS + c] =
-          groups[g] != NULL
-              ? moe_comm_bytes_sent(groups[g], (enum moe_comm_coll)c)
-              : 0.0;
+/* Every group's bytes, summed over ranks (collective: every rank passes the same group list). */
+static void add_bytes(struct moe_eng *e, cJSON *o)
+{
+    moe_comm_t *groups[] = {e->groups.tp,   e->groups.cp,    e->groups.dp,   e->groups.dpcp,
+                            e->groups.tpcp, e->groups.pp,    e->groups.ep,   e->groups.etp,
+                            e->groups.edp,  e->groups.stage, e->groups.embed};
+    enum { NG = sizeof(groups) / sizeof(groups[0]) };
+    double v[NG * MOE_NUM_COLLS];
+    for (int g = 0; g < NG; g++) {
+        for (int c = 0; c < MOE_NUM_COLLS; c++) {
+            v[g * MOE_NUM_COLLS + c] =
+                groups[g] != NULL ? moe_comm_bytes_sent(groups[g], (enum moe_comm_coll)c) : 0.0;
+        }
     }
-  }
-  moe_comm_allreduce(e->ctx.world, v, v, NG * MOE_NUM_COLLS, MOE_COMM_F64,
-                     MOE_COMM_SUM);
-  if (o == NULL) {
-    return;
-  }
-  const char *names[NG] = {"tp", "cp",  "dp",  "dpcp",  "tpcp", "pp",
-                           "ep", "etp", "edp", "stage", "embed"};
-  double per = (double)e->ctx.size *
-               (double)(e->stats.num_steps > 0 ? e->stats.num_steps : 1);
-  cJSON *b = cJSON_AddObjectToObject(o, "bytes_sent");
-  for (int g = 0; g < NG; g++) {
-    for (int c = 0; c < MOE_NUM_COLLS; c++) {
-      double x = v[g * MOE_NUM_COLLS + c];
-      if (x > 0.0) {
-        char key[48];
-        (void)snprintf(key, sizeof(key), "%s.%s", names[g],
-                       moe_comm_coll_name((enum moe_comm_coll)c));
-        cJSON_AddNumberToObject(b, key, x / per);
-      }
+    moe_comm_allreduce(e->ctx.world, v, v, NG * MOE_NUM_COLLS, MOE_COMM_F64, MOE_COMM_SUM);
+    if (o == NULL) {
+        return;
     }
-  }
+    const char *names[NG] = {"tp", "cp",  "dp",  "dpcp",  "tpcp", "pp",
+                             "ep", "etp", "edp", "stage", "embed"};
+    double per = (double)e->ctx.size * (double)(e->stats.num_steps > 0 ? e->stats.num_steps : 1);
+    cJSON *b = cJSON_AddObjectToObject(o, "bytes_sent");
+    for (int g = 0; g < NG; g++) {
+        for (int c = 0; c < MOE_NUM_COLLS; c++) {
+            double x = v[g * MOE_NUM_COLLS + c];
+            if (x > 0.0) {
+                char key[48];
+                (void)snprintf(key, sizeof(key), "%s.%s", names[g],
+                               moe_comm_coll_name((enum moe_comm_coll)c));
+                cJSON_AddNumberToObject(b, key, x / per);
+            }
+        }
+    }
 }
 
-/* Expert token table [L, E] assembled on every rank (one contributor per
- * stage). */
-static void add_experts(struct moe_eng *e, cJSON *o) {
-  const struct moe_eng_dims *d = &e->d;
-  if (d->experts == 0) {
-    return;
-  }
-  size_t n = (size_t)d->num_layers * (size_t)d->experts;
-  struct moe_eng_heap *heap = &e->ctx.heap;
-  double *t = moe_eng_heap_alloc(heap, n * sizeof(double));
-  if (t == NULL) {
-    moe_eng_fatal(__FILE__, __LINE__,
-                  "out of memory for the expert token table");
-  }
-  bool contrib = e->groups.local_idx == 0;
-  for (size_t i = 0; i < n; i++) {
-    t[i] = contrib ? (double)e->stats.expert_tokens[i] : 0.0;
-  }
-  moe_comm_allreduce(e->ctx.world, t, t, n, MOE_COMM_F64, MOE_COMM_SUM);
-  if (o != NULL) {
-    double steps = e->stats.num_steps > 0 ? (double)e->stats.num_steps : 1.0;
-    cJSON *arr = cJSON_AddArrayToObject(o, "tokens_per_expert");
-    cJSON *imb = cJSON_AddArrayToObject(o, "expert_load_max_over_mean");
-    for (int l = 0; l < d->num_layers; l++) {
-      if (!(e->plan.model.layer_flags[l] & MOE_LAYER_MOE)) {
-        continue;
-      }
-      cJSON *row = cJSON_CreateArray();
-      double mx = 0.0, sum = 0.0;
-      for (int x = 0; x < d->experts; x++) {
-        double c = t[(size_t)l * (size_t)d->experts + (size_t)x] / steps;
-        cJSON_AddItemToArray(row, cJSON_CreateNumber(c));
-        mx = c > mx ? c : mx;
-        sum += c;
-      }
-      cJSON_AddItemToArray(arr, row);
-      cJSON_AddItemToArray(
-          imb, cJSON_CreateNumber(sum > 0.0 ? mx * d->experts / sum : 0.0));
+/* Expert token table [L, E] assembled on every rank (one contributor per stage). */
+static void add_experts(struct moe_eng *e, cJSON *o)
+{
+    const struct moe_eng_dims *d = &e->d;
+    if (d->experts == 0) {
+        return;
     }
-  }
-  moe_eng_heap_free(heap, t, n * sizeof(double));
+    size_t n = (size_t)d->num_layers * (size_t)d->experts;
+    struct moe_eng_heap *heap = &e->ctx.heap;
+    double *t = moe_eng_heap_alloc(heap, n * sizeof(double));
+    if (t == NULL) {
+        moe_eng_fatal(__FILE__, __LINE__, "out of memory for the expert token table");
+    }
+    bool contrib = e->groups.local_idx == 0;
+    for (size_t i = 0; i < n; i++) {
+        t[i] = contrib ? (double)e->stats.expert_tokens[i] : 0.0;
+    }
+    moe_comm_allreduce(e->ctx.world, t, t, n, MOE_COMM_F64, MOE_COMM_SUM);
+    if (o != NULL) {
+        double steps = e->stats.num_steps > 0 ? (double)e->stats.num_steps : 1.0;
+        cJSON *arr = cJSON_AddArrayToObject(o, "tokens_per_expert");
+        cJSON *imb = cJSON_AddArrayToObject(o, "expert_load_max_over_mean");
+        for (int l = 0; l < d->num_layers; l++) {
+            if (!(e->plan.model.layer_flags[l] & MOE_LAYER_MOE)) {
+                continue;
+            }
+            cJSON *row = cJSON_CreateArray();
+            double mx = 0.0, sum = 0.0;
+            for (int x = 0; x < d->experts; x++) {
+                double c = t[(size_t)l * (size_t)d->experts + (size_t)x] / steps;
+                cJSON_AddItemToArray(row, cJSON_CreateNumber(c));
+                mx = c > mx ? c : mx;
+                sum += c;
+            }
+            cJSON_AddItemToArray(arr, row);
+            cJSON_AddItemToArray(imb, cJSON_CreateNumber(sum > 0.0 ? mx * d->experts / sum : 0.0));
+        }
+    }
+    moe_eng_heap_free(heap, t, n * sizeof(double));
 }
 
-static void add_layout(const struct moe_eng *e, cJSON *o) {
-  const struct moe_layout *l = &e->plan.layout;
-  cJSON *j = cJSON_AddObjectToObject(o, "layout");
-  cJSON_AddNumberToObject(j, "tp", l->tp);
-  cJSON_AddNumberToObject(j, "cp", l->cp);
-  cJSON_AddNumberToObject(j, "dp", l->dp);
-  cJSON_AddNumberToObject(j, "pp", l->pp);
-  cJSON_AddNumberToObject(j, "vpp", l->vpp);
-  cJSON_AddNumberToObject(j, "ep", l->ep);
-  cJSON_AddNumberToObject(j, "etp", l->etp);
-  cJSON_AddNumberToObject(j, "edp", l->edp);
-  cJSON_AddNumberToObject(j, "mbs", l->mbs);
-  cJSON_AddNumberToObject(j, "gbs", l->gbs);
-  cJSON_AddNumberToObject(j, "num_microbatches", l->num_microbatches);
-  cJSON_AddNumberToObject(j, "seq_length", l->seq_length);
+static void add_layout(const struct moe_eng *e, cJSON *o)
+{
+    const struct moe_layout *l = &e->plan.layout;
+    cJSON *j = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(j, "tp", l->tp);
+    cJSON_AddNumberToObject(j, "cp", l->cp);
+    cJSON_AddNumberToObject(j, "dp", l->dp);
+    cJSON_AddNumberToObject(j, "pp", l->pp);
+    cJSON_AddNumberToObject(j, "vpp", l->vpp);
+    cJSON_AddNumberToObject(j, "ep", l->ep);
+    cJSON_AddNumberToObject(j, "etp", l->etp);
+    cJSON_AddNumberToObject(j, "edp", l->edp);
+    cJSON_AddNumberToObject(j, "mbs", l->mbs);
+    cJSON_AddNumberToObject(j, "gbs", l->gbs);
+    cJSON_AddNumberToObject(j, "num_microbatches", l->num_microbatches);
+    cJSON_AddNumberToObject(j, "seq_length", l->seq_length);
 }
 
-enum moe_status moe_eng_write_run(moe_eng_t *e, const char *path,
-                                  const char *plan_json,
-                                  struct moe_diag *diag) {
-  int n = e->ctx.size;
-  /* Reporting happens after training, outside any step: heap memory is fine
-   * here. */
-  double *all = moe_eng_heap_alloc(
-      &e->ctx.heap, (size_t)SUM_LEN * (size_t)(n + 1) * sizeof(double));
-  if (all == NULL) {
-    return moe_diag_set(diag, MOE_ERR_NOMEM,
-                        "out of memory for the run report");
-  }
-  double *mine = all + (size_t)SUM_LEN * (size_t)n;
-  rank_summary(e, mine);
-  moe_comm_allgather(e->ctx.world, mine, all, SUM_LEN, MOE_COMM_F64);
-  int crit = 0;
-  int mem_rank = 0;
-  double best = -1.0, best_mem = -1.0;
-  for (int r = 0; r < n; r++) {
-    const double *s = all + (size_t)r * SUM_LEN;
-    double busy = s[SUM_STEP] - s[SUM_PHASES + MOE_PHASE_PP_BUBBLE];
-    if (busy > best) {
-      best = busy;
-      crit = r;
+enum moe_status
+moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct moe_diag *diag)
+{
+    int n = e->ctx.size;
+    /* Reporting happens after training, outside any step: heap memory is fine here. */
+    double *all =
+        moe_eng_heap_alloc(&e->ctx.heap, (size_t)SUM_LEN * (size_t)(n + 1) * sizeof(double));
+    if (all == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the run report");
     }
-    double tot = s[SUM_MEM] + s[SUM_MEM + 1] + s[SUM_MEM + 2] + s[SUM_MEM + 3] +
-                 s[SUM_MEM + 4];
-    if (tot > best_mem) {
-      best_mem = tot;
-      mem_rank = r;
+    double *mine = all + (size_t)SUM_LEN * (size_t)n;
+    rank_summary(e, mine);
+    moe_comm_allgather(e->ctx.world, mine, all, SUM_LEN, MOE_COMM_F64);
+    int crit = 0;
+    int mem_rank = 0;
+    double best = -1.0, best_mem = -1.0;
+    for (int r = 0; r < n; r++) {
+        const double *s = all + (size_t)r * SUM_LEN;
+        double busy = s[SUM_STEP] - s[SUM_PHASES + MOE_PHASE_PP_BUBBLE];
+        if (busy > best) {
+            best = busy;
+            crit = r;
+        }
+        double tot = s[SUM_MEM] + s[SUM_MEM + 1] + s[SUM_MEM + 2] + s[SUM_MEM + 3] + s[SUM_MEM + 4];
+        if (tot > best_mem) {
+            best_mem = tot;
+            mem_rank = r;
+        }
     }
-  }
-  double peak_rss = 0.0;
-  for (int r = 0; r < n; r++) {
-    peak_rss = fmax(peak_rss, all[(size_t)r * SUM_LEN + SUM_MEM + 6]);
-  }
-  cJSON *o = e->ctx.rank == 0 ? cJSON_CreateObject() : NULL;
-  const double *cs = all + (size_t)crit * SUM_LEN;
-  if (o != NULL) {
-    cJSON_AddStringToObject(o, "format", "moefold-run");
-    cJSON_AddNumberToObject(o, "version", 1);
-    cJSON_AddStringToObject(o, "model", e->plan.model.name);
-    cJSON_AddStringToObject(o, "cluster", e->plan.cluster);
-    cJSON_AddStringToObject(o, "backend", "cpu+mpi");
-    cJSON_AddNumberToObject(o, "num_ranks", n);
-    add_layout(e, o);
-    cJSON_AddNumberToObject(o, "steps", e->stats.num_steps);
-    cJSON_AddNumberToObject(o, "measured_steps", e->stats.num_measured);
-    double tokens = (double)e->plan.layout.gbs * (double)e->d.seq;
-    cJSON_AddNumberToObject(o, "tokens_per_step", tokens);
-    cJSON_AddNumberToObject(o, "step_time_s", cs[SUM_STEP]);
-    cJSON_AddNumberToObject(o, "tokens_per_s",
-                            cs[SUM_STEP] > 0 ? tokens / cs[SUM_STEP] : 0.0);
-    cJSON_AddNumberToObject(o, "tokens_per_s_per_rank",
-                            cs[SUM_STEP] > 0 ? tokens / cs[SUM_STEP] / n : 0.0);
-    cJSON_AddNumberToObject(o, "critical_rank", crit);
-    add_phases(o, cs + SUM_PHASES);
-    cJSON *steps = cJSON_AddArrayToObject(o, "per_step");
-    int ns = e->stats.num_steps < e->stats.cap_steps ? e->stats.num_steps
-                                                     : e->stats.cap_steps;
-    for (int i = 0; i < ns; i++) {
-      cJSON *s = cJSON_CreateObject();
-      cJSON_AddNumberToObject(s, "step", e->step - e->stats.num_steps + i + 1);
-      cJSON_AddNumberToObject(s, "loss", e->stats.loss[i]);
-      cJSON_AddNumberToObject(s, "step_time_s", e->stats.step_s[i]);
-      cJSON_AddItemToArray(steps, s);
+    double peak_rss = 0.0;
+    for (int r = 0; r < n; r++) {
+        peak_rss = fmax(peak_rss, all[(size_t)r * SUM_LEN + SUM_MEM + 6]);
     }
-    add_memory(o, all + (size_t)mem_rank * SUM_LEN + SUM_MEM);
-    cJSON_AddNumberToObject(o, "memory_rank", mem_rank);
-    cJSON_AddNumberToObject(o, "peak_rss_gib", peak_rss / GIB);
-    cJSON_AddNumberToObject(o, "offload_copy_s", e->stats.offload_s);
-    double slots = (double)e->plan.layout.gbs * e->d.seq * e->d.topk *
-                   (double)moe_cfg_num_moe_layers(&e->plan.model) *
-                   (double)(e->stats.num_steps > 0 ? e->stats.num_steps : 1);
-    cJSON_AddNumberToObject(o, "dropped_token_fraction",
-                            slots > 0 ? e->stats.bytes_dropped / slots : 0.0);
-  }
-  add_bytes(e, o);
-  add_experts(e, o);
-  enum moe_status st = MOE_OK;
-  if (o != NULL) {
-    if (plan_json != NULL) {
-      cJSON *p = cJSON_Parse(plan_json);
-      if (p != NULL) {
-        cJSON_AddItemToObject(o, "plan", p);
-      }
+    cJSON *o = e->ctx.rank == 0 ? cJSON_CreateObject() : NULL;
+    const double *cs = all + (size_t)crit * SUM_LEN;
+    if (o != NULL) {
+        cJSON_AddStringToObject(o, "format", "moefold-run");
+        cJSON_AddNumberToObject(o, "version", 1);
+        cJSON_AddStringToObject(o, "model", e->plan.model.name);
+        cJSON_AddStringToObject(o, "cluster", e->plan.cluster);
+        cJSON_AddStringToObject(o, "backend", "cpu+mpi");
+        cJSON_AddNumberToObject(o, "num_ranks", n);
+        add_layout(e, o);
+        cJSON_AddNumberToObject(o, "steps", e->stats.num_steps);
+        cJSON_AddNumberToObject(o, "measured_steps", e->stats.num_measured);
+        double tokens = (double)e->plan.layout.gbs * (double)e->d.seq;
+        cJSON_AddNumberToObject(o, "tokens_per_step", tokens);
+        cJSON_AddNumberToObject(o, "step_time_s", cs[SUM_STEP]);
+        cJSON_AddNumberToObject(o, "tokens_per_s", cs[SUM_STEP] > 0 ? tokens / cs[SUM_STEP] : 0.0);
+        cJSON_AddNumberToObject(o, "tokens_per_s_per_rank",
+                                cs[SUM_STEP] > 0 ? tokens / cs[SUM_STEP] / n : 0.0);
+        cJSON_AddNumberToObject(o, "critical_rank", crit);
+        add_phases(o, cs + SUM_PHASES);
+        cJSON *steps = cJSON_AddArrayToObject(o, "per_step");
+        int ns = e->stats.num_steps < e->stats.cap_steps ? e->stats.num_steps : e->stats.cap_steps;
+        for (int i = 0; i < ns; i++) {
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddNumberToObject(s, "step", e->step - e->stats.num_steps + i + 1);
+            cJSON_AddNumberToObject(s, "loss", e->stats.loss[i]);
+            cJSON_AddNumberToObject(s, "step_time_s", e->stats.step_s[i]);
+            cJSON_AddItemToArray(steps, s);
+        }
+        add_memory(o, all + (size_t)mem_rank * SUM_LEN + SUM_MEM);
+        cJSON_AddNumberToObject(o, "memory_rank", mem_rank);
+        cJSON_AddNumberToObject(o, "peak_rss_gib", peak_rss / GIB);
+        cJSON_AddNumberToObject(o, "offload_copy_s", e->stats.offload_s);
+        double slots = (double)e->plan.layout.gbs * e->d.seq * e->d.topk *
+                       (double)moe_cfg_num_moe_layers(&e->plan.model) *
+                       (double)(e->stats.num_steps > 0 ? e->stats.num_steps : 1);
+        cJSON_AddNumberToObject(o, "dropped_token_fraction",
+                                slots > 0 ? e->stats.bytes_dropped / slots : 0.0);
     }
-    st = moe_json_write_file(path, o, diag);
-    cJSON_Delete(o);
-  }
-  moe_eng_heap_free(&e->ctx.heap, all,
-                    (size_t)SUM_LEN * (size_t)(n + 1) * sizeof(double));
-  int v = -(int)st;
-  moe_comm_bcast(e->ctx.world, &v, 1, MOE_COMM_I32, 0);
-  if (v != 0 && st == MOE_OK) {
-    (void)moe_diag_set(diag, (enum moe_status)(-v), "rank 0 could not write %s",
-                       path);
-  }
-  return (enum moe_status)(-v);
+    add_bytes(e, o);
+    add_experts(e, o);
+    enum moe_status st = MOE_OK;
+    if (o != NULL) {
+        if (plan_json != NULL) {
+            cJSON *p = cJSON_Parse(plan_json);
+            if (p != NULL) {
+                cJSON_AddItemToObject(o, "plan", p);
+            }
+        }
+        st = moe_json_write_file(path, o, diag);
+        cJSON_Delete(o);
+    }
+    moe_eng_heap_free(&e->ctx.heap, all, (size_t)SUM_LEN * (size_t)(n + 1) * sizeof(double));
+    int v = -(int)st;
+    moe_comm_bcast(e->ctx.world, &v, 1, MOE_COMM_I32, 0);
+    if (v != 0 && st == MOE_OK) {
+        (void)moe_diag_set(diag, (enum moe_status)(-v), "rank 0 could not write %s", path);
+    }
+    return (enum moe_status)(-v);
 }

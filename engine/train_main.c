@@ -1,17 +1,15 @@
 /*
- * moefold-train: train the model of a plan under exactly its layout, across the
- * MPI ranks it is started on (also as a single process), and write what it
- * measured to run.json.
+ * moefold-train: train the model of a plan under exactly its layout, across the MPI ranks it is
+ * started on (also as a single process), and write what it measured to run.json.
  *
  *   mpirun -np N moefold-train --plan plan.json [--steps K] [--data FILE |
  * --synthetic]
  *          [--out run.json] [--save DIR] [--load DIR] [--ranks-per-node R]
- * [--seed S] [--verbose] mpirun -np N moefold-train --model tiny-moe [options]
- * -- <Megatron-LM flags>
+ * [--seed S] [--verbose] mpirun -np N moefold-train --model tiny-moe [options] -- <Megatron-LM
+ * flags>
  *
- * Exit status: 0 on success, 1 when the run fails (bad plan for this world
- * size, missing data, non-finite loss, I/O), 2 on a bad command line. Only rank
- * 0 prints unless --verbose.
+ * Exit status: 0 on success, 1 when the run fails (bad plan for this world size, missing data,
+ * non-finite loss, I/O), 2 on a bad command line. Only rank 0 prints unless --verbose.
  */
 #include "engine/comm_mpi.h"
 #include "engine/engine.h"
@@ -30,426 +28,424 @@
 #define MOEFOLD_TRAIN_VERSION "moefold-train 1.0"
 
 struct args {
-  const char *plan_path;
-  const char *model;
-  const char *out;
-  int megatron_argc;
-  char **megatron_argv;
-  struct moe_eng_run_opts run;
-  bool is_help;
-  bool is_version;
+    const char *plan_path;
+    const char *model;
+    const char *out;
+    int megatron_argc;
+    char **megatron_argv;
+    struct moe_eng_run_opts run;
+    bool is_help;
+    bool is_version;
 };
 
-static void usage(FILE *f) {
-  fprintf(
-      f, "usage: mpirun -np N moefold-train --plan plan.json [options]\n"
-         "       mpirun -np N moefold-train --model NAME|model.json [options] "
-         "-- <Megatron "
-         "flags>\n"
-         "\n"
-         "  --plan FILE           plan written by `moefold plan` (model, "
-         "layout, options)\n"
-         "  --model NAME|FILE     preset (tiny-moe, tiny-dsv3, ...) or model "
-         "file; the layout\n"
-         "                        and options come from Megatron-LM flags "
-         "after `--`\n"
-         "  --steps K             training steps (default 10)\n"
-         "  --data FILE|DIR       byte-level text to train on (default: the "
-         "files under\n"
-         "                        /usr/share/common-licenses)\n"
-         "  --synthetic           seeded synthetic corpus instead of text\n"
-         "  --out FILE            measurements (default run.json; '-' = none)\n"
-         "  --save DIR            write a checkpoint at the end (and every "
-         "--save-every steps)\n"
-         "  --save-every N        steps between checkpoints (default 0: end "
-         "only)\n"
-         "  --load DIR            resume from DIR's latest checkpoint\n"
-         "  --ranks-per-node R    treat blocks of R ranks as nodes (default: "
-         "ranks sharing\n"
-         "                        memory form a node)\n"
-         "  --seed S              weights, data order and synthetic corpus "
-         "(default 1234)\n"
-         "  --lr X                peak learning rate (default 3e-3); --warmup "
-         "N steps (0)\n"
-         "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
-         "  --clip-grad X         global gradient-norm clip (default 1.0; 0 = "
-         "off)\n"
-         "  --aux-loss-coeff X    switch load-balancing loss (default 1e-2)\n"
-         "  --z-loss-coeff X      router z-loss (default 0)\n"
-         "  --bias-update-rate X  expert-bias update rate (default 1e-3)\n"
-         "  --topk-scaling X      routed scaling factor on top-k weights "
-         "(default 1)\n"
-         "  --emulate-precision   quantise->dequantise GEMM inputs per the "
-         "plan's recipe\n"
-         "                        (default: plain fp32)\n"
-         "  --moe-buffer-factor F expert rows buffer = F x mean load (default "
-         "0: worst case)\n"
-         "  --verbose             details, and every rank may print\n"
-         "  --version, --help\n");
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mpirun -np N moefold-train --plan plan.json [options]\n"
+               "       mpirun -np N moefold-train --model NAME|model.json [options] "
+               "-- <Megatron "
+               "flags>\n"
+               "\n"
+               "  --plan FILE           plan written by `moefold plan` (model, "
+               "layout, options)\n"
+               "  --model NAME|FILE     preset (tiny-moe, tiny-dsv3, ...) or model "
+               "file; the layout\n"
+               "                        and options come from Megatron-LM flags "
+               "after `--`\n"
+               "  --steps K             training steps (default 10)\n"
+               "  --data FILE|DIR       byte-level text to train on (default: the "
+               "files under\n"
+               "                        /usr/share/common-licenses)\n"
+               "  --synthetic           seeded synthetic corpus instead of text\n"
+               "  --out FILE            measurements (default run.json; '-' = none)\n"
+               "  --save DIR            write a checkpoint at the end (and every "
+               "--save-every steps)\n"
+               "  --save-every N        steps between checkpoints (default 0: end "
+               "only)\n"
+               "  --load DIR            resume from DIR's latest checkpoint\n"
+               "  --ranks-per-node R    treat blocks of R ranks as nodes (default: "
+               "ranks sharing\n"
+               "                        memory form a node)\n"
+               "  --seed S              weights, data order and synthetic corpus "
+               "(default 1234)\n"
+               "  --lr X                peak learning rate (default 3e-3); --warmup "
+               "N steps (0)\n"
+               "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
+               "  --clip-grad X         global gradient-norm clip (default 1.0; 0 = "
+               "off)\n"
+               "  --aux-loss-coeff X    switch load-balancing loss (default 1e-2)\n"
+               "  --z-loss-coeff X      router z-loss (default 0)\n"
+               "  --bias-update-rate X  expert-bias update rate (default 1e-3)\n"
+               "  --topk-scaling X      routed scaling factor on top-k weights "
+               "(default 1)\n"
+               "  --emulate-precision   quantise->dequantise GEMM inputs per the "
+               "plan's recipe\n"
+               "                        (default: plain fp32)\n"
+               "  --moe-buffer-factor F expert rows buffer = F x mean load (default "
+               "0: worst case)\n"
+               "  --verbose             details, and every rank may print\n"
+               "  --version, --help\n");
 }
 
-static int parse_double(const char *s, double lo, double hi, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi)) {
-    return -1;
-  }
-  *out = v;
-  return 0;
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi)) {
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-    return -1;
-  }
-  *out = v;
-  return 0;
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 enum {
-  OPT_SAVE_EVERY = 1000,
-  OPT_RPN,
-  OPT_LR,
-  OPT_WARMUP,
-  OPT_WD,
-  OPT_CLIP,
-  OPT_AUX,
-  OPT_ZLOSS,
-  OPT_BIAS,
-  OPT_TOPK,
-  OPT_EMULATE,
-  OPT_BUFFER,
-  OPT_SYNTH,
+    OPT_SAVE_EVERY = 1000,
+    OPT_RPN,
+    OPT_LR,
+    OPT_WARMUP,
+    OPT_WD,
+    OPT_CLIP,
+    OPT_AUX,
+    OPT_ZLOSS,
+    OPT_BIAS,
+    OPT_TOPK,
+    OPT_EMULATE,
+    OPT_BUFFER,
+    OPT_SYNTH,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
-static int num_opt(const char *name, const char *val, double lo, double hi,
-                   double *out, bool is_root) {
-  if (parse_double(val, lo, hi, out) != 0) {
-    if (is_root) {
-      fprintf(stderr, "moefold-train: --%s %s: expected a number in [%g, %g]\n",
-              name, val, lo, hi);
+static int
+num_opt(const char *name, const char *val, double lo, double hi, double *out, bool is_root)
+{
+    if (parse_double(val, lo, hi, out) != 0) {
+        if (is_root) {
+            fprintf(stderr, "moefold-train: --%s %s: expected a number in [%g, %g]\n", name, val,
+                    lo, hi);
+        }
+        return 2;
     }
-    return 2;
-  }
-  return 0;
-}
-
-static int int_opt(const char *name, const char *val, long lo, long hi,
-                   long *out, bool is_root) {
-  if (parse_long(val, lo, hi, out) != 0) {
-    if (is_root) {
-      fprintf(stderr,
-              "moefold-train: --%s %s: expected an integer in [%ld, %ld]\n",
-              name, val, lo, hi);
-    }
-    return 2;
-  }
-  return 0;
-}
-
-static int parse_args(int argc, char **argv, struct args *a, bool is_root) {
-  static const struct option longs[] = {
-      {"plan", required_argument, NULL, 'p'},
-      {"model", required_argument, NULL, 'm'},
-      {"steps", required_argument, NULL, 'n'},
-      {"data", required_argument, NULL, 'd'},
-      {"synthetic", no_argument, NULL, OPT_SYNTH},
-      {"out", required_argument, NULL, 'o'},
-      {"save", required_argument, NULL, 's'},
-      {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
-      {"load", required_argument, NULL, 'l'},
-      {"ranks-per-node", required_argument, NULL, OPT_RPN},
-      {"seed", required_argument, NULL, 'S'},
-      {"lr", required_argument, NULL, OPT_LR},
-      {"warmup", required_argument, NULL, OPT_WARMUP},
-      {"weight-decay", required_argument, NULL, OPT_WD},
-      {"clip-grad", required_argument, NULL, OPT_CLIP},
-      {"aux-loss-coeff", required_argument, NULL, OPT_AUX},
-      {"z-loss-coeff", required_argument, NULL, OPT_ZLOSS},
-      {"bias-update-rate", required_argument, NULL, OPT_BIAS},
-      {"topk-scaling", required_argument, NULL, OPT_TOPK},
-      {"emulate-precision", no_argument, NULL, OPT_EMULATE},
-      {"moe-buffer-factor", required_argument, NULL, OPT_BUFFER},
-      {"verbose", no_argument, NULL, 'v'},
-      {"version", no_argument, NULL, 'V'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  moe_eng_run_opts_init(&a->run);
-  a->out = "run.json";
-  opterr = is_root ? 1 : 0;
-  int c;
-  int rc = 0;
-  double x = 0.0;
-  long n = 0;
-  while (rc == 0 && (c = getopt_long(argc, argv, "p:m:n:d:o:s:l:S:vVh", longs,
-                                     NULL)) != -1) {
-    switch (c) {
-    case 'p':
-      a->plan_path = optarg;
-      break;
-    case 'm':
-      a->model = optarg;
-      break;
-    case 'n':
-      rc = int_opt("steps", optarg, 1, 100000000, &n, is_root);
-      a->run.num_steps = (int)n;
-      break;
-    case 'd':
-      a->run.data_path = optarg;
-      a->run.data_kind = MOE_ENG_DATA_TEXT;
-      break;
-    case OPT_SYNTH:
-      a->run.data_kind = MOE_ENG_DATA_SYNTHETIC;
-      break;
-    case 'o':
-      a->out = strcmp(optarg, "-") == 0 ? NULL : optarg;
-      break;
-    case 's':
-      a->run.save_dir = optarg;
-      break;
-    case OPT_SAVE_EVERY:
-      rc = int_opt("save-every", optarg, 0, 100000000, &n, is_root);
-      a->run.save_every = (int)n;
-      break;
-    case 'l':
-      a->run.load_dir = optarg;
-      break;
-    case OPT_RPN:
-      rc = int_opt("ranks-per-node", optarg, 1, 1000000, &n, is_root);
-      a->run.ranks_per_node = (int)n;
-      break;
-    case 'S':
-      rc = int_opt("seed", optarg, 0, 0x7fffffffffffffffL, &n, is_root);
-      a->run.seed = (uint64_t)n;
-      break;
-    case OPT_LR:
-      rc = num_opt("lr", optarg, 0.0, 10.0, &x, is_root);
-      a->run.lr = (float)x;
-      break;
-    case OPT_WARMUP:
-      rc = int_opt("warmup", optarg, 0, 100000000, &n, is_root);
-      a->run.warmup_steps = (int)n;
-      break;
-    case OPT_WD:
-      rc = num_opt("weight-decay", optarg, 0.0, 10.0, &x, is_root);
-      a->run.weight_decay = (float)x;
-      break;
-    case OPT_CLIP:
-      rc = num_opt("clip-grad", optarg, 0.0, 1e9, &x, is_root);
-      a->run.clip_grad = (float)x;
-      break;
-    case OPT_AUX:
-      rc = num_opt("aux-loss-coeff", optarg, 0.0, 1e3, &x, is_root);
-      a->run.aux_loss_coeff = (float)x;
-      break;
-    case OPT_ZLOSS:
-      rc = num_opt("z-loss-coeff", optarg, 0.0, 1e3, &x, is_root);
-      a->run.z_loss_coeff = (float)x;
-      break;
-    case OPT_BIAS:
-      rc = num_opt("bias-update-rate", optarg, 0.0, 1e3, &x, is_root);
-      a->run.bias_update_rate = (float)x;
-      break;
-    case OPT_TOPK:
-      rc = num_opt("topk-scaling", optarg, 1e-6, 1e6, &x, is_root);
-      a->run.topk_scaling = (float)x;
-      break;
-    case OPT_EMULATE:
-      a->run.emulate_precision = true;
-      break;
-    case OPT_BUFFER:
-      rc = num_opt("moe-buffer-factor", optarg, 0.0, 1e6, &x, is_root);
-      a->run.moe_buffer_factor = x;
-      break;
-    case 'v':
-      a->run.verbosity = 1;
-      break;
-    case 'V':
-      a->is_version = true;
-      break;
-    case 'h':
-      a->is_help = true;
-      break;
-    default:
-      rc = 2;
-      break;
-    }
-  }
-  if (rc != 0) {
-    return rc;
-  }
-  if (optind < argc && strcmp(argv[optind - 1], "--") != 0) {
-    if (is_root) {
-      fprintf(
-          stderr,
-          "moefold-train: unexpected argument '%s' (Megatron-LM flags go after "
-          "`--`)\n",
-          argv[optind]);
-    }
-    return 2;
-  }
-  a->megatron_argc = argc - optind;
-  a->megatron_argv = argv + optind;
-  if (a->is_help || a->is_version) {
     return 0;
-  }
-  if ((a->plan_path == NULL) == (a->model == NULL)) {
-    if (is_root) {
-      fprintf(stderr,
-              "moefold-train: give exactly one of --plan FILE or --model NAME "
-              "(--help for usage)\n");
-    }
-    return 2;
-  }
-  if (a->plan_path != NULL && a->megatron_argc > 0) {
-    if (is_root) {
-      fprintf(
-          stderr,
-          "moefold-train: Megatron flags after `--` need --model, not --plan "
-          "(the plan fixes the layout)\n");
-    }
-    return 2;
-  }
-  return 0;
 }
 
-/* The plan from --model NAME|FILE plus Megatron flags (layout resolved later by
- * the engine). */
-static enum moe_status plan_from_flags(const struct args *a,
-                                       struct moe_plan *plan,
-                                       struct moe_diag *diag) {
-  moe_plan_init(plan);
-  enum moe_status st = moe_cfg_preset(a->model, &plan->model, diag);
-  if (st == MOE_ERR_NOT_FOUND) {
-    FILE *f = fopen(a->model, "r");
-    if (f == NULL) {
-      return st; /* diag lists the presets */
+static int int_opt(const char *name, const char *val, long lo, long hi, long *out, bool is_root)
+{
+    if (parse_long(val, lo, hi, out) != 0) {
+        if (is_root) {
+            fprintf(stderr, "moefold-train: --%s %s: expected an integer in [%ld, %ld]\n", name,
+                    val, lo, hi);
+        }
+        return 2;
     }
-    (void)fclose(f);
-    memset(diag, 0, sizeof(*diag));
-    st = moe_model_file_read(a->model, &plan->model, diag);
-  }
-  MOE_TRY(st);
-  plan->layout.seq_length = plan->model.seq_length;
-  struct moe_megatron_result res;
-  return moe_megatron_parse_args(
-      a->megatron_argc, (const char *const *)a->megatron_argv, &plan->model,
-      &plan->layout, &plan->options, &res, diag);
+    return 0;
 }
 
-static void print_diag(const char *what, const struct moe_diag *diag) {
-  if (diag->source[0] != '\0' && strstr(diag->message, diag->source) == NULL) {
-    fprintf(stderr, "moefold-train: %s: %s: %s\n", what, diag->source,
-            diag->message);
-  } else {
-    fprintf(stderr, "moefold-train: %s: %s\n", what, diag->message);
-  }
+static int parse_args(int argc, char **argv, struct args *a, bool is_root)
+{
+    static const struct option longs[] = {
+        {"plan", required_argument, NULL, 'p'},
+        {"model", required_argument, NULL, 'm'},
+        {"steps", required_argument, NULL, 'n'},
+        {"data", required_argument, NULL, 'd'},
+        {"synthetic", no_argument, NULL, OPT_SYNTH},
+        {"out", required_argument, NULL, 'o'},
+        {"save", required_argument, NULL, 's'},
+        {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
+        {"load", required_argument, NULL, 'l'},
+        {"ranks-per-node", required_argument, NULL, OPT_RPN},
+        {"seed", required_argument, NULL, 'S'},
+        {"lr", required_argument, NULL, OPT_LR},
+        {"warmup", required_argument, NULL, OPT_WARMUP},
+        {"weight-decay", required_argument, NULL, OPT_WD},
+        {"clip-grad", required_argument, NULL, OPT_CLIP},
+        {"aux-loss-coeff", required_argument, NULL, OPT_AUX},
+        {"z-loss-coeff", required_argument, NULL, OPT_ZLOSS},
+        {"bias-update-rate", required_argument, NULL, OPT_BIAS},
+        {"topk-scaling", required_argument, NULL, OPT_TOPK},
+        {"emulate-precision", no_argument, NULL, OPT_EMULATE},
+        {"moe-buffer-factor", required_argument, NULL, OPT_BUFFER},
+        {"verbose", no_argument, NULL, 'v'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    moe_eng_run_opts_init(&a->run);
+    a->out = "run.json";
+    opterr = is_root ? 1 : 0;
+    int c;
+    int rc = 0;
+    double x = 0.0;
+    long n = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, "p:m:n:d:o:s:l:S:vVh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            a->plan_path = optarg;
+            break;
+        case 'm':
+            a->model = optarg;
+            break;
+        case 'n':
+            rc = int_opt("steps", optarg, 1, 100000000, &n, is_root);
+            a->run.num_steps = (int)n;
+            break;
+        case 'd':
+            a->run.data_path = optarg;
+            a->run.data_kind = MOE_ENG_DATA_TEXT;
+            break;
+        case OPT_SYNTH:
+            a->run.data_kind = MOE_ENG_DATA_SYNTHETIC;
+            break;
+        case 'o':
+            a->out = strcmp(optarg, "-") == 0 ? NULL : optarg;
+            break;
+        case 's':
+            a->run.save_dir = optarg;
+            break;
+        case OPT_SAVE_EVERY:
+            rc = int_opt("save-every", optarg, 0, 100000000, &n, is_root);
+            a->run.save_every = (int)n;
+            break;
+        case 'l':
+            a->run.load_dir = optarg;
+            break;
+        case OPT_RPN:
+            rc = int_opt("ranks-per-node", optarg, 1, 1000000, &n, is_root);
+            a->run.ranks_per_node = (int)n;
+            break;
+        case 'S':
+            rc = int_opt("seed", optarg, 0, 0x7fffffffffffffffL, &n, is_root);
+            a->run.seed = (uint64_t)n;
+            break;
+        case OPT_LR:
+            rc = num_opt("lr", optarg, 0.0, 10.0, &x, is_root);
+            a->run.lr = (float)x;
+            break;
+        case OPT_WARMUP:
+            rc = int_opt("warmup", optarg, 0, 100000000, &n, is_root);
+            a->run.warmup_steps = (int)n;
+            break;
+        case OPT_WD:
+            rc = num_opt("weight-decay", optarg, 0.0, 10.0, &x, is_root);
+            a->run.weight_decay = (float)x;
+            break;
+        case OPT_CLIP:
+            rc = num_opt("clip-grad", optarg, 0.0, 1e9, &x, is_root);
+            a->run.clip_grad = (float)x;
+            break;
+        case OPT_AUX:
+            rc = num_opt("aux-loss-coeff", optarg, 0.0, 1e3, &x, is_root);
+            a->run.aux_loss_coeff = (float)x;
+            break;
+        case OPT_ZLOSS:
+            rc = num_opt("z-loss-coeff", optarg, 0.0, 1e3, &x, is_root);
+            a->run.z_loss_coeff = (float)x;
+            break;
+        case OPT_BIAS:
+            rc = num_opt("bias-update-rate", optarg, 0.0, 1e3, &x, is_root);
+            a->run.bias_update_rate = (float)x;
+            break;
+        case OPT_TOPK:
+            rc = num_opt("topk-scaling", optarg, 1e-6, 1e6, &x, is_root);
+            a->run.topk_scaling = (float)x;
+            break;
+        case OPT_EMULATE:
+            a->run.emulate_precision = true;
+            break;
+        case OPT_BUFFER:
+            rc = num_opt("moe-buffer-factor", optarg, 0.0, 1e6, &x, is_root);
+            a->run.moe_buffer_factor = x;
+            break;
+        case 'v':
+            a->run.verbosity = 1;
+            break;
+        case 'V':
+            a->is_version = true;
+            break;
+        case 'h':
+            a->is_help = true;
+            break;
+        default:
+            rc = 2;
+            break;
+        }
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (optind < argc && strcmp(argv[optind - 1], "--") != 0) {
+        if (is_root) {
+            fprintf(stderr,
+                    "moefold-train: unexpected argument '%s' (Megatron-LM flags go after "
+                    "`--`)\n",
+                    argv[optind]);
+        }
+        return 2;
+    }
+    a->megatron_argc = argc - optind;
+    a->megatron_argv = argv + optind;
+    if (a->is_help || a->is_version) {
+        return 0;
+    }
+    if ((a->plan_path == NULL) == (a->model == NULL)) {
+        if (is_root) {
+            fprintf(stderr, "moefold-train: give exactly one of --plan FILE or --model NAME "
+                            "(--help for usage)\n");
+        }
+        return 2;
+    }
+    if (a->plan_path != NULL && a->megatron_argc > 0) {
+        if (is_root) {
+            fprintf(stderr, "moefold-train: Megatron flags after `--` need --model, not --plan "
+                            "(the plan fixes the layout)\n");
+        }
+        return 2;
+    }
+    return 0;
 }
 
-/* Plan JSON to embed in run.json when the run came from flags: the plan with
- * the resolved layout. */
-static char *plan_text_from(const struct moe_plan *plan, const moe_eng_t *e) {
-  struct moe_plan p = *plan;
-  p.layout = *moe_eng_layout(e);
-  cJSON *j = moe_plan_to_json(&p, NULL);
-  char *text = j != NULL ? cJSON_PrintUnformatted(j) : NULL;
-  cJSON_Delete(j);
-  return text;
+/* The plan from --model NAME|FILE plus Megatron flags (layout resolved later by the engine). */
+static enum moe_status
+plan_from_flags(const struct args *a, struct moe_plan *plan, struct moe_diag *diag)
+{
+    moe_plan_init(plan);
+    enum moe_status st = moe_cfg_preset(a->model, &plan->model, diag);
+    if (st == MOE_ERR_NOT_FOUND) {
+        FILE *f = fopen(a->model, "r");
+        if (f == NULL) {
+            return st; /* diag lists the presets */
+        }
+        (void)fclose(f);
+        memset(diag, 0, sizeof(*diag));
+        st = moe_model_file_read(a->model, &plan->model, diag);
+    }
+    MOE_TRY(st);
+    plan->layout.seq_length = plan->model.seq_length;
+    struct moe_megatron_result res;
+    return moe_megatron_parse_args(a->megatron_argc, (const char *const *)a->megatron_argv,
+                                   &plan->model, &plan->layout, &plan->options, &res, diag);
+}
+
+static void print_diag(const char *what, const struct moe_diag *diag)
+{
+    if (diag->source[0] != '\0' && strstr(diag->message, diag->source) == NULL) {
+        fprintf(stderr, "moefold-train: %s: %s: %s\n", what, diag->source, diag->message);
+    } else {
+        fprintf(stderr, "moefold-train: %s: %s\n", what, diag->message);
+    }
+}
+
+/* Plan JSON to embed in run.json when the run came from flags: the plan with the resolved layout.
+ */
+static char *plan_text_from(const struct moe_plan *plan, const moe_eng_t *e)
+{
+    struct moe_plan p = *plan;
+    p.layout = *moe_eng_layout(e);
+    cJSON *j = moe_plan_to_json(&p, NULL);
+    char *text = j != NULL ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return text;
 }
 
 /*
- * Collective: the lowest rank whose failure message is its own prints it (a
- * rank that failed only because another one did carries a generic message), so
- * one error reaches the user.
+ * Collective: the lowest rank whose failure message is its own prints it (a rank that failed only
+ * because another one did carries a generic message), so one error reaches the user.
  */
-static void report_failure(enum moe_status st, const struct moe_diag *diag,
-                           int rank) {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  bool own = st != MOE_OK && diag->message[0] != '\0' &&
-             strstr(diag->message, "another rank") == NULL;
-  int mine = own ? rank : size;
-  int first = size;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first == rank || (first == size && rank == 0 && st != MOE_OK)) {
-    print_diag("error", diag);
-  }
+static void report_failure(enum moe_status st, const struct moe_diag *diag, int rank)
+{
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    bool own =
+        st != MOE_OK && diag->message[0] != '\0' && strstr(diag->message, "another rank") == NULL;
+    int mine = own ? rank : size;
+    int first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == rank || (first == size && rank == 0 && st != MOE_OK)) {
+        print_diag("error", diag);
+    }
 }
 
-static int run(const struct args *a, int rank) {
-  struct moe_diag diag;
-  memset(&diag, 0, sizeof(diag));
-  struct moe_plan plan;
-  enum moe_status st;
-  char *text = NULL;
-  if (a->plan_path != NULL) {
-    st = moe_plan_read(a->plan_path, NULL, &plan, NULL, &diag);
+static int run(const struct args *a, int rank)
+{
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    struct moe_plan plan;
+    enum moe_status st;
+    char *text = NULL;
+    if (a->plan_path != NULL) {
+        st = moe_plan_read(a->plan_path, NULL, &plan, NULL, &diag);
+        if (st == MOE_OK) {
+            size_t len = 0;
+            st = moe_file_read_all(a->plan_path, &text, &len, &diag);
+        }
+    } else {
+        st = plan_from_flags(a, &plan, &diag);
+    }
+    if (st != MOE_OK) {
+        if (rank == 0) { /* every rank read the same input and failed alike */
+            print_diag(a->plan_path != NULL ? a->plan_path : "model", &diag);
+        }
+        free(text);
+        return a->plan_path != NULL ? 1 : 2;
+    }
+    moe_comm_t *world = NULL;
+    st = moe_comm_mpi_create(MPI_COMM_WORLD, "world", &world);
+    moe_eng_t *e = NULL;
     if (st == MOE_OK) {
-      size_t len = 0;
-      st = moe_file_read_all(a->plan_path, &text, &len, &diag);
+        st = moe_eng_create(&plan, &a->run, world, &e, &diag);
     }
-  } else {
-    st = plan_from_flags(a, &plan, &diag);
-  }
-  if (st != MOE_OK) {
-    if (rank == 0) { /* every rank read the same input and failed alike */
-      print_diag(a->plan_path != NULL ? a->plan_path : "model", &diag);
+    if (st == MOE_OK && text == NULL) {
+        text = plan_text_from(&plan, e);
     }
+    if (st == MOE_OK) {
+        st = moe_eng_train(e, &diag);
+    }
+    if (st == MOE_OK && a->out != NULL) {
+        st = moe_eng_write_run(e, a->out, text, &diag);
+        if (st == MOE_OK && rank == 0) {
+            printf("wrote %s\n", a->out);
+        }
+    }
+    report_failure(st, &diag, rank);
+    moe_eng_destroy(e);
+    moe_comm_destroy(world);
     free(text);
-    return a->plan_path != NULL ? 1 : 2;
-  }
-  moe_comm_t *world = NULL;
-  st = moe_comm_mpi_create(MPI_COMM_WORLD, "world", &world);
-  moe_eng_t *e = NULL;
-  if (st == MOE_OK) {
-    st = moe_eng_create(&plan, &a->run, world, &e, &diag);
-  }
-  if (st == MOE_OK && text == NULL) {
-    text = plan_text_from(&plan, e);
-  }
-  if (st == MOE_OK) {
-    st = moe_eng_train(e, &diag);
-  }
-  if (st == MOE_OK && a->out != NULL) {
-    st = moe_eng_write_run(e, a->out, text, &diag);
-    if (st == MOE_OK && rank == 0) {
-      printf("wrote %s\n", a->out);
-    }
-  }
-  report_failure(st, &diag, rank);
-  moe_eng_destroy(e);
-  moe_comm_destroy(world);
-  free(text);
-  return st == MOE_OK ? 0 : 1;
+    return st == MOE_OK ? 0 : 1;
 }
 
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  struct args a;
-  memset(&a, 0, sizeof(a));
-  int rc = parse_args(argc, argv, &a, rank == 0);
-  if (rc == 0 && a.is_help) {
-    if (rank == 0) {
-      usage(stdout);
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    struct args a;
+    memset(&a, 0, sizeof(a));
+    int rc = parse_args(argc, argv, &a, rank == 0);
+    if (rc == 0 && a.is_help) {
+        if (rank == 0) {
+            usage(stdout);
+        }
+    } else if (rc == 0 && a.is_version) {
+        if (rank == 0) {
+            printf("%s\n", MOEFOLD_TRAIN_VERSION);
+        }
+    } else if (rc == 0) {
+        a.run.log = rank == 0 || a.run.verbosity > 0 ? stdout : NULL;
+        rc = run(&a, rank);
+    } else if (rank == 0) {
+        usage(stderr);
     }
-  } else if (rc == 0 && a.is_version) {
-    if (rank == 0) {
-      printf("%s\n", MOEFOLD_TRAIN_VERSION);
-    }
-  } else if (rc == 0) {
-    a.run.log = rank == 0 || a.run.verbosity > 0 ? stdout : NULL;
-    rc = run(&a, rank);
-  } else if (rank == 0) {
-    usage(stderr);
-  }
-  MPI_Finalize();
-  return rc;
+    MPI_Finalize();
+    return rc;
 }

@@ -1,0 +1,603 @@
+/*
+ * Engine on one rank: the loss falls on the synthetic corpus and on byte-level text; runs are
+ * bit-reproducible from the seed; a step allocates nothing; every parameter tensor's gradient
+ * matches central finite differences of the loss (directional, in double, on a tiny model with both
+ * router kinds, aux and z losses); recompute (each selective module, full uniform and block) and
+ * activation offload change memory but leave gradients bit-identical; a checkpoint resumes
+ * bit-identically; a NaN is caught and named; the engine's memory by category agrees with the cost
+ * model's prediction (weights/grads/optimizer within 1%, activations within 20% -- the engine keeps
+ * router scores, logits and routing maps the model does not count); bad inputs fail with clear
+ * errors; moefold-train's command line exits 0 / 1 / 2 as documented.
+ *
+ * Finite differences: f(w + h d) - f(w - h d) over 2h along the gradient direction and along a
+ * random unit direction d of each tensor (h = 1e-2 in norm), compared with g.d; tolerance 2% of |g|
+ * (fp32 forward noise is ~1e-5/h relative; a wrong term is O(|g|)).
+ */
+#include "model/memory.h"
+#include "tests/engine/eng_test.h"
+#include "tests/test_util.h"
+#include "topologies/run_file.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+/* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
+#include <cmocka.h>
+
+static const struct eng_test_layout one_rank = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
+
+struct fixture {
+    moe_comm_t *world;
+    moe_eng_t *e;
+};
+
+static void make(struct fixture *f, const struct moe_plan *plan, const struct moe_eng_run_opts *o)
+{
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_SELF, "world", &f->world), MOE_OK);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    enum moe_status st = moe_eng_create(plan, o, f->world, &f->e, &diag);
+    if (st != MOE_OK) {
+        print_error("create: %s\n", diag.message);
+    }
+    assert_int_equal(st, MOE_OK);
+}
+
+static void release(struct fixture *f)
+{
+    moe_eng_destroy(f->e);
+    moe_comm_destroy(f->world);
+    f->e = NULL;
+    f->world = NULL;
+}
+
+static double step(struct fixture *f)
+{
+    struct moe_eng_step_result r;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    enum moe_status st = moe_eng_train_step(f->e, &r, &diag);
+    if (st != MOE_OK) {
+        print_error("step: %s\n", diag.message);
+    }
+    assert_int_equal(st, MOE_OK);
+    return r.loss;
+}
+
+/* ---- Training ------------------------------------------------------------------------------- */
+
+static void test_loss_falls_synthetic(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 30);
+    struct fixture f;
+    make(&f, &plan, &o);
+    double first = step(&f);
+    double last = first;
+    for (int i = 1; i < 30; i++) {
+        last = step(&f);
+    }
+    release(&f);
+    /* ln(256) = 5.55 at the start; the corpus has 0.92 nats/token of entropy. */
+    assert_true(first > 5.3 && first < 5.8);
+    assert_true(last < first - 1.5);
+}
+
+static void test_loss_falls_text(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-dsv3", &one_rank);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 25);
+    o.data_kind = MOE_ENG_DATA_TEXT; /* default corpus: /usr/share/common-licenses */
+    struct fixture f;
+    make(&f, &plan, &o);
+    double first = step(&f);
+    double last = first;
+    for (int i = 1; i < 25; i++) {
+        last = step(&f);
+    }
+    release(&f);
+    assert_true(last < first - 1.0); /* byte frequencies alone take it from 5.5 to ~3.4 */
+}
+
+static void run_losses(const char *model, uint64_t seed, int steps, double *out)
+{
+    struct moe_plan plan;
+    eng_test_plan(&plan, model, &one_rank);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, steps);
+    o.seed = seed;
+    assert_int_equal(eng_test_losses(MPI_COMM_SELF, &plan, &o, out), MOE_OK);
+}
+
+static void test_bit_reproducible(void **state)
+{
+    (void)state;
+    double a[4], b[4], c[4];
+    run_losses("tiny-dsv3", 7, 4, a);
+    run_losses("tiny-dsv3", 7, 4, b);
+    run_losses("tiny-dsv3", 8, 4, c);
+    assert_memory_equal(a, b, sizeof(a));
+    assert_memory_not_equal(a, c, sizeof(a));
+}
+
+static void test_no_allocation_in_steps(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    plan.options.recompute = MOE_RECOMPUTE_SELECTIVE;
+    plan.options.recompute_modules = MOE_RC_CORE_ATTN | MOE_RC_MOE;
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 3);
+    struct fixture f;
+    make(&f, &plan, &o);
+    size_t before = moe_eng_num_allocs(f.e);
+    for (int i = 0; i < 3; i++) {
+        (void)step(&f);
+    }
+    assert_int_equal(moe_eng_num_allocs(f.e), before);
+    release(&f);
+}
+
+/* ---- Gradients vs finite differences ----------------------------------------------------------
+ */
+
+/* 2 layers (dense, MoE with shared expert), C 16, 2/1 heads of 8, 4 experts top-2, T 8. */
+static void fd_plan(struct moe_plan *plan, bool sigmoid)
+{
+    moe_plan_init(plan);
+    struct moe_model_cfg *m = &plan->model;
+    (void)snprintf(m->name, sizeof(m->name), "fd-%s", sigmoid ? "sigmoid" : "softmax");
+    m->num_layers = 2;
+    m->hidden_size = 16;
+    m->ffn_hidden_size = 32;
+    m->num_attention_heads = 2;
+    m->num_query_groups = 1;
+    m->kv_channels = 8;
+    m->is_swiglu = true;
+    m->is_untied_embeddings = !sigmoid; /* the sigmoid model also checks tied embeddings */
+    m->vocab_size = 32;
+    m->make_vocab_size_divisible_by = 1;
+    m->seq_length = 8;
+    m->num_experts = 4;
+    m->moe_ffn_hidden_size = 8;
+    m->moe_router_topk = 2;
+    m->moe_shared_expert_intermediate_size = 8;
+    if (sigmoid) {
+        m->router_score = MOE_ROUTER_SIGMOID;
+        m->has_router_expert_bias = true;
+        m->moe_router_num_groups = 2;
+        m->moe_router_group_topk = 1;
+    }
+    moe_cfg_set_first_dense(m, 1);
+    plan->layout.num_gpus = 1;
+    plan->layout.mbs = 1;
+    plan->layout.gbs = 2;
+    plan->layout.seq_length = 8;
+}
+
+static double loss_at(moe_eng_t *e)
+{
+    double l = 0.0;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_compute_grads(e, &l, &diag), MOE_OK);
+    return l;
+}
+
+static void fd_check(bool sigmoid)
+{
+    struct moe_plan plan;
+    fd_plan(&plan, sigmoid);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    o.aux_loss_coeff = 1e-2f;
+    o.z_loss_coeff = 1e-2f;
+    struct fixture f;
+    make(&f, &plan, &o);
+    const double h = 1e-2;
+    struct moe_test_rng rng;
+    moe_test_rng_seed(&rng, 42);
+    int np = moe_eng_num_params(f.e);
+    int checked = 0;
+    for (int p = 0; p < np; p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        size_t n = v.numel;
+        (void)loss_at(f.e);
+        double *g = malloc(n * sizeof(double));
+        double *dir = malloc(n * sizeof(double));
+        float *w0 = malloc(n * sizeof(float));
+        assert_non_null(g);
+        assert_non_null(dir);
+        assert_non_null(w0);
+        memcpy(w0, v.weight, n * sizeof(float));
+        double gn = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            g[i] = v.grad[i];
+            gn += g[i] * g[i];
+        }
+        gn = sqrt(gn);
+        for (int k = 0; k < 2; k++) {
+            double dn = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                dir[i] = k == 0 ? g[i] : moe_test_rng_uniform(&rng) - 0.5;
+                dn += dir[i] * dir[i];
+            }
+            dn = sqrt(dn);
+            double gd = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                dir[i] /= dn;
+                gd += g[i] * dir[i];
+            }
+            for (size_t i = 0; i < n; i++) {
+                v.weight[i] = (float)((double)w0[i] + h * dir[i]);
+            }
+            double lp = loss_at(f.e);
+            for (size_t i = 0; i < n; i++) {
+                v.weight[i] = (float)((double)w0[i] - h * dir[i]);
+            }
+            double lm = loss_at(f.e);
+            memcpy(v.weight, w0, n * sizeof(float));
+            double fd = (lp - lm) / (2.0 * h);
+            double err = fabs(fd - gd) / (gn + 1e-12);
+            if (err > 2e-2 || gn == 0.0) {
+                print_error("%s (%s direction): g.d %+.6e, finite difference %+.6e, |g| %.3e\n",
+                            v.name, k == 0 ? "gradient" : "random", gd, fd, gn);
+            }
+            assert_true(gn > 0.0);
+            assert_true(err <= 2e-2);
+            checked++;
+        }
+        free(g);
+        free(dir);
+        free(w0);
+    }
+    release(&f);
+    assert_true(checked >= 2 * 16); /* every tensor of both layers, embedding and head */
+}
+
+static void test_fd_gradients_softmax(void **state)
+{
+    (void)state;
+    fd_check(false);
+}
+
+static void test_fd_gradients_sigmoid_grouped_tied(void **state)
+{
+    (void)state;
+    fd_check(true);
+}
+
+/* ---- Recompute and offload ---------------------------------------------------------------------
+ */
+
+/* Gradients of every parameter after one compute_grads, concatenated. */
+static float *
+grads_of(const struct moe_plan *plan, size_t *n_out, double *act_bytes, double *host_bytes)
+{
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    struct fixture f;
+    make(&f, plan, &o);
+    (void)loss_at(f.e);
+    size_t n = 0;
+    for (int p = 0; p < moe_eng_num_params(f.e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        n += v.numel;
+    }
+    float *all = malloc(n * sizeof(float));
+    assert_non_null(all);
+    size_t off = 0;
+    for (int p = 0; p < moe_eng_num_params(f.e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        memcpy(all + off, v.grad, v.numel * sizeof(float));
+        off += v.numel;
+    }
+    struct moe_eng_mem_report m;
+    moe_eng_memory(f.e, &m);
+    *act_bytes = m.activations;
+    *host_bytes = m.host_offload;
+    release(&f);
+    *n_out = n;
+    return all;
+}
+
+static void test_recompute_offload_bit_identical(void **state)
+{
+    (void)state;
+    struct moe_plan base;
+    eng_test_plan(&base, "tiny-moe", &one_rank);
+    base.options.moe_grouped_gemm = true;
+    size_t n0 = 0;
+    double act0 = 0.0, host0 = 0.0;
+    float *g0 = grads_of(&base, &n0, &act0, &host0);
+    struct {
+        const char *name;
+        enum moe_recompute_granularity g;
+        enum moe_recompute_method method;
+        int num_layers;
+        unsigned modules;
+        unsigned offload;
+        int offload_layers;
+    } cases[] = {
+        {"core_attn", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_CORE_ATTN, 0, 0},
+        {"moe_act", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_MOE_ACT, 0, 0},
+        {"layernorm", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_LAYERNORM, 0, 0},
+        {"mlp", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_MLP, 0, 0},
+        {"moe", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_MOE, 0, 0},
+        {"shared_experts", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_SHARED_EXPERTS, 0, 0},
+        {"full uniform 2", MOE_RECOMPUTE_FULL, MOE_RECOMPUTE_UNIFORM, 2, 0, 0, 0},
+        {"full block 1", MOE_RECOMPUTE_FULL, MOE_RECOMPUTE_BLOCK, 1, 0, 0, 0},
+        {"offload all modules", MOE_RECOMPUTE_NONE, 0, 0, 0, MOE_OFF_ALL, 0},
+        {"offload 2 layers", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 2},
+    };
+    for (size_t i = 0; i < MOE_ARRAY_LEN(cases); i++) {
+        struct moe_plan p = base;
+        p.options.recompute = cases[i].g;
+        p.options.recompute_method = cases[i].method;
+        p.options.recompute_num_layers = cases[i].num_layers;
+        p.options.recompute_modules = cases[i].modules;
+        p.options.fine_grained_offload = cases[i].offload != 0;
+        p.options.offload_modules = cases[i].offload;
+        p.options.cpu_offloading_num_layers = cases[i].offload_layers;
+        size_t n = 0;
+        double act = 0.0, host = 0.0;
+        float *g = grads_of(&p, &n, &act, &host);
+        printf("  %-20s activations %8.0f B (none: %8.0f), host pool %8.0f B\n", cases[i].name, act,
+               act0, host);
+        assert_int_equal(n, n0);
+        assert_memory_equal(g, g0, n * sizeof(float));
+        assert_true(act < act0);
+        if (cases[i].offload != 0 || cases[i].offload_layers != 0) {
+            assert_true(host > 0.0);
+        }
+        free(g);
+    }
+    free(g0);
+}
+
+/* ---- Checkpoints ----------------------------------------------------------------------------- */
+
+static void test_checkpoint_resume(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-dsv3", &one_rank);
+    plan.options.use_distributed_optimizer = true;
+    double straight[4];
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 4);
+    assert_int_equal(eng_test_losses(MPI_COMM_SELF, &plan, &o, straight), MOE_OK);
+    char dir[128];
+    (void)snprintf(dir, sizeof(dir), "/tmp/moefold-ckpt-%ld", (long)getpid());
+    struct fixture f;
+    make(&f, &plan, &o);
+    double resumed[4];
+    resumed[0] = step(&f);
+    resumed[1] = step(&f);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_save(f.e, dir, &diag), MOE_OK);
+    release(&f);
+    o.load_dir = dir;
+    make(&f, &plan, &o);
+    resumed[2] = step(&f);
+    resumed[3] = step(&f);
+    release(&f);
+    assert_memory_equal(resumed, straight, sizeof(straight));
+    /* A checkpoint of another layout is refused with a message. */
+    struct moe_plan other = plan;
+    other.layout.gbs = 16;
+    moe_comm_t *w = NULL;
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_SELF, "w", &w), MOE_OK);
+    moe_eng_t *e = NULL;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_create(&other, &o, w, &e, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "another model or layout"));
+    moe_comm_destroy(w);
+    char cmd[256];
+    (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- Non-finite values ----------------------------------------------------------------------- */
+
+static void test_nan_is_named(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    struct fixture f;
+    make(&f, &plan, &o);
+    for (int p = 0; p < moe_eng_num_params(f.e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        if (strcmp(v.name, "layer2.expert_fc2") == 0) {
+            v.weight[3] = NAN;
+        }
+    }
+    struct moe_eng_step_result r;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_train_step(f.e, &r, &diag), MOE_ERR_RUNTIME);
+    assert_non_null(strstr(diag.message, "step 1"));
+    assert_non_null(strstr(diag.message, "layer 2, layer2.expert_fc2"));
+    release(&f);
+    /* An infinite output-layer weight: the layers are finite, the loss head is named. */
+    make(&f, &plan, &o);
+    memset(&diag, 0, sizeof(diag));
+    for (int p = 0; p < moe_eng_num_params(f.e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        if (strcmp(v.name, "output") == 0) {
+            v.weight[5] = INFINITY;
+        }
+    }
+    enum moe_status st = moe_eng_train_step(f.e, &r, &diag);
+    assert_int_equal(st, MOE_ERR_RUNTIME);
+    assert_non_null(strstr(diag.message, "step 1"));
+    assert_non_null(strstr(diag.message, "loss head, output"));
+    release(&f);
+}
+
+/* ---- Memory vs the cost model ---------------------------------------------------------------- */
+
+static void test_memory_vs_prediction(void **state)
+{
+    (void)state;
+    const char *models[] = {"tiny-moe", "tiny-dsv3"};
+    for (size_t i = 0; i < MOE_ARRAY_LEN(models); i++) {
+        struct moe_plan plan;
+        eng_test_plan(&plan, models[i], &one_rank);
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, 1);
+        o.moe_buffer_factor = 1.0; /* the prediction below uses load factor 1 */
+        struct fixture f;
+        make(&f, &plan, &o);
+        struct moe_eng_mem_report m;
+        moe_eng_memory(f.e, &m);
+        struct moe_cluster cl;
+        memset(&cl, 0, sizeof(cl));
+        struct moe_options opt = plan.options;
+        opt.is_fp32_training = true;
+        struct moe_mem_bytes pred;
+        moe_mem_stage(&plan.model, &cl, moe_eng_layout(f.e), &opt, 0, 1.0, &pred);
+        release(&f);
+        printf("  %-10s weights %.0f/%.0f grads %.0f/%.0f optimizer %.0f/%.0f activations "
+               "%.0f/%.0f (engine/predicted bytes)\n",
+               models[i], m.weights, pred.weights, m.grads, pred.grads, m.optimizer, pred.optimizer,
+               m.activations, pred.activations);
+        assert_true(fabs(m.weights / pred.weights - 1.0) <= 0.01);
+        assert_true(fabs(m.grads / pred.grads - 1.0) <= 0.01);
+        assert_true(fabs(m.optimizer / pred.optimizer - 1.0) <= 0.01);
+        assert_true(fabs(m.activations / pred.activations - 1.0) <= 0.20);
+        assert_true(m.peak_rss > m.total);
+    }
+}
+
+/* ---- Errors ---------------------------------------------------------------------------------- */
+
+static enum moe_status
+create_status(const struct moe_plan *plan, const struct moe_eng_run_opts *o, struct moe_diag *diag)
+{
+    moe_comm_t *w = NULL;
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_SELF, "w", &w), MOE_OK);
+    moe_eng_t *e = NULL;
+    memset(diag, 0, sizeof(*diag));
+    enum moe_status st = moe_eng_create(plan, o, w, &e, diag);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    return st;
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    struct moe_diag diag;
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    struct moe_plan plan;
+    const struct eng_test_layout two = {"tp2", 2, 1, 1, 1, 1, 1, false, 2};
+    eng_test_plan(&plan, "tiny-moe", &two);
+    assert_int_equal(create_status(&plan, &o, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "mpirun -np 2"));
+    eng_test_plan(&plan, "deepseek-v3", &one_rank);
+    plan.model.num_layers = 4;
+    assert_int_equal(create_status(&plan, &o, &diag), MOE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(diag.message, "MLA"));
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    o.data_kind = MOE_ENG_DATA_TEXT;
+    o.data_path = "/nonexistent/moefold-data";
+    assert_int_equal(create_status(&plan, &o, &diag), MOE_ERR_IO);
+    assert_non_null(strstr(diag.message, "/nonexistent/moefold-data"));
+}
+
+/* ---- moefold-train --------------------------------------------------------------------------- */
+
+static void test_cli(void **state)
+{
+    (void)state;
+    char path[512], bin[1024], cmd[2048], out[8192];
+    moe_test_bin_path("moefold-train", path, sizeof(path));
+    /* A fresh singleton: drop the MPI environment this (singleton) test process carries. */
+    (void)snprintf(bin, sizeof(bin),
+                   "for v in $(env | grep -o '^\\(OMPI\\|PMIX\\|PRTE\\)_[A-Za-z0-9_]*'); do "
+                   "unset $v; done; %s",
+                   path);
+    char run[128];
+    (void)snprintf(run, sizeof(run), "/tmp/moefold-run-%ld.json", (long)getpid());
+    (void)snprintf(cmd, sizeof(cmd), "%s --help", bin);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "--plan"));
+    (void)snprintf(cmd, sizeof(cmd), "%s --model tiny-moe --steps x", bin);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "--steps"));
+    (void)snprintf(cmd, sizeof(cmd), "%s --plan /nonexistent/plan.json", bin);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "/nonexistent/plan.json"));
+    (void)snprintf(cmd, sizeof(cmd), "%s --model tiny-moe --steps 2 --synthetic --out %s", bin,
+                   run);
+    int rc = moe_test_run_capture(cmd, out, sizeof(out));
+    if (rc != 0) {
+        print_error("%s\n", out);
+    }
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "step     2/2"));
+    assert_non_null(strstr(out, "tok/s"));
+    assert_non_null(strstr(out, "ETA"));
+    /* The run file reads back with compare's reader; phases sum to the step time. */
+    struct moe_run r;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    enum moe_status st = moe_run_read(run, &r, &diag);
+    if (st != MOE_OK) {
+        print_error("%s\n", diag.message);
+    }
+    assert_int_equal(st, MOE_OK);
+    const struct moe_phase_times *t = &r.time;
+    double sum = t->compute + t->expert_gemm + t->dispatch + t->combine + t->tp_comm + t->cp_comm +
+                 t->pp_comm + t->dp_comm + t->pp_bubble + t->optimizer + t->host_overhead;
+    assert_true(fabs(sum - r.step_time_s) <= 1e-9 + 1e-6 * r.step_time_s);
+    assert_int_equal(r.steps, 2);
+    assert_non_null(r.plan);
+    assert_true(r.mem.weights > 0.0);
+    moe_run_fini(&r);
+    (void)unlink(run);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_falls_synthetic),
+        cmocka_unit_test(test_loss_falls_text),
+        cmocka_unit_test(test_bit_reproducible),
+        cmocka_unit_test(test_no_allocation_in_steps),
+        cmocka_unit_test(test_fd_gradients_softmax),
+        cmocka_unit_test(test_fd_gradients_sigmoid_grouped_tied),
+        cmocka_unit_test(test_recompute_offload_bit_identical),
+        cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_nan_is_named),
+        cmocka_unit_test(test_memory_vs_prediction),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cli),
+    };
+    int fails = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return fails;
+}

@@ -1,0 +1,162 @@
+/*
+ * Layout equivalence (moe-test-np: 8): the same model, seed and global batch trained under a dozen
+ * folded layouts on 1-8 ranks gives the same 5-step loss curve as one rank, within 1e-5 relative in
+ * FP32 -- TP2 with sequence parallelism, CP2, PP2 with VPP2 (interleaved 1F1B), EP2, EP4, ETP2, DP2
+ * with the distributed optimizer, TP2 x EP4 folded, TP2/PP2/EP2, and everything at once. Routing
+ * differences would show up as loss jumps far above 1e-5, so this checks the dispatch, the
+ * reductions and the schedules together. Also: the same layout twice gives bit-identical losses,
+ * and expert-parallel experts match replicated experts (EP4 vs DP4 without EP).
+ *
+ * All runs share one mpirun: rank subsets form sub-communicators (ranks 0..N-1 run an N-rank layout
+ * while the rest wait), so one binary covers every world size.
+ */
+#include "tests/engine/eng_test.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
+#include <cmocka.h>
+
+/* moe-test-np: 8 */
+
+enum { STEPS = 5 };
+#define REL_TOL 1e-5 /* FP32 reductions in another order; routing flips would be ~1e-2 */
+
+/* Losses of a layout on ranks 0..world-1 of MPI_COMM_WORLD; valid on rank 0 only. */
+static enum moe_status
+run_layout(const char *model, const struct eng_test_layout *l, bool overlap, double *losses)
+{
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (l->world > size) {
+        return MOE_ERR_UNSUPPORTED;
+    }
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < l->world ? 0 : MPI_UNDEFINED, rank, &sub);
+    enum moe_status st = MOE_OK;
+    if (sub != MPI_COMM_NULL) {
+        struct moe_plan plan;
+        eng_test_plan(&plan, model, l);
+        if (overlap) {
+            plan.options.overlap_grad_reduce = true;
+            plan.options.overlap_param_gather = plan.options.use_distributed_optimizer;
+        }
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, STEPS);
+        st = eng_test_losses(sub, &plan, &o, losses);
+        MPI_Comm_free(&sub);
+    }
+    int v = -(int)st;
+    int worst = 0;
+    MPI_Allreduce(&v, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Bcast(losses, STEPS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return (enum moe_status)(-worst);
+}
+
+static void check_layouts(const char *model, const struct eng_test_layout *ls, int n, bool overlap)
+{
+    const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
+    double ref[STEPS];
+    assert_int_equal(run_layout(model, &one, false, ref), MOE_OK);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int i = 0; i < n; i++) {
+        double got[STEPS];
+        assert_int_equal(run_layout(model, &ls[i], overlap, got), MOE_OK);
+        double rel = eng_test_max_rel(got, ref, STEPS);
+        if (rank == 0) {
+            printf("  %-10s %-34s loss[5] %.7f (1 rank %.7f) max rel diff %.2e\n", model,
+                   ls[i].name, got[STEPS - 1], ref[STEPS - 1], rel);
+        }
+        assert_true(rel <= REL_TOL);
+        assert_true(got[STEPS - 1] < got[0]); /* and it trains */
+    }
+}
+
+static void test_tiny_moe_layouts(void **state)
+{
+    (void)state;
+    const struct eng_test_layout ls[] = {
+        {"TP2+SP", 2, 1, 1, 1, 1, 1, false, 2},
+        {"CP2", 1, 2, 1, 1, 1, 1, false, 2},
+        {"PP2 VPP2", 1, 1, 2, 2, 1, 1, false, 2},
+        {"EP2", 1, 1, 1, 1, 2, 1, false, 2},
+        {"EP4", 1, 1, 1, 1, 4, 1, false, 4},
+        {"ETP2 (DP2)", 1, 1, 1, 1, 1, 2, false, 2},
+        {"DP2 dist-opt", 1, 1, 1, 1, 1, 1, true, 2},
+        {"TP2 x EP4 (DP4) dist-opt", 2, 1, 1, 1, 4, 1, true, 8},
+        {"TP2 PP2 EP2 (DP2)", 2, 1, 2, 1, 2, 1, false, 8},
+        {"TP2 CP2 PP2 VPP2 EP2 ETP2", 2, 2, 2, 2, 2, 2, true, 8},
+        {"PP4 (1F1B, 8 mb)", 1, 1, 4, 1, 1, 1, false, 4},
+    };
+    check_layouts("tiny-moe", ls, (int)MOE_ARRAY_LEN(ls), false);
+}
+
+static void test_tiny_dsv3_layouts(void **state)
+{
+    (void)state;
+    /* Sigmoid router with expert bias (updated from global counts) and group-limited top-k. */
+    const struct eng_test_layout ls[] = {
+        {"EP4 ETP2 (DP8)", 1, 1, 1, 1, 4, 2, true, 8},
+        {"TP2 CP2 EP2", 2, 2, 1, 1, 2, 1, false, 4},
+    };
+    check_layouts("tiny-dsv3", ls, (int)MOE_ARRAY_LEN(ls), false);
+}
+
+static void test_overlap_same_losses(void **state)
+{
+    (void)state;
+    /* Non-blocking gradient reduce-scatter and parameter all-gather change timing, not values. */
+    const struct eng_test_layout ls[] = {
+        {"DP4 EP2 overlap grad+param", 1, 1, 1, 1, 2, 1, true, 4},
+        {"PP2 DP2 overlap grad", 1, 1, 2, 1, 1, 1, false, 4},
+    };
+    check_layouts("tiny-moe", ls, (int)MOE_ARRAY_LEN(ls), true);
+}
+
+static void test_same_layout_bit_identical(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"TP2 PP2 EP2", 2, 1, 2, 1, 2, 1, true, 8};
+    double a[STEPS], b[STEPS];
+    assert_int_equal(run_layout("tiny-moe", &l, false, a), MOE_OK);
+    assert_int_equal(run_layout("tiny-moe", &l, false, b), MOE_OK);
+    assert_memory_equal(a, b, sizeof(a));
+}
+
+static void test_expert_parallel_matches_replicated(void **state)
+{
+    (void)state;
+    const struct eng_test_layout ep = {"EP4", 1, 1, 1, 1, 4, 1, false, 4};
+    const struct eng_test_layout rep = {"DP4 (experts replicated)", 1, 1, 1, 1, 1, 1, false, 4};
+    double a[STEPS], b[STEPS];
+    assert_int_equal(run_layout("tiny-dsv3", &ep, false, a), MOE_OK);
+    assert_int_equal(run_layout("tiny-dsv3", &rep, false, b), MOE_OK);
+    assert_true(eng_test_max_rel(a, b, STEPS) <= REL_TOL);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_moe_layouts),
+        cmocka_unit_test(test_tiny_dsv3_layouts),
+        cmocka_unit_test(test_overlap_same_losses),
+        cmocka_unit_test(test_same_layout_bit_identical),
+        cmocka_unit_test(test_expert_parallel_matches_replicated),
+    };
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        return 1; /* every rank asserts on the same broadcast values; rank 0 reports */
+    }
+    int fails = cmocka_run_group_tests(tests, NULL, NULL);
+    int total = 0;
+    MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return total;
+}
