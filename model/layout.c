@@ -322,6 +322,10 @@ static bool recipe_is_fp8(enum moe_recipe r)
 #define PP_MAX_ITEMS  (4L * (MOE_MAX_LAYERS + MOE_MAX_PP_CHUNKS))
 #define PP_MAX_DEPTH  8
 #define PP_MAX_REPEAT 100000
+/* Parser steps (characters visited, group repetitions) one string may cost: bounds the time of
+ * nested repeats that emit nothing, e.g. "((()*99999)*99999)*3" (found by tests/fuzz). Real
+ * layouts take a few thousand. */
+#define PP_MAX_STEPS (1L << 20)
 
 struct pp_builder {
     const char *src;
@@ -333,6 +337,7 @@ struct pp_builder {
     bool seen_e, seen_l;
     int dry; /* > 0: only find the end of a parenthesised group */
     long items;
+    long steps; /* work done so far, <= PP_MAX_STEPS */
     struct moe_diag *diag;
 };
 
@@ -342,6 +347,15 @@ static enum moe_status pp_error(struct pp_builder *b, int pos, const char *msg)
         b->diag->column = pos + 1;
     }
     return moe_diag_set(b->diag, MOE_ERR_PARSE, "column %d: %s", pos + 1, msg);
+}
+
+/* Count one unit of parser work; an error past PP_MAX_STEPS. */
+static enum moe_status pp_step(struct pp_builder *b, int pos)
+{
+    if (++b->steps > PP_MAX_STEPS) {
+        return pp_error(b, pos, "the layout expands to too many items (nested repeats)");
+    }
+    return MOE_OK;
 }
 
 static enum moe_status pp_emit_layer(struct pp_builder *b, struct moe_pp_chunk *ch, char c, int pos)
@@ -468,6 +482,7 @@ static enum moe_status pp_parse_group(struct pp_builder *b, int *pos, int depth)
     }
     for (long k = 0; k < n; k++) {
         int p = body;
+        MOE_TRY(pp_step(b, open));
         MOE_TRY(pp_parse_seq(b, &p, depth + 1));
     }
     return MOE_OK;
@@ -477,6 +492,7 @@ static enum moe_status pp_parse_group(struct pp_builder *b, int *pos, int depth)
 static enum moe_status pp_parse_seq(struct pp_builder *b, int *pos, int depth)
 {
     while (*pos < b->len) {
+        MOE_TRY(pp_step(b, *pos));
         char c = b->src[*pos];
         if (c == ')') {
             if (depth == 0) {
@@ -503,7 +519,7 @@ static enum moe_status pp_parse_seq(struct pp_builder *b, int *pos, int depth)
         int at = (*pos)++;
         long n = 1;
         MOE_TRY(pp_repeat(b, pos, false, &n));
-        for (long k = 0; k < n; k++) {
+        for (long k = 0; k < n && b->dry == 0; k++) { /* a dry pass emits nothing */
             MOE_TRY(pp_emit(b, c, at));
         }
     }
