@@ -432,6 +432,9 @@ void moe_eng_layer_grads_done(struct moe_eng *e, int layer_tag);
  * MOE_ERR_RUNTIME (diag naming the tensor) when a gradient is not finite. */
 MOE_NODISCARD enum moe_status
 moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, struct moe_diag *diag);
+/* Advance outstanding non-blocking gradient/parameter collectives (MPI progresses them only
+ * inside MPI calls, so the schedule calls this between layers). */
+void moe_eng_comm_progress(struct moe_eng *e);
 /* Wait for overlapped parameter gathers of a layer before its first use in a step. */
 void moe_eng_params_wait(struct moe_eng *e, int layer_tag);
 /* Finish only the gradient reductions (compute_grads hook). */

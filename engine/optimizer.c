@@ -100,6 +100,22 @@ void moe_eng_layer_grads_done(struct moe_eng *e, int layer_tag)
     }
 }
 
+void moe_eng_comm_progress(struct moe_eng *e)
+{
+    if (!e->plan.options.overlap_grad_reduce && !e->plan.options.overlap_param_gather) {
+        return;
+    }
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        if (bk->grad_req.is_active) {
+            (void)moe_comm_test(bk->group, &bk->grad_req);
+        }
+        if (bk->param_req.is_active) {
+            (void)moe_comm_test(bk->group, &bk->param_req);
+        }
+    }
+}
+
 void moe_eng_params_wait(struct moe_eng *e, int layer_tag)
 {
     if (!e->plan.options.overlap_param_gather) {

@@ -255,6 +255,7 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         float *out = i + 1 < ch->num_layers ? sl->acts[i + 1].x : sl->out;
         moe_eng_layer_fwd(e, w, &sl->acts[i], &ch->rc[i], out);
         offload_out(e, &sl->acts[i]);
+        moe_eng_comm_progress(e);
     }
     if (ch->has_loss) {
         moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
@@ -311,6 +312,7 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
         moe_eng_layer_bwd(e, w, &sl->acts[i], rc, d);
         moe_eng_layer_grads_done(e, w->idx);
+        moe_eng_comm_progress(e);
     }
     if (ch->has_embedding) {
         moe_eng_embed_bwd(e, e->ids + (size_t)mb * (size_t)e->d.tokens, d);

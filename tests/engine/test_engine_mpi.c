@@ -1,0 +1,356 @@
+/*
+ * Engine features across ranks (moe-test-np: 4): checkpoints (every rank's shard, RNG and data
+ * position; resuming gives bit-identical losses) under PP2 x DP2 with the distributed optimizer
+ * and under TP2 x EP2; recompute and offload leave every rank's gradients bit-identical under
+ * TP2/SP, PP2 and EP2; memory by category agrees with the cost model on every pipeline stage
+ * (weights, grads, optimizer within 1%, activations within 20%); the bytes the optimizer's
+ * collectives report match the buffers they move; the precision recipes train (emulated
+ * quantise->dequantise changes the losses a little, never a lot); run.json reads back.
+ */
+#include "model/memory.h"
+#include "tests/engine/eng_test.h"
+#include "topologies/json_util.h"
+#include "topologies/run_file.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+/* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
+#include <cmocka.h>
+
+/* moe-test-np: 4 */
+
+enum { N = 4 };
+
+static moe_eng_t *
+make(const struct moe_plan *plan, const struct moe_eng_run_opts *o, moe_comm_t **world)
+{
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_WORLD, "world", world), MOE_OK);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    moe_eng_t *e = NULL;
+    enum moe_status st = moe_eng_create(plan, o, *world, &e, &diag);
+    if (st != MOE_OK) {
+        fprintf(stderr, "create: %s\n", diag.message);
+    }
+    assert_int_equal(st, MOE_OK);
+    return e;
+}
+
+static double step(moe_eng_t *e)
+{
+    struct moe_eng_step_result r;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_train_step(e, &r, &diag), MOE_OK);
+    return r.loss;
+}
+
+/* A directory name every rank agrees on. */
+static void shared_dir(char *buf, size_t len, const char *what)
+{
+    long pid = (long)getpid();
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    (void)snprintf(buf, len, "/tmp/moefold-%s-%ld", what, pid);
+}
+
+static void resume_case(const char *model, const struct eng_test_layout *l)
+{
+    struct moe_plan plan;
+    eng_test_plan(&plan, model, l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 4);
+    double straight[4];
+    assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, straight), MOE_OK);
+    char dir[128];
+    shared_dir(dir, sizeof(dir), "ckpt");
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = make(&plan, &o, &w);
+    double resumed[4];
+    resumed[0] = step(e);
+    resumed[1] = step(e);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_save(e, dir, &diag), MOE_OK);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    o.load_dir = dir;
+    e = make(&plan, &o, &w);
+    resumed[2] = step(e);
+    resumed[3] = step(e);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    assert_memory_equal(resumed, straight, sizeof(straight));
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        char cmd[256];
+        (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
+static void test_checkpoint_resume(void **state)
+{
+    (void)state;
+    const struct eng_test_layout pp_dp = {"PP2 DP2", 1, 1, 2, 1, 1, 1, true, 4};
+    const struct eng_test_layout tp_ep = {"TP2 EP2", 2, 1, 1, 1, 2, 1, false, 4};
+    resume_case("tiny-dsv3", &pp_dp);
+    resume_case("tiny-moe", &tp_ep);
+}
+
+/* This rank's local gradients after one compute_grads, concatenated; activation bytes. */
+static float *local_grads(const struct moe_plan *plan, size_t *n_out, double *act)
+{
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = make(plan, &o, &w);
+    double loss = 0.0;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_compute_grads(e, &loss, &diag), MOE_OK);
+    size_t n = 0;
+    for (int p = 0; p < moe_eng_num_params(e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(e, p, &v);
+        n += v.numel;
+    }
+    float *g = malloc(n * sizeof(float));
+    assert_non_null(g);
+    size_t off = 0;
+    for (int p = 0; p < moe_eng_num_params(e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(e, p, &v);
+        memcpy(g + off, v.grad, v.numel * sizeof(float));
+        off += v.numel;
+    }
+    struct moe_eng_mem_report m;
+    moe_eng_memory(e, &m);
+    *act = m.activations;
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    *n_out = n;
+    return g;
+}
+
+static void test_recompute_offload_bit_identical(void **state)
+{
+    (void)state;
+    const struct eng_test_layout layouts[] = {
+        {"TP2 PP2 EP2", 2, 1, 2, 1, 2, 1, false, 4},
+        {"EP4", 1, 1, 1, 1, 4, 1, false, 4},
+    };
+    for (size_t li = 0; li < MOE_ARRAY_LEN(layouts); li++) {
+        struct moe_plan base;
+        eng_test_plan(&base, "tiny-moe", &layouts[li]);
+        base.options.moe_grouped_gemm = true;
+        size_t n0 = 0;
+        double act0 = 0.0;
+        float *g0 = local_grads(&base, &n0, &act0);
+        for (int c = 0; c < 3; c++) {
+            struct moe_plan p = base;
+            if (c == 0) {
+                p.options.recompute = MOE_RECOMPUTE_SELECTIVE;
+                p.options.recompute_modules = MOE_RC_CORE_ATTN | MOE_RC_LAYERNORM | MOE_RC_MOE |
+                                              MOE_RC_MOE_ACT | MOE_RC_MLP | MOE_RC_SHARED_EXPERTS;
+            } else if (c == 1) {
+                p.options.recompute = MOE_RECOMPUTE_FULL;
+                p.options.recompute_method = MOE_RECOMPUTE_UNIFORM;
+                p.options.recompute_num_layers = 1;
+            } else {
+                p.options.fine_grained_offload = true;
+                p.options.offload_modules = MOE_OFF_ALL;
+            }
+            size_t n = 0;
+            double act = 0.0;
+            float *g = local_grads(&p, &n, &act);
+            /* Every rank must reach the same verdict before asserting (no rank left behind in a
+             * collective). */
+            int ok = n == n0 && memcmp(g, g0, n * sizeof(float)) == 0 && act < act0;
+            int all = 0;
+            MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            assert_int_equal(all, 1);
+            free(g);
+        }
+        free(g0);
+    }
+}
+
+static void test_memory_vs_prediction(void **state)
+{
+    (void)state;
+    const struct eng_test_layout layouts[] = {
+        {"TP2 PP2 EP2", 2, 1, 2, 1, 2, 1, true, 4},
+        {"CP2 EP4 dist-opt", 1, 2, 1, 1, 4, 1, true, 4},
+        {"PP4", 1, 1, 4, 1, 1, 1, false, 4},
+    };
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (size_t li = 0; li < MOE_ARRAY_LEN(layouts); li++) {
+        struct moe_plan plan;
+        eng_test_plan(&plan, "tiny-moe", &layouts[li]);
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, 1);
+        o.moe_buffer_factor = 1.0; /* the prediction below uses load factor 1 */
+        moe_comm_t *w = NULL;
+        moe_eng_t *e = make(&plan, &o, &w);
+        struct moe_eng_mem_report m;
+        moe_eng_memory(e, &m);
+        const struct moe_layout *lay = moe_eng_layout(e);
+        int stage = rank / (lay->tp * lay->cp * lay->dp);
+        struct moe_cluster cl;
+        memset(&cl, 0, sizeof(cl));
+        struct moe_options opt = plan.options;
+        opt.is_fp32_training = true;
+        struct moe_mem_bytes pred;
+        moe_mem_stage(&plan.model, &cl, lay, &opt, stage, 1.0, &pred);
+        double r[4] = {m.weights / pred.weights, m.grads / pred.grads, m.optimizer / pred.optimizer,
+                       m.activations / pred.activations};
+        if (rank == 0) {
+            printf("  %-26s stage %d: engine/predicted weights %.4f grads %.4f optimizer %.4f "
+                   "activations %.3f\n",
+                   layouts[li].name, stage, r[0], r[1], r[2], r[3]);
+        }
+        moe_eng_destroy(e);
+        moe_comm_destroy(w);
+        int ok = fabs(r[0] - 1.0) <= 0.01 && fabs(r[1] - 1.0) <= 0.01 && fabs(r[2] - 1.0) <= 0.01 &&
+                 fabs(r[3] - 1.0) <= 0.20;
+        int all = 0;
+        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!ok) {
+            fprintf(stderr, "rank %d stage %d ratios %.4f %.4f %.4f %.4f\n", rank, stage, r[0],
+                    r[1], r[2], r[3]);
+        }
+        assert_int_equal(all, 1);
+    }
+}
+
+/* Bytes per rank per step from run.json's bytes_sent map. */
+static double bytes_of(const cJSON *root, const char *key)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bytes_sent");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static void test_run_file_and_bytes(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"DP4 EP2 dist-opt", 1, 1, 1, 1, 2, 1, true, 4};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 3);
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = make(&plan, &o, &w);
+    for (int i = 0; i < 3; i++) {
+        (void)step(e);
+    }
+    struct moe_eng_mem_report m;
+    moe_eng_memory(e, &m);
+    char path[128];
+    shared_dir(path, sizeof(path), "run");
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_write_run(e, path, "{\"format\": \"moefold-plan\"}", &diag), MOE_OK);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        struct moe_run run;
+        assert_int_equal(moe_run_read(path, &run, &diag), MOE_OK);
+        assert_int_equal(run.num_ranks, N);
+        assert_int_equal(run.steps, 3);
+        assert_int_equal(run.measured_steps, 2);
+        const struct moe_phase_times *t = &run.time;
+        double sum = t->compute + t->expert_gemm + t->dispatch + t->combine + t->tp_comm +
+                     t->cp_comm + t->pp_comm + t->dp_comm + t->pp_bubble + t->optimizer +
+                     t->host_overhead;
+        assert_true(fabs(sum - run.step_time_s) <= 1e-6 * run.step_time_s);
+        assert_true(t->dp_comm > 0.0 && t->dispatch > 0.0);
+        assert_true(run.num_moe_layers == 3 && run.load_max_over_mean[0] >= 1.0);
+        moe_run_fini(&run);
+        cJSON *root = NULL;
+        assert_int_equal(moe_json_read_file(path, &root, &diag), MOE_OK);
+        /* Dense buckets: one reduce-scatter and one all-gather of the whole gradient/weight
+         * block per step over DP4, (n-1)/n of it each; the expert buckets go over EDP2 instead.
+         * Grads and weights blocks have the same padded size here (no expert bias). */
+        double rs = bytes_of(root, "dpcp.reducescatter") + bytes_of(root, "edp.reducescatter");
+        double ag = bytes_of(root, "dpcp.allgather") + bytes_of(root, "edp.allgather");
+        assert_true(rs >= 0.5 * m.grads - 1.0 && rs <= 0.75 * m.grads + 1.0);
+        assert_true(fabs(rs - ag) <= 1e-9 * rs);
+        assert_true(bytes_of(root, "ep.alltoall") > 0.0);
+        assert_true(bytes_of(root, "tp.allgather") == 0.0); /* tp = 1 */
+        assert_non_null(cJSON_GetObjectItemCaseSensitive(root, "plan"));
+        cJSON_Delete(root);
+        (void)unlink(path);
+    }
+}
+
+static void test_precision_recipes_train(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"TP2 EP2", 2, 1, 1, 1, 2, 1, false, 4};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 4);
+    double ref[4];
+    assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, ref), MOE_OK);
+    const enum moe_recipe recipes[] = {MOE_RECIPE_BF16, MOE_RECIPE_FP8_TENSORWISE,
+                                       MOE_RECIPE_FP8_BLOCKWISE, MOE_RECIPE_MXFP8,
+                                       MOE_RECIPE_NVFP4};
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    o.emulate_precision = true;
+    for (size_t i = 0; i < MOE_ARRAY_LEN(recipes); i++) {
+        plan.options.recipe = recipes[i];
+        double got[4];
+        assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, got), MOE_OK);
+        double rel = eng_test_max_rel(got, ref, 4);
+        if (rank == 0) {
+            printf("  %-16s loss[4] %.5f (fp32 %.5f) max rel diff %.2e\n",
+                   moe_recipe_name(recipes[i]), got[3], ref[3], rel);
+        }
+        assert_true(rel > 0.0);  /* the quantisation is really applied */
+        assert_true(rel < 0.05); /* and stays an emulation of the same training */
+        assert_true(got[3] < got[0]);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != N) {
+        if (rank == 0) {
+            fprintf(stderr, "test_engine_mpi needs mpirun -n %d (moe-test-np)\n", N);
+        }
+        MPI_Finalize();
+        return 1;
+    }
+    if (rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_recompute_offload_bit_identical),
+        cmocka_unit_test(test_memory_vs_prediction),
+        cmocka_unit_test(test_run_file_and_bytes),
+        cmocka_unit_test(test_precision_recipes_train),
+    };
+    int fails = cmocka_run_group_tests(tests, NULL, NULL);
+    int total = 0;
+    MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return total;
+}
