@@ -1,0 +1,480 @@
+/*
+ * Microbenchmarks (engine/bench.h). Buffers are allocated per benchmark point (benchmarks are not
+ * training steps), filled with small exact values, timed after warm-up, and checked against a
+ * reference. Collective inputs are small integers times small integers, so every sum is exact in
+ * fp32 and a wrong element is a real error, not rounding.
+ */
+#include "engine/bench.h"
+
+#include "engine/arena.h"
+#include "engine/context.h"
+
+#include <math.h>
+#include <string.h>
+
+static double elapsed_us(double t0, int iters)
+{
+    return (moe_eng_now() - t0) * 1e6 / (double)(iters > 0 ? iters : 1);
+}
+
+static void fill(float *x, size_t n, uint64_t seed)
+{
+    struct moe_eng_rng r;
+    moe_eng_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)(moe_eng_rng_uniform(&r) - 0.5);
+    }
+}
+
+/* ---- GEMM ---------------------------------------------------------------------------------- */
+
+enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
+                                   moe_k_ctx_t *kc,
+                                   const struct moe_bench_cfg *cfg,
+                                   int m,
+                                   int n,
+                                   int k_dim,
+                                   struct moe_bench_gemm *out)
+{
+    struct moe_eng_heap heap = {0};
+    size_t na = (size_t)m * (size_t)k_dim, nb = (size_t)k_dim * (size_t)n;
+    size_t nc = (size_t)m * (size_t)n;
+    float *a = moe_eng_heap_alloc(&heap, na * sizeof(float));
+    float *b = moe_eng_heap_alloc(&heap, nb * sizeof(float));
+    float *c = moe_eng_heap_alloc(&heap, nc * sizeof(float));
+    if (a == NULL || b == NULL || c == NULL) {
+        moe_eng_heap_free(&heap, a, na * sizeof(float));
+        moe_eng_heap_free(&heap, b, nb * sizeof(float));
+        moe_eng_heap_free(&heap, c, nc * sizeof(float));
+        return MOE_ERR_NOMEM;
+    }
+    fill(a, na, 1);
+    fill(b, nb, 2);
+    for (int i = 0; i < cfg->warmup; i++) {
+        k->matmul(c, a, b, m, n, k_dim, false, false, 1.0f, 0.0f, kc);
+    }
+    double t0 = moe_eng_now();
+    for (int i = 0; i < cfg->iters; i++) {
+        k->matmul(c, a, b, m, n, k_dim, false, false, 1.0f, 0.0f, kc);
+    }
+    out->m = m;
+    out->n = n;
+    out->k = k_dim;
+    out->time_us = elapsed_us(t0, cfg->iters);
+    out->gflops = 2.0 * m * (double)n * k_dim / (out->time_us * 1e3);
+    out->is_ok = true;
+    for (int s = 0; s < 16; s++) {
+        int i = (int)((uint64_t)s * 7919u % (uint64_t)m);
+        int j = (int)((uint64_t)s * 104729u % (uint64_t)n);
+        double ref = 0.0, mag = 0.0;
+        for (int p = 0; p < k_dim; p++) {
+            double t = (double)a[(size_t)i * (size_t)k_dim + (size_t)p] *
+                       (double)b[(size_t)p * (size_t)n + (size_t)j];
+            ref += t;
+            mag += fabs(t);
+        }
+        out->is_ok = out->is_ok &&
+                     fabs((double)c[(size_t)i * (size_t)n + (size_t)j] - ref) <= 1e-4 * mag + 1e-30;
+    }
+    moe_eng_heap_free(&heap, a, na * sizeof(float));
+    moe_eng_heap_free(&heap, b, nb * sizeof(float));
+    moe_eng_heap_free(&heap, c, nc * sizeof(float));
+    return MOE_OK;
+}
+
+/* ---- Grouped GEMM ------------------------------------------------------------------------------
+ */
+
+static void expert_counts(int *counts, int num, int tokens, bool skewed)
+{
+    double total = 0.0;
+    for (int e = 0; e < num; e++) {
+        total += skewed ? 1.0 / (double)(e + 1) : 1.0;
+    }
+    int used = 0;
+    for (int e = 0; e < num; e++) {
+        double share = (skewed ? 1.0 / (double)(e + 1) : 1.0) / total;
+        counts[e] = (int)floor(share * tokens);
+        used += counts[e];
+    }
+    counts[0] += tokens - used;
+}
+
+struct grouped_bufs {
+    float *x, *w, *y, *ref;
+    int *counts;
+    size_t nx, nw, ny;
+};
+
+static void grouped_free(struct moe_eng_heap *h, struct grouped_bufs *b, int num)
+{
+    moe_eng_heap_free(h, b->x, b->nx * sizeof(float));
+    moe_eng_heap_free(h, b->w, b->nw * sizeof(float));
+    moe_eng_heap_free(h, b->y, b->ny * sizeof(float));
+    moe_eng_heap_free(h, b->ref, b->ny * sizeof(float));
+    moe_eng_heap_free(h, b->counts, (size_t)num * sizeof(int));
+}
+
+enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
+                                      moe_k_ctx_t *kc,
+                                      const struct moe_bench_cfg *cfg,
+                                      int num_experts,
+                                      int tokens,
+                                      int in,
+                                      int out,
+                                      bool is_skewed,
+                                      struct moe_bench_grouped *res)
+{
+    struct moe_eng_heap heap = {0};
+    struct grouped_bufs b = {0};
+    b.nx = (size_t)tokens * (size_t)in;
+    b.nw = (size_t)num_experts * (size_t)out * (size_t)in;
+    b.ny = (size_t)tokens * (size_t)out;
+    b.x = moe_eng_heap_alloc(&heap, b.nx * sizeof(float));
+    b.w = moe_eng_heap_alloc(&heap, b.nw * sizeof(float));
+    b.y = moe_eng_heap_alloc(&heap, b.ny * sizeof(float));
+    b.ref = moe_eng_heap_alloc(&heap, b.ny * sizeof(float));
+    b.counts = moe_eng_heap_alloc(&heap, (size_t)num_experts * sizeof(int));
+    if (b.x == NULL || b.w == NULL || b.y == NULL || b.ref == NULL || b.counts == NULL) {
+        grouped_free(&heap, &b, num_experts);
+        return MOE_ERR_NOMEM;
+    }
+    fill(b.x, b.nx, 3);
+    fill(b.w, b.nw, 4);
+    expert_counts(b.counts, num_experts, tokens, is_skewed);
+    for (int i = 0; i < cfg->warmup; i++) {
+        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, num_experts, in, out, kc);
+    }
+    double t0 = moe_eng_now();
+    for (int i = 0; i < cfg->iters; i++) {
+        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, num_experts, in, out, kc);
+    }
+    res->time_us = elapsed_us(t0, cfg->iters);
+    /* One linear with the same FLOPs: all rows against the first expert's weights. */
+    for (int i = 0; i < cfg->warmup; i++) {
+        k->linear_fwd(b.ref, b.x, b.w, NULL, tokens, in, out, kc);
+    }
+    t0 = moe_eng_now();
+    for (int i = 0; i < cfg->iters; i++) {
+        k->linear_fwd(b.ref, b.x, b.w, NULL, tokens, in, out, kc);
+    }
+    double dense_us = elapsed_us(t0, cfg->iters);
+    double flops = 2.0 * tokens * (double)in * out;
+    res->num_experts = num_experts;
+    res->tokens = tokens;
+    res->in = in;
+    res->out = out;
+    res->is_skewed = is_skewed;
+    res->gflops = flops / (res->time_us * 1e3);
+    res->dense_gflops = flops / (dense_us * 1e3);
+    res->ratio = res->gflops / res->dense_gflops;
+    /* Check: each expert's rows equal a plain linear on that slice. */
+    size_t off = 0;
+    for (int e = 0; e < num_experts; e++) {
+        if (b.counts[e] > 0) {
+            k->linear_fwd(b.ref + off * (size_t)out, b.x + off * (size_t)in,
+                          b.w + (size_t)e * (size_t)out * (size_t)in, NULL, b.counts[e], in, out,
+                          kc);
+        }
+        off += (size_t)b.counts[e];
+    }
+    res->is_ok = memcmp(b.ref, b.y, b.ny * sizeof(float)) == 0;
+    grouped_free(&heap, &b, num_experts);
+    return MOE_OK;
+}
+
+/* ---- Memory-bound kernels ------------------------------------------------------------------ */
+
+enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
+                                  moe_k_ctx_t *kc,
+                                  const struct moe_bench_cfg *cfg,
+                                  const char *name,
+                                  size_t bytes,
+                                  struct moe_bench_mem *out)
+{
+    const int C = 1024; /* row width of the row-wise kernels */
+    size_t n = bytes / (3 * sizeof(float));
+    n = (n + (size_t)C - 1) / (size_t)C * (size_t)C;
+    int rows = (int)(n / (size_t)C);
+    struct moe_eng_heap heap = {0};
+    float *a = moe_eng_heap_alloc(&heap, 2 * n * sizeof(float));
+    float *b = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    float *w = moe_eng_heap_alloc(&heap, (size_t)C * sizeof(float));
+    int *pos = moe_eng_heap_alloc(&heap, (size_t)rows * sizeof(int));
+    if (a == NULL || b == NULL || w == NULL || pos == NULL) {
+        moe_eng_heap_free(&heap, a, 2 * n * sizeof(float));
+        moe_eng_heap_free(&heap, b, n * sizeof(float));
+        moe_eng_heap_free(&heap, w, (size_t)C * sizeof(float));
+        moe_eng_heap_free(&heap, pos, (size_t)rows * sizeof(int));
+        return MOE_ERR_NOMEM;
+    }
+    fill(a, 2 * n, 5);
+    fill(b, n, 6);
+    for (int i = 0; i < C; i++) {
+        w[i] = 1.0f;
+    }
+    for (int i = 0; i < rows; i++) {
+        pos[i] = i;
+    }
+    int which = -1;
+    const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope"};
+    const double moved[] = {2.0, 3.0, 2.0, 1.5, 2.0}; /* bytes moved per float of n */
+    for (int i = 0; i < 5; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            which = i;
+        }
+    }
+    if (which < 0) {
+        moe_eng_heap_free(&heap, a, 2 * n * sizeof(float));
+        moe_eng_heap_free(&heap, b, n * sizeof(float));
+        moe_eng_heap_free(&heap, w, (size_t)C * sizeof(float));
+        moe_eng_heap_free(&heap, pos, (size_t)rows * sizeof(int));
+        return MOE_ERR_INVALID;
+    }
+    double ss_in = 0.0;
+    for (size_t i = 0; i < (size_t)C; i++) {
+        ss_in += (double)a[i] * (double)a[i];
+    }
+    double t0 = 0.0;
+    for (int it = -cfg->warmup; it < cfg->iters; it++) {
+        if (it == 0) {
+            t0 = moe_eng_now();
+        }
+        switch (which) {
+        case 0:
+            memcpy(b, a, n * sizeof(float));
+            break;
+        case 1:
+            k->axpy(b, a, n, 1e-3f, kc);
+            break;
+        case 2:
+            k->rmsnorm_fwd(b, a + n, a, w, rows, C, 1e-5f, kc);
+            break;
+        case 3:
+            k->swiglu_fwd(b, a, rows, C / 2, kc);
+            break;
+        default:
+            k->rope_fwd(b, a, pos, rows, C / 64, 64, 0, 64, 10000.0f, false, kc);
+            break;
+        }
+    }
+    out->name = names[which];
+    out->time_us = elapsed_us(t0, cfg->iters);
+    out->bytes = (size_t)(moved[which] * (double)n * sizeof(float));
+    out->gbps = (double)out->bytes / (out->time_us * 1e3);
+    out->is_ok = true;
+    if (which == 0) {
+        out->is_ok = memcmp(a, b, n * sizeof(float)) == 0;
+    } else if (which == 2 || which == 4) {
+        /* RMSNorm: mean square of a row is 1; RoPE: rotations keep the row's norm. */
+        double ss = 0.0;
+        for (size_t i = 0; i < (size_t)C; i++) {
+            ss += (double)b[i] * (double)b[i];
+        }
+        double want = which == 2 ? (double)C * ss_in / (ss_in + 1e-5 * C) : ss_in;
+        out->is_ok = fabs(ss - want) <= 1e-4 * want;
+    }
+    moe_eng_heap_free(&heap, a, 2 * n * sizeof(float));
+    moe_eng_heap_free(&heap, b, n * sizeof(float));
+    moe_eng_heap_free(&heap, w, (size_t)C * sizeof(float));
+    moe_eng_heap_free(&heap, pos, (size_t)rows * sizeof(int));
+    return MOE_OK;
+}
+
+/* ---- Collectives ----------------------------------------------------------------------------- */
+
+const char *moe_bench_coll_name(enum moe_bench_coll c)
+{
+    static const char names[MOE_BENCH_NUM_COLLS][16] = {"allreduce", "allgather", "reducescatter",
+                                                        "alltoall", "sendrecv"};
+    return (int)c >= 0 && c < MOE_BENCH_NUM_COLLS ? names[c] : "?";
+}
+
+double moe_bench_busbw_factor(enum moe_bench_coll c, int n)
+{
+    double f = n > 0 ? (double)(n - 1) / (double)n : 0.0;
+    switch (c) {
+    case MOE_BENCH_ALLREDUCE:
+        return 2.0 * f;
+    case MOE_BENCH_SENDRECV:
+        return 1.0;
+    case MOE_BENCH_ALLGATHER:
+    case MOE_BENCH_REDUCESCATTER:
+    case MOE_BENCH_ALLTOALL:
+    case MOE_BENCH_NUM_COLLS:
+        break;
+    }
+    return f;
+}
+
+/* Send-buffer floats per rank and receive-buffer floats for op at nccl-tests size `bytes`. */
+static void coll_counts(
+    enum moe_bench_coll op, size_t bytes, int n, size_t *count, size_t *send_n, size_t *recv_n)
+{
+    size_t f = bytes / sizeof(float);
+    size_t per = f / (size_t)n;
+    switch (op) {
+    case MOE_BENCH_ALLREDUCE:
+    case MOE_BENCH_SENDRECV:
+        *count = f > 0 ? f : 1;
+        *send_n = *recv_n = *count;
+        return;
+    case MOE_BENCH_ALLGATHER:
+        *count = per > 0 ? per : 1;
+        *send_n = *count;
+        *recv_n = *count * (size_t)n;
+        return;
+    case MOE_BENCH_REDUCESCATTER:
+        *count = per > 0 ? per : 1;
+        *send_n = *count * (size_t)n;
+        *recv_n = *count;
+        return;
+    case MOE_BENCH_ALLTOALL:
+    case MOE_BENCH_NUM_COLLS:
+        break;
+    }
+    *count = per > 0 ? per : 1; /* per peer */
+    *send_n = *recv_n = *count * (size_t)n;
+}
+
+static void coll_fill(enum moe_bench_coll op, float *x, size_t n, size_t count, int rank, int size)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (op) {
+        case MOE_BENCH_ALLREDUCE:
+        case MOE_BENCH_REDUCESCATTER:
+            x[i] = (float)((rank + 1) * (int)(i % 7 + 1));
+            break;
+        case MOE_BENCH_ALLGATHER:
+        case MOE_BENCH_SENDRECV:
+            x[i] = (float)(rank * 1000 + (int)(i % 100));
+            break;
+        case MOE_BENCH_ALLTOALL:
+        case MOE_BENCH_NUM_COLLS:
+            x[i] = (float)(rank * 100 + (int)(i / count) + (int)(i % 13) * 10000);
+            break;
+        }
+    }
+    (void)size;
+}
+
+static long
+coll_check(enum moe_bench_coll op, const float *y, size_t n, size_t count, int rank, int size)
+{
+    long wrong = 0;
+    int tri = size * (size + 1) / 2;
+    int prev = (rank + size - 1) % size;
+    for (size_t i = 0; i < n; i++) {
+        float want = 0.0f;
+        switch (op) {
+        case MOE_BENCH_ALLREDUCE:
+            want = (float)(tri * (int)(i % 7 + 1));
+            break;
+        case MOE_BENCH_REDUCESCATTER:
+            want = (float)(tri * (int)(((size_t)rank * count + i) % 7 + 1));
+            break;
+        case MOE_BENCH_ALLGATHER:
+            want = (float)((int)(i / count) * 1000 + (int)(i % count % 100));
+            break;
+        case MOE_BENCH_SENDRECV:
+            want = (float)(prev * 1000 + (int)(i % 100));
+            break;
+        case MOE_BENCH_ALLTOALL:
+        case MOE_BENCH_NUM_COLLS:
+            want = (float)((int)(i / count) * 100 + rank +
+                           (int)((rank * count + i % count) % 13) * 10000);
+            break;
+        }
+        wrong += y[i] != want;
+    }
+    return wrong;
+}
+
+static void coll_once(moe_comm_t *g,
+                      enum moe_bench_coll op,
+                      const float *x,
+                      float *y,
+                      size_t count,
+                      int *cnt,
+                      int *dsp)
+{
+    int rank = moe_comm_rank(g), n = moe_comm_size(g);
+    switch (op) {
+    case MOE_BENCH_ALLREDUCE:
+        moe_comm_allreduce(g, x, y, count, MOE_COMM_F32, MOE_COMM_SUM);
+        return;
+    case MOE_BENCH_ALLGATHER:
+        moe_comm_allgather(g, x, y, count, MOE_COMM_F32);
+        return;
+    case MOE_BENCH_REDUCESCATTER:
+        moe_comm_reducescatter(g, x, y, count, MOE_COMM_F32, MOE_COMM_SUM);
+        return;
+    case MOE_BENCH_ALLTOALL:
+        moe_comm_alltoallv(g, x, cnt, dsp, y, cnt, dsp, MOE_COMM_F32);
+        return;
+    case MOE_BENCH_SENDRECV:
+    case MOE_BENCH_NUM_COLLS:
+        break;
+    }
+    struct moe_comm_req rs = {0}, rr = {0};
+    moe_comm_irecv(g, y, count, MOE_COMM_F32, (rank + n - 1) % n, 11, &rr);
+    moe_comm_isend(g, x, count, MOE_COMM_F32, (rank + 1) % n, 11, &rs);
+    moe_comm_wait(g, &rr);
+    moe_comm_wait(g, &rs);
+}
+
+enum moe_status moe_bench_coll_run(moe_comm_t *g,
+                                   const struct moe_bench_cfg *cfg,
+                                   enum moe_bench_coll op,
+                                   size_t bytes,
+                                   struct moe_bench_coll_result *out)
+{
+    int n = moe_comm_size(g), rank = moe_comm_rank(g);
+    size_t count = 0, sn = 0, rn = 0;
+    coll_counts(op, bytes, n, &count, &sn, &rn);
+    struct moe_eng_heap heap = {0};
+    float *x = moe_eng_heap_alloc(&heap, sn * sizeof(float));
+    float *y = moe_eng_heap_alloc(&heap, rn * sizeof(float));
+    int *cnt = moe_eng_heap_alloc(&heap, 2 * (size_t)n * sizeof(int));
+    int ok = x != NULL && y != NULL && cnt != NULL;
+    moe_comm_allreduce(g, &ok, &ok, 1, MOE_COMM_I32, MOE_COMM_SUM); /* every rank agrees */
+    if (ok != n) {
+        moe_eng_heap_free(&heap, x, sn * sizeof(float));
+        moe_eng_heap_free(&heap, y, rn * sizeof(float));
+        moe_eng_heap_free(&heap, cnt, 2 * (size_t)n * sizeof(int));
+        return MOE_ERR_NOMEM;
+    }
+    int *dsp = cnt + n;
+    for (int i = 0; i < n; i++) {
+        cnt[i] = (int)count;
+        dsp[i] = (int)((size_t)i * count);
+    }
+    coll_fill(op, x, sn, count, rank, n);
+    for (int i = 0; i < cfg->warmup; i++) {
+        coll_once(g, op, x, y, count, cnt, dsp);
+    }
+    moe_comm_barrier(g);
+    double t0 = moe_eng_now();
+    for (int i = 0; i < cfg->iters; i++) {
+        coll_once(g, op, x, y, count, cnt, dsp);
+    }
+    double us = elapsed_us(t0, cfg->iters);
+    long wrong = coll_check(op, y, rn, count, rank, n);
+    moe_comm_allreduce(g, &us, &us, 1, MOE_COMM_F64, MOE_COMM_MAX);
+    double w = (double)wrong;
+    moe_comm_allreduce(g, &w, &w, 1, MOE_COMM_F64, MOE_COMM_SUM);
+    out->op = op;
+    out->group_size = n;
+    out->count = count;
+    out->bytes = op == MOE_BENCH_ALLREDUCE || op == MOE_BENCH_SENDRECV
+                     ? count * sizeof(float)
+                     : count * (size_t)n * sizeof(float);
+    out->time_us = us;
+    out->algbw_gbps = (double)out->bytes / (us * 1e3);
+    out->busbw_gbps = out->algbw_gbps * moe_bench_busbw_factor(op, n);
+    out->wrong = (long)w;
+    moe_eng_heap_free(&heap, x, sn * sizeof(float));
+    moe_eng_heap_free(&heap, y, rn * sizeof(float));
+    moe_eng_heap_free(&heap, cnt, 2 * (size_t)n * sizeof(int));
+    return MOE_OK;
+}

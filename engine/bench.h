@@ -1,0 +1,125 @@
+/*
+ * Microbenchmarks of the engine's building blocks, nccl-tests style: dense GEMM over shapes,
+ * grouped expert GEMM against one GEMM of the same FLOPs, memory bandwidth, elementwise kernels,
+ * and every collective over sizes and group sizes with algorithm and bus bandwidth and a
+ * correctness count. moefold-bench prints them as tables (or JSON for `moefold calibrate`);
+ * tests/bench/bench_engine.c reuses the GEMM figures.
+ *
+ * Conventions (nccl-tests PERFORMANCE.md): algbw = size / time with size the buffer nccl-tests
+ * names (all-reduce: the buffer; all-gather: the gathered output; reduce-scatter: the input;
+ * all-to-all: the per-rank buffer; send/recv: the message); busbw = algbw x 2(n-1)/n for
+ * all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for send/recv. GB/s are
+ * 10^9 bytes per second. Times are the mean over iterations after warm-up; collectives report the
+ * slowest rank. Every figure carries a check: results are compared with a reference (GEMM: double
+ * dot products on sampled entries; collectives: exact small-integer sums).
+ */
+#ifndef MOE_ENGINE_BENCH_H
+#define MOE_ENGINE_BENCH_H
+
+#include "engine/comm.h"
+#include "kernels/kernels.h"
+#include "model/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct moe_bench_cfg {
+    int iters;  /* timed iterations per point */
+    int warmup; /* untimed iterations first */
+};
+
+struct moe_bench_gemm {
+    int m, n, k;
+    double time_us;
+    double gflops; /* 2mnk / time */
+    bool is_ok;    /* sampled entries match a double reference within 1e-4 relative */
+};
+
+/* C[m,n] = A[m,k] B[k,n] with the kernels' matmul; allocates and frees its buffers. */
+MOE_NODISCARD enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
+                                                 moe_k_ctx_t *kc,
+                                                 const struct moe_bench_cfg *cfg,
+                                                 int m,
+                                                 int n,
+                                                 int k_dim,
+                                                 struct moe_bench_gemm *out);
+
+struct moe_bench_grouped {
+    int num_experts;
+    int tokens;     /* rows over all experts */
+    int in, out;    /* dims of each expert's linear */
+    bool is_skewed; /* rows per expert follow 1/(rank+1) (Zipf-like) instead of uniform */
+    double time_us;
+    double gflops;       /* 2 * tokens * in * out / time */
+    double dense_gflops; /* one linear over all rows with the same FLOPs */
+    double ratio;        /* gflops / dense_gflops */
+    bool is_ok;          /* grouped result equals per-expert linear results exactly */
+};
+
+/* Grouped linear forward over num_experts experts vs one linear of equal FLOPs. */
+MOE_NODISCARD enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
+                                                    moe_k_ctx_t *kc,
+                                                    const struct moe_bench_cfg *cfg,
+                                                    int num_experts,
+                                                    int tokens,
+                                                    int in,
+                                                    int out,
+                                                    bool is_skewed,
+                                                    struct moe_bench_grouped *res);
+
+struct moe_bench_mem {
+    const char *name; /* "copy", "axpy", "rmsnorm", "swiglu", "rope" */
+    size_t bytes;     /* working set of one call (bytes read + written) */
+    double time_us;
+    double gbps; /* bytes / time */
+    bool is_ok;
+};
+
+/* Memory-bound kernels over a working set of about `bytes`. name: copy, axpy, rmsnorm, swiglu,
+ * rope. MOE_ERR_INVALID for another name. */
+MOE_NODISCARD enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
+                                                moe_k_ctx_t *kc,
+                                                const struct moe_bench_cfg *cfg,
+                                                const char *name,
+                                                size_t bytes,
+                                                struct moe_bench_mem *out);
+
+enum moe_bench_coll {
+    MOE_BENCH_ALLREDUCE = 0,
+    MOE_BENCH_ALLGATHER = 1,
+    MOE_BENCH_REDUCESCATTER = 2,
+    MOE_BENCH_ALLTOALL = 3,
+    MOE_BENCH_SENDRECV = 4,
+    MOE_BENCH_NUM_COLLS = 5,
+};
+const char *moe_bench_coll_name(enum moe_bench_coll c);
+/* nccl-tests' bus-bandwidth factor for a group of n ranks. */
+double moe_bench_busbw_factor(enum moe_bench_coll c, int n);
+
+struct moe_bench_coll_result {
+    enum moe_bench_coll op;
+    int group_size;
+    size_t bytes;   /* nccl-tests' size for this op */
+    size_t count;   /* floats per rank in the send buffer */
+    double time_us; /* slowest rank */
+    double algbw_gbps;
+    double busbw_gbps;
+    long wrong; /* elements differing from the exact result, summed over the group */
+};
+
+/* One collective over group g for `bytes` (nccl-tests' size); collective over g. */
+MOE_NODISCARD enum moe_status moe_bench_coll_run(moe_comm_t *g,
+                                                 const struct moe_bench_cfg *cfg,
+                                                 enum moe_bench_coll op,
+                                                 size_t bytes,
+                                                 struct moe_bench_coll_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_ENGINE_BENCH_H */

@@ -1,0 +1,450 @@
+/*
+ * moefold-bench: calibration microbenchmarks in the style of nccl-tests, run under mpirun (or as
+ * one process): dense GEMM over shapes, grouped expert GEMM against one GEMM of equal FLOPs,
+ * memory bandwidth and elementwise kernels, and every collective over message sizes and group
+ * sizes, with algbw, busbw and a correctness column. Tables on rank 0 ('#' lines describe host
+ * and configuration), or one JSON object with --json ("format": "moefold-bench", "version": 1)
+ * for `moefold calibrate`.
+ *
+ *   mpirun -np N moefold-bench [--only gemm,grouped,mem,coll] [--min-bytes 8] [--max-bytes 16M]
+ *                              [--iters 20] [--warmup 5] [--json]
+ *
+ * Compute benchmarks run on every rank at once (as training does) and report the mean over ranks;
+ * collectives run in groups of g consecutive ranks for every power of two g <= N (and N).
+ * Exit status: 0, 1 when a check fails, 2 on a bad command line.
+ */
+#include "engine/bench.h"
+#include "engine/comm_mpi.h"
+#include "topologies/hwloc_host.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct bench_args {
+    bool do_gemm, do_grouped, do_mem, do_coll;
+    size_t min_bytes, max_bytes;
+    struct moe_bench_cfg cfg;
+    bool is_json;
+};
+
+/* "16M", "64K", "8" -> bytes; -1 on error. */
+static long long parse_size(const char *s)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || v < 0) {
+        return -1;
+    }
+    if (*end == 'K' || *end == 'k') {
+        v <<= 10;
+        end++;
+    } else if (*end == 'M' || *end == 'm') {
+        v <<= 20;
+        end++;
+    } else if (*end == 'G' || *end == 'g') {
+        v <<= 30;
+        end++;
+    }
+    return *end == '\0' ? v : -1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mpirun -np N moefold-bench [options]\n"
+               "  --only LIST       gemm,grouped,mem,coll (default all)\n"
+               "  --min-bytes SIZE  smallest collective size (default 8; K/M/G suffixes)\n"
+               "  --max-bytes SIZE  largest collective size (default 16M)\n"
+               "  --iters N         timed iterations per point (default 20)\n"
+               "  --warmup N        untimed iterations first (default 5)\n"
+               "  --json            one JSON object on stdout instead of tables\n"
+               "  --help, --version\n");
+}
+
+static int parse(int argc, char **argv, struct bench_args *a, bool root)
+{
+    static const struct option longs[] = {{"only", required_argument, NULL, 'o'},
+                                          {"min-bytes", required_argument, NULL, 'a'},
+                                          {"max-bytes", required_argument, NULL, 'b'},
+                                          {"iters", required_argument, NULL, 'i'},
+                                          {"warmup", required_argument, NULL, 'w'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {"version", no_argument, NULL, 'V'},
+                                          {NULL, 0, NULL, 0}};
+    *a = (struct bench_args){true, true, true, true, 8, 16u << 20, {20, 5}, false};
+    opterr = root ? 1 : 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        long long v = 0;
+        switch (c) {
+        case 'o':
+            a->do_gemm = a->do_grouped = a->do_mem = a->do_coll = false;
+            char *save = NULL;
+            for (char *tok = strtok_r(optarg, ",", &save); tok != NULL;
+                 tok = strtok_r(NULL, ",", &save)) {
+                if (strcmp(tok, "gemm") == 0) {
+                    a->do_gemm = true;
+                } else if (strcmp(tok, "grouped") == 0) {
+                    a->do_grouped = true;
+                } else if (strcmp(tok, "mem") == 0) {
+                    a->do_mem = true;
+                } else if (strcmp(tok, "coll") == 0) {
+                    a->do_coll = true;
+                } else {
+                    if (root) {
+                        fprintf(stderr,
+                                "moefold-bench: --only: unknown benchmark '%s' (gemm, "
+                                "grouped, mem, coll)\n",
+                                tok);
+                    }
+                    return 2;
+                }
+            }
+            break;
+        case 'a':
+        case 'b':
+            v = parse_size(optarg);
+            if (v < 4) {
+                if (root) {
+                    fprintf(stderr, "moefold-bench: bad size '%s' (bytes >= 4, K/M/G suffixes)\n",
+                            optarg);
+                }
+                return 2;
+            }
+            *(c == 'a' ? &a->min_bytes : &a->max_bytes) = (size_t)v;
+            break;
+        case 'i':
+        case 'w':
+            v = parse_size(optarg);
+            if (v < (c == 'i' ? 1 : 0) || v > 1000000) {
+                if (root) {
+                    fprintf(stderr, "moefold-bench: bad count '%s'\n", optarg);
+                }
+                return 2;
+            }
+            *(c == 'i' ? &a->cfg.iters : &a->cfg.warmup) = (int)v;
+            break;
+        case 'j':
+            a->is_json = true;
+            break;
+        case 'h':
+            return 3;
+        case 'V':
+            return 4;
+        default:
+            return 2;
+        }
+    }
+    if (optind < argc || a->min_bytes > a->max_bytes) {
+        if (root) {
+            fprintf(stderr, "moefold-bench: unexpected argument or --min-bytes > --max-bytes\n");
+        }
+        return 2;
+    }
+    return 0;
+}
+
+/* Mean of v over the world. */
+static double world_mean(moe_comm_t *w, double v)
+{
+    moe_comm_allreduce(w, &v, &v, 1, MOE_COMM_F64, MOE_COMM_SUM);
+    return v / moe_comm_size(w);
+}
+
+static int all_ok(moe_comm_t *w, bool ok)
+{
+    int v = ok ? 0 : 1;
+    moe_comm_allreduce(w, &v, &v, 1, MOE_COMM_I32, MOE_COMM_SUM);
+    return v;
+}
+
+static void header(moe_comm_t *w, const struct bench_args *a, cJSON *js)
+{
+    if (moe_comm_rank(w) != 0) {
+        return;
+    }
+    struct moe_host_info h;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    bool have = moe_host_discover(&h, &diag) == MOE_OK;
+    if (js != NULL) {
+        cJSON *o = cJSON_AddObjectToObject(js, "host");
+        cJSON_AddStringToObject(o, "cpu_model", have ? h.cpu_model : "");
+        cJSON_AddNumberToObject(o, "cores", have ? h.num_cores : 0);
+        cJSON_AddNumberToObject(o, "threads", have ? h.num_pus : 0);
+        cJSON_AddNumberToObject(o, "numa_nodes", have ? h.num_numa : 0);
+        cJSON_AddNumberToObject(o, "memory_bytes", have ? h.memory_bytes : 0.0);
+        cJSON_AddNumberToObject(o, "llc_bytes", have ? h.llc_bytes : 0.0);
+        cJSON_AddNumberToObject(js, "ranks", moe_comm_size(w));
+        cJSON_AddNumberToObject(js, "iters", a->cfg.iters);
+        return;
+    }
+    printf("# moefold-bench: %d rank(s), OpenBLAS with 1 thread per rank, %d iterations after %d "
+           "warm-up\n",
+           moe_comm_size(w), a->cfg.iters, a->cfg.warmup);
+    if (have) {
+        printf("# host: %s, %d package(s), %d cores, %d threads, %d NUMA node(s), %.1f GiB, L%d "
+               "%.1f MiB\n",
+               h.cpu_model[0] ? h.cpu_model : "unknown CPU", h.num_packages, h.num_cores, h.num_pus,
+               h.num_numa, h.memory_bytes / 1073741824.0, h.llc_level, h.llc_bytes / 1048576.0);
+    } else {
+        printf("# host: hwloc discovery failed: %s\n", diag.message);
+    }
+}
+
+static int bench_gemm(moe_comm_t *w,
+                      const struct moe_k_ops *k,
+                      moe_k_ctx_t *kc,
+                      const struct bench_args *a,
+                      cJSON *js)
+{
+    static const int shapes[][3] = {
+        {256, 256, 256},    {512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
+        {2048, 1024, 4096}, {2048, 4096, 1024}, {64, 4096, 1024},   {16, 1024, 1024},
+    };
+    bool root = moe_comm_rank(w) == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "gemm") : NULL;
+    if (root && js == NULL) {
+        printf("\n# dense GEMM C[M,N] = A[M,K] B[K,N] (fp32 sgemm), mean over ranks\n");
+        printf("#%8s %8s %8s %12s %10s %6s\n", "M", "N", "K", "time(us)", "GFLOP/s", "check");
+    }
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        struct moe_bench_gemm g;
+        if (moe_bench_gemm_run(k, kc, &a->cfg, shapes[i][0], shapes[i][1], shapes[i][2], &g) !=
+            MOE_OK) {
+            g.is_ok = false;
+        }
+        double us = world_mean(w, g.time_us), gf = world_mean(w, g.gflops);
+        int wrong = all_ok(w, g.is_ok);
+        bad += wrong;
+        if (root && arr != NULL) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "m", g.m);
+            cJSON_AddNumberToObject(o, "n", g.n);
+            cJSON_AddNumberToObject(o, "k", g.k);
+            cJSON_AddNumberToObject(o, "time_us", us);
+            cJSON_AddNumberToObject(o, "gflops", gf);
+            cJSON_AddBoolToObject(o, "ok", wrong == 0);
+            cJSON_AddItemToArray(arr, o);
+        } else if (root) {
+            printf(" %8d %8d %8d %12.1f %10.2f %6s\n", g.m, g.n, g.k, us, gf,
+                   wrong == 0 ? "OK" : "FAIL");
+        }
+    }
+    return bad;
+}
+
+static int bench_grouped(moe_comm_t *w,
+                         const struct moe_k_ops *k,
+                         moe_k_ctx_t *kc,
+                         const struct bench_args *a,
+                         cJSON *js)
+{
+    static const int cases[][4] = {
+        /* experts, tokens (rows over all experts), in, out */
+        {8, 512, 1024, 512},   {8, 2048, 1024, 512},  {8, 8192, 1024, 512},
+        {32, 2048, 1024, 512}, {32, 8192, 1024, 512}, {64, 8192, 512, 256},
+    };
+    bool root = moe_comm_rank(w) == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "grouped_gemm") : NULL;
+    if (root && js == NULL) {
+        printf("\n# grouped expert GEMM (one sgemm per expert) vs one GEMM of equal FLOPs\n");
+        printf("#%7s %8s %6s %6s %7s %12s %10s %12s %7s %6s\n", "experts", "tokens", "in", "out",
+               "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio", "check");
+    }
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int skew = 0; skew < 2; skew++) {
+            struct moe_bench_grouped g;
+            if (moe_bench_grouped_run(k, kc, &a->cfg, cases[i][0], cases[i][1], cases[i][2],
+                                      cases[i][3], skew != 0, &g) != MOE_OK) {
+                g.is_ok = false;
+            }
+            double us = world_mean(w, g.time_us), gf = world_mean(w, g.gflops);
+            double dg = world_mean(w, g.dense_gflops);
+            int wrong = all_ok(w, g.is_ok);
+            bad += wrong;
+            if (root && arr != NULL) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "experts", g.num_experts);
+                cJSON_AddNumberToObject(o, "tokens", g.tokens);
+                cJSON_AddNumberToObject(o, "in", g.in);
+                cJSON_AddNumberToObject(o, "out", g.out);
+                cJSON_AddBoolToObject(o, "skewed", g.is_skewed);
+                cJSON_AddNumberToObject(o, "time_us", us);
+                cJSON_AddNumberToObject(o, "gflops", gf);
+                cJSON_AddNumberToObject(o, "dense_gflops", dg);
+                cJSON_AddBoolToObject(o, "ok", wrong == 0);
+                cJSON_AddItemToArray(arr, o);
+            } else if (root) {
+                printf(" %7d %8d %6d %6d %7s %12.1f %10.2f %12.2f %7.3f %6s\n", g.num_experts,
+                       g.tokens, g.in, g.out, skew ? "zipf" : "even", us, gf, dg, gf / dg,
+                       wrong == 0 ? "OK" : "FAIL");
+            }
+        }
+    }
+    return bad;
+}
+
+static int bench_mem(moe_comm_t *w,
+                     const struct moe_k_ops *k,
+                     moe_k_ctx_t *kc,
+                     const struct bench_args *a,
+                     cJSON *js)
+{
+    static const char *const names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope"};
+    static const size_t sizes[] = {1u << 20, 16u << 20, 128u << 20};
+    bool root = moe_comm_rank(w) == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "memory") : NULL;
+    if (root && js == NULL) {
+        printf("\n# memory bandwidth and elementwise kernels (bytes read + written), mean over "
+               "ranks\n");
+        printf("#%9s %12s %12s %10s %6s\n", "kernel", "bytes", "time(us)", "GB/s", "check");
+    }
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+            struct moe_bench_mem m;
+            if (moe_bench_mem_run(k, kc, &a->cfg, names[i], sizes[s], &m) != MOE_OK) {
+                m.is_ok = false;
+                m.bytes = 0;
+            }
+            double us = world_mean(w, m.time_us), gb = world_mean(w, m.gbps);
+            int wrong = all_ok(w, m.is_ok);
+            bad += wrong;
+            if (root && arr != NULL) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "kernel", names[i]);
+                cJSON_AddNumberToObject(o, "bytes", (double)m.bytes);
+                cJSON_AddNumberToObject(o, "time_us", us);
+                cJSON_AddNumberToObject(o, "gbps", gb);
+                cJSON_AddBoolToObject(o, "ok", wrong == 0);
+                cJSON_AddItemToArray(arr, o);
+            } else if (root) {
+                printf(" %9s %12zu %12.1f %10.2f %6s\n", names[i], m.bytes, us, gb,
+                       wrong == 0 ? "OK" : "FAIL");
+            }
+        }
+    }
+    return bad;
+}
+
+static int bench_coll(moe_comm_t *w, const struct bench_args *a, cJSON *js)
+{
+    int n = moe_comm_size(w), rank = moe_comm_rank(w);
+    bool root = rank == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "collectives") : NULL;
+    int bad = 0;
+    /* Group sizes: the powers of two that divide n, then n itself. */
+    for (int gsize = 2; gsize <= n; gsize = gsize * 2 < n ? gsize * 2 : (gsize == n ? n + 1 : n)) {
+        if (n % gsize != 0) {
+            continue;
+        }
+        moe_comm_t *g = NULL;
+        if (moe_comm_split(w, rank / gsize, rank, "bench", &g) != MOE_OK) {
+            return 1;
+        }
+        for (int op = 0; op < MOE_BENCH_NUM_COLLS; op++) {
+            if (root && js == NULL) {
+                printf("\n# %s, groups of %d consecutive ranks (%d group(s) at once), float\n",
+                       moe_bench_coll_name((enum moe_bench_coll)op), gsize, n / gsize);
+                printf("#%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
+                       "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+            }
+            for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes *= 4) {
+                struct moe_bench_coll_result r;
+                if (moe_bench_coll_run(g, &a->cfg, (enum moe_bench_coll)op, bytes, &r) != MOE_OK) {
+                    moe_comm_destroy(g);
+                    return 1;
+                }
+                /* Report group 0 (rank 0's); every group ran at the same time. */
+                bad += r.wrong != 0;
+                if (root && arr != NULL) {
+                    cJSON *o = cJSON_CreateObject();
+                    cJSON_AddStringToObject(o, "op", moe_bench_coll_name(r.op));
+                    cJSON_AddNumberToObject(o, "group_size", r.group_size);
+                    cJSON_AddNumberToObject(o, "bytes", (double)r.bytes);
+                    cJSON_AddNumberToObject(o, "time_us", r.time_us);
+                    cJSON_AddNumberToObject(o, "algbw_gbps", r.algbw_gbps);
+                    cJSON_AddNumberToObject(o, "busbw_gbps", r.busbw_gbps);
+                    cJSON_AddNumberToObject(o, "wrong", (double)r.wrong);
+                    cJSON_AddItemToArray(arr, o);
+                } else if (root) {
+                    printf(" %12zu %12zu %12.2f %12.3f %12.3f %8ld\n", r.bytes, r.count, r.time_us,
+                           r.algbw_gbps, r.busbw_gbps, r.wrong);
+                }
+            }
+        }
+        moe_comm_destroy(g);
+    }
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    struct bench_args a;
+    int rc = parse(argc, argv, &a, rank == 0);
+    if (rc != 0) {
+        if (rank == 0 && rc == 3) {
+            usage(stdout);
+        } else if (rank == 0 && rc == 4) {
+            printf("moefold-bench 1.0\n");
+        } else if (rank == 0) {
+            usage(stderr);
+        }
+        MPI_Finalize();
+        return rc >= 3 ? 0 : rc;
+    }
+    moe_comm_t *w = NULL;
+    moe_k_ctx_t *kc = NULL;
+    struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
+    if (moe_comm_mpi_create(MPI_COMM_WORLD, "world", &w) != MOE_OK ||
+        moe_k_ctx_create(&desc, &kc) != MOE_OK) {
+        fprintf(stderr, "moefold-bench: cannot create the communicator or kernel context\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const struct moe_k_ops *k = moe_k_ctx_ops(kc);
+    cJSON *js = a.is_json ? cJSON_CreateObject() : NULL;
+    if (js != NULL) {
+        cJSON_AddStringToObject(js, "format", "moefold-bench");
+        cJSON_AddNumberToObject(js, "version", 1);
+    }
+    header(w, &a, js);
+    int bad = 0;
+    if (a.do_gemm) {
+        bad += bench_gemm(w, k, kc, &a, js);
+    }
+    if (a.do_grouped) {
+        bad += bench_grouped(w, k, kc, &a, js);
+    }
+    if (a.do_mem) {
+        bad += bench_mem(w, k, kc, &a, js);
+    }
+    if (a.do_coll && moe_comm_size(w) > 1) {
+        bad += bench_coll(w, &a, js);
+    }
+    if (js != NULL && rank == 0) {
+        char *text = cJSON_Print(js);
+        if (text != NULL) {
+            printf("%s\n", text);
+        }
+        free(text);
+    } else if (rank == 0) {
+        printf("\n# %s\n", bad == 0 ? "all checks passed" : "SOME CHECKS FAILED");
+    }
+    cJSON_Delete(js);
+    moe_k_ctx_destroy(kc);
+    moe_comm_destroy(w);
+    MPI_Finalize();
+    return bad == 0 ? 0 : 1;
+}

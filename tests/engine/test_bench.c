@@ -1,0 +1,139 @@
+/*
+ * moefold-bench's building blocks (moe-test-np: 2): nccl-tests bus-bandwidth factors by hand, a
+ * GEMM and a grouped GEMM (uniform and Zipf-skewed rows) whose checks pass and whose FLOP counts
+ * follow from the shapes, memory kernels with their byte counts, every collective over a few sizes
+ * with zero wrong elements and busbw = algbw x factor, and the moefold-bench command line (tables,
+ * --json, bad flags).
+ */
+#include "engine/bench.h"
+#include "engine/comm_mpi.h"
+#include "tests/test_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <mpi.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+/* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
+#include <cmocka.h>
+
+/* moe-test-np: 2 */
+
+static const struct moe_bench_cfg quick = {.iters = 2, .warmup = 1};
+
+static void test_busbw_factors(void **state)
+{
+    (void)state;
+    assert_true(moe_bench_busbw_factor(MOE_BENCH_ALLREDUCE, 8) == 2.0 * 7.0 / 8.0);
+    assert_true(moe_bench_busbw_factor(MOE_BENCH_ALLGATHER, 4) == 0.75);
+    assert_true(moe_bench_busbw_factor(MOE_BENCH_REDUCESCATTER, 2) == 0.5);
+    assert_true(moe_bench_busbw_factor(MOE_BENCH_ALLTOALL, 16) == 15.0 / 16.0);
+    assert_true(moe_bench_busbw_factor(MOE_BENCH_SENDRECV, 2) == 1.0);
+    assert_string_equal(moe_bench_coll_name(MOE_BENCH_REDUCESCATTER), "reducescatter");
+}
+
+static void test_compute_benchmarks(void **state)
+{
+    (void)state;
+    moe_k_ctx_t *kc = NULL;
+    struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
+    assert_int_equal(moe_k_ctx_create(&desc, &kc), MOE_OK);
+    const struct moe_k_ops *k = moe_k_ctx_ops(kc);
+    struct moe_bench_gemm g;
+    assert_int_equal(moe_bench_gemm_run(k, kc, &quick, 96, 64, 80, &g), MOE_OK);
+    assert_true(g.is_ok);
+    assert_true(fabs(g.gflops * g.time_us * 1e3 - 2.0 * 96 * 64 * 80) < 1e-3 * 2.0 * 96 * 64 * 80);
+    for (int skew = 0; skew < 2; skew++) {
+        struct moe_bench_grouped gr;
+        assert_int_equal(moe_bench_grouped_run(k, kc, &quick, 8, 300, 32, 48, skew, &gr), MOE_OK);
+        assert_true(gr.is_ok);
+        assert_int_equal(gr.tokens, 300);
+        assert_true(gr.ratio > 0.0);
+    }
+    const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope"};
+    for (size_t i = 0; i < 5; i++) {
+        struct moe_bench_mem m;
+        assert_int_equal(moe_bench_mem_run(k, kc, &quick, names[i], 1u << 16, &m), MOE_OK);
+        assert_true(m.is_ok);
+        assert_true(m.bytes > 0 && m.gbps > 0.0);
+    }
+    struct moe_bench_mem m;
+    assert_int_equal(moe_bench_mem_run(k, kc, &quick, "nope", 1024, &m), MOE_ERR_INVALID);
+    moe_k_ctx_destroy(kc);
+}
+
+static void test_collectives(void **state)
+{
+    (void)state;
+    moe_comm_t *w = NULL;
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_WORLD, "world", &w), MOE_OK);
+    for (int op = 0; op < MOE_BENCH_NUM_COLLS; op++) {
+        for (size_t bytes = 8; bytes <= 65536; bytes *= 16) {
+            struct moe_bench_coll_result r;
+            assert_int_equal(moe_bench_coll_run(w, &quick, (enum moe_bench_coll)op, bytes, &r),
+                             MOE_OK);
+            assert_int_equal(r.wrong, 0);
+            assert_int_equal(r.group_size, 2);
+            assert_true(r.bytes == bytes || (bytes == 8 && r.bytes >= 4));
+            assert_true(fabs(r.busbw_gbps - r.algbw_gbps * moe_bench_busbw_factor(r.op, 2)) <=
+                        1e-12 * r.algbw_gbps);
+        }
+    }
+    moe_comm_destroy(w);
+}
+
+static void test_cli(void **state)
+{
+    (void)state;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0) {
+        return;
+    }
+    char path[512], cmd[2048];
+    moe_test_bin_path("moefold-bench", path, sizeof(path));
+    /* A fresh singleton: drop the MPI environment of this (mpirun-started) process. */
+    const char *clean = "for v in $(env | grep -o '^\\(OMPI\\|PMIX\\|PRTE\\)_[A-Za-z0-9_]*'); do "
+                        "unset $v; done; ";
+    static char out[1 << 16];
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --only gemm --iters 1 --warmup 0", clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "GFLOP/s"));
+    assert_non_null(strstr(out, "all checks passed"));
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --only mem --iters 1 --warmup 0 --json", clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "format")->valuestring, "moefold-bench");
+    assert_true(cJSON_GetArraySize(cJSON_GetObjectItem(j, "memory")) == 15);
+    cJSON_Delete(j);
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --only gpu", clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "unknown benchmark 'gpu'"));
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_busbw_factors),
+        cmocka_unit_test(test_compute_benchmarks),
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_cli),
+    };
+    int fails = cmocka_run_group_tests(tests, NULL, NULL);
+    int total = 0;
+    MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return total;
+}
