@@ -14,6 +14,7 @@
  * the layer's forward and back before its backward. A layer's input is the previous layer's output
  * in place, so the first layer of a chunk never offloads its input.
  */
+#include "engine/hier.h"
 #include "engine/internal.h"
 
 #include <string.h>
@@ -126,7 +127,18 @@ static void carve_moe(const struct moe_eng_dims *d,
     a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
     a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * 2 * fel);
     a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
-    a->y_rows = tf(pl, s, ms * K * C);
+    if (d->hier_nodes == 0) {
+        a->y_rows = tf(pl, s, ms * K * C);
+        return;
+    }
+    size_t q = (size_t)d->hier_copies;
+    a->y_rows = tf(pl, s, (size_t)d->hier_rows * C);
+    a->h_sent = ti(pl, s, (size_t)d->hier_nodes);
+    a->h_recv = ti(pl, s, (size_t)d->hier_nodes);
+    a->h_w = tf(pl, s, q * K);
+    a->h_s2r = ti(pl, s, q * K);
+    a->h_r2s = ti(pl, s, (size_t)d->hier_rows);
+    a->h_cnt = ti(pl, s, (size_t)d->hier_per_node * (size_t)d->experts_l);
 }
 
 static void carve_layer(const struct moe_eng *e,
@@ -424,6 +436,14 @@ static void sim_mlp_bwd(const struct moe_eng *e, struct tsim *s, int ffn_l)
     qdq_reserve(e, s);
 }
 
+/* The hierarchical dispatcher's buffers, carved and released inside one of its calls. */
+static void sim_hier(const struct moe_eng *e, struct tsim *s)
+{
+    size_t mark = moe_eng_arena_mark(&s->a);
+    moe_eng_hier_temp_sim(e, &s->a);
+    moe_eng_arena_release(&s->a, mark);
+}
+
 static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
@@ -432,12 +452,19 @@ static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
     ti_(s, (size_t)d->experts);
     ti_(s, (size_t)d->ep);
     moe_eng_arena_release(&s->a, mark);
-    tf_(s, (size_t)d->rows_send * C);
-    tf_(s, (size_t)d->rows_recv * C);
-    tf_(s, (size_t)d->rows_exp * C);
+    if (e->is_hierarchical) {
+        sim_hier(e, s);
+    } else {
+        tf_(s, (size_t)d->rows_send * C);
+        tf_(s, (size_t)d->rows_recv * C);
+        tf_(s, (size_t)d->rows_exp * C);
+    }
     sim_ep_plan(d, s);
     tf_(s, (size_t)d->rows_exp * C);
     qdq_reserve(e, s);
+    if (e->is_hierarchical) {
+        sim_hier(e, s);
+    }
 }
 
 static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
@@ -448,13 +475,20 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     tf_(s, ms * (size_t)d->topk);
     size_t mark = moe_eng_arena_mark(&s->a);
     sim_ep_plan(d, s);
-    tf_(s, (size_t)d->rows_recv * C);
     tf_(s, (size_t)d->rows_exp * C);
-    tf_(s, (size_t)d->rows_exp * C);
-    tf_(s, (size_t)d->rows_send * C);
+    if (e->is_hierarchical) {
+        sim_hier(e, s);
+    } else {
+        tf_(s, (size_t)d->rows_recv * C);
+        tf_(s, (size_t)d->rows_exp * C);
+        tf_(s, (size_t)d->rows_send * C);
+    }
     tf_(s, (size_t)d->rows_exp * fel);
     tf_(s, (size_t)d->rows_exp * 2 * fel);
     qdq_reserve(e, s);
+    if (e->is_hierarchical) {
+        sim_hier(e, s);
+    }
     moe_eng_arena_release(&s->a, mark);
     tf_(s, ms * (size_t)d->experts);
     tf_(s, ms * (size_t)d->experts);

@@ -56,6 +56,36 @@ static enum moe_status resolve_layout(struct moe_eng *e, struct moe_diag *diag)
     return MOE_OK;
 }
 
+/* Hierarchical dispatch: the EP group's nodes, each holding the same number of consecutive EP
+ * ranks; buffer bounds for the token copies a proxy receives and the rows it forwards. */
+static enum moe_status setup_hierarchical(struct moe_eng *e, struct moe_diag *diag)
+{
+    struct moe_eng_dims *d = &e->d;
+    const struct moe_eng_groups *g = &e->groups;
+    if (d->etp > 1) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "the hierarchical dispatcher needs etp=1 (etp=%d); use the alltoall "
+                            "dispatcher with expert tensor parallelism",
+                            d->etp);
+    }
+    int per_node = moe_comm_size(g->ep_node);
+    bool contiguous = g->is_ep_uniform && moe_comm_rank(g->ep) / per_node == g->ep_node_idx &&
+                      moe_comm_rank(g->ep) % per_node == moe_comm_rank(g->ep_node) &&
+                      moe_comm_size(g->ep_cross) == g->ep_num_nodes;
+    if (!contiguous) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "the hierarchical dispatcher needs every node to hold the same number "
+                            "of consecutive EP ranks (place ranks by node, or set "
+                            "--ranks-per-node)");
+    }
+    d->hier_nodes = g->ep_num_nodes;
+    d->hier_per_node = per_node;
+    d->hier_copies = d->hier_nodes * d->tokens_sp;
+    int k_node = d->topk < per_node * d->experts_l ? d->topk : per_node * d->experts_l;
+    d->hier_rows = d->hier_copies * k_node;
+    return MOE_OK;
+}
+
 static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
 {
     const struct moe_options *o = &e->plan.options;
@@ -74,20 +104,11 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                             "--overlap-moe-expert-parallel-comm is not implemented by "
                             "moefold-train");
     }
-    if (e->opts.emulate_precision) {
-        enum moe_recipe r = o->recipe;
-        (void)r;
-    }
     bool hier = e->opts.has_dispatcher_override ? e->opts.is_hierarchical
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
-    if (hier && e->d.experts > 0) {
-        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "the hierarchical (flex) dispatcher is not implemented by "
-                            "moefold-train; use --dispatcher alltoall");
-    }
-    e->is_hierarchical = false;
-    return MOE_OK;
+    e->is_hierarchical = hier && e->d.experts > 0;
+    return e->is_hierarchical ? setup_hierarchical(e, diag) : MOE_OK;
 }
 
 static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
@@ -217,6 +238,18 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     }
     if (st == MOE_OK && opts->load_dir != NULL) {
         st = moe_eng_load(e, opts->load_dir, diag);
+    }
+    if (st == MOE_OK) {
+        /* Count only the training's traffic, not the set-up's. */
+        moe_comm_t *all[] = {e->groups.tp,      e->groups.cp,    e->groups.dp,    e->groups.dpcp,
+                             e->groups.tpcp,    e->groups.pp,    e->groups.ep,    e->groups.etp,
+                             e->groups.edp,     e->groups.stage, e->groups.embed, e->groups.ep_node,
+                             e->groups.ep_cross};
+        for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
+            if (all[i] != NULL) {
+                moe_comm_reset_stats(all[i]);
+            }
+        }
     }
     if (st != MOE_OK) {
         moe_eng_destroy(e);

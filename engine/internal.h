@@ -60,6 +60,12 @@ struct moe_eng_dims {
     int rows_recv;    /* rows arriving from the EP group (buffer bound) */
     int rows_exp;     /* rows this rank's experts process after the ETP gather (buffer bound) */
     int capacity;     /* per-expert capacity from the capacity factor; 0 = dropless */
+    /* Hierarchical dispatcher (0 when flat): nodes the EP group spans, EP ranks per node, token
+     * copies a proxy may receive (one per source node and token), and the rows it may forward. */
+    int hier_nodes;
+    int hier_per_node;
+    int hier_copies;
+    int hier_rows;
     int tp, cp, ep, etp;
     bool sp;      /* sequence parallel (tp > 1) */
     int qkv_cols; /* (Hql + 2 Hkvl) D */
@@ -170,9 +176,17 @@ struct moe_eng_layer_act {
     float *xe;              /* [R, C] expert input rows, expert-major */
     float *e_fc1;           /* [R, 2 Fel] */
     float *e_act;           /* [R, Fel] */
-    float *y_rows;          /* [Ms K, C] expert outputs back at the source (permuted order) */
-    void *stage;            /* start of this layer's offloaded tensors in the staging area */
-    float *host;            /* host-pool copy of the offloaded tensors (NULL = none) */
+    float *y_rows; /* [Ms K, C] expert outputs back at the source (permuted order); hierarchical:
+                      [hier_rows, C] expert outputs back at the proxy */
+    /* Hierarchical dispatcher only (NULL when flat). */
+    int *h_sent; /* [nodes] token copies sent to each node's proxy */
+    int *h_recv; /* [nodes] copies this proxy received from each node */
+    float *h_w;  /* [hier_copies, K] top-k weights of each received copy */
+    int *h_s2r;  /* [hier_copies * K] copy slot -> forwarded row, -1 if not on this node */
+    int *h_r2s;  /* [hier_rows] forwarded row -> copy slot */
+    int *h_cnt;  /* [per_node, El] rows forwarded to each local rank's experts */
+    void *stage; /* start of this layer's offloaded tensors in the staging area */
+    float *host; /* host-pool copy of the offloaded tensors (NULL = none) */
     size_t offload_bytes;
 };
 

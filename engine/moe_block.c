@@ -19,6 +19,7 @@
  * (engine/optimizer.c).
  */
 #include "engine/check.h"
+#include "engine/hier.h"
 #include "engine/internal.h"
 
 #include <string.h>
@@ -333,31 +334,42 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     size_t mark = moe_eng_arena_mark(&e->temp);
     struct moe_eng_arena *t = &e->temp;
-    float *send = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
-    float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
-    float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-    int rows = 0;
-    for (int i = 0; i < d->experts; i++) {
-        rows += a->tokens_per_expert[i];
+    float *send = NULL, *recv = NULL, *gath = NULL;
+    struct ep_plan p;
+    if (e->is_hierarchical) {
+        moe_eng_hier_dispatch(e, a, h);
+        p = ep_plan_make(e, a);
+    } else {
+        send = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
+        recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
+        gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+        int rows = 0;
+        for (int i = 0; i < d->experts; i++) {
+            rows += a->tokens_per_expert[i];
+        }
+        k->permute(send, h, a->row_to_slot, rows, K, C, e->kc);
+        exchange_counts(e, a);
+        p = ep_plan_make(e, a);
+        check_bound(e, p.rows_recv, d->rows_recv, "EP receive");
+        check_bound(e, p.rows_exp, d->rows_exp, "expert");
+        ep_exchange(e, &p, send, recv, true);
+        etp_gather(e, &p, recv, gath);
+        k->sort_chunks(a->xe, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
     }
-    k->permute(send, h, a->row_to_slot, rows, K, C, e->kc);
-    exchange_counts(e, a);
-    struct ep_plan p = ep_plan_make(e, a);
-    check_bound(e, p.rows_recv, d->rows_recv, "EP receive");
-    check_bound(e, p.rows_exp, d->rows_exp, "expert");
-    ep_exchange(e, &p, send, recv, true);
-    etp_gather(e, &p, recv, gath);
-    k->sort_chunks(a->xe, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
     grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
     k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
     grouped_fwd(e, eout, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
-    k->unsort_chunks(gath, eout, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
-    etp_reduce(e, &p, gath, recv);
-    ep_exchange(e, &p, recv, a->y_rows, false);
-    k->unpermute(out, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
+    if (e->is_hierarchical) {
+        moe_eng_hier_combine(e, a, eout, out);
+    } else {
+        k->unsort_chunks(gath, eout, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+        etp_reduce(e, &p, gath, recv);
+        ep_exchange(e, &p, recv, a->y_rows, false);
+        k->unpermute(out, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
+    }
     moe_eng_arena_release(t, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
@@ -417,14 +429,20 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     float *d_topk_w = moe_eng_arena_floats(t, (size_t)Ms * (size_t)K);
     size_t mark_w = moe_eng_arena_mark(t);
     struct ep_plan p = ep_plan_make(e, a);
-    float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
-    float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
     float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-    float *rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
-    k->unpermute_bwd(rows, d_topk_w, dout, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
-    ep_exchange(e, &p, rows, recv, true);
-    etp_gather(e, &p, recv, gath);
-    k->sort_chunks(deo, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+    float *recv = NULL, *gath = NULL, *rows = NULL;
+    if (e->is_hierarchical) {
+        moe_eng_hier_combine_bwd(e, a, dout, deo, d_topk_w);
+    } else {
+        recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
+        gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+        rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
+        k->unpermute_bwd(rows, d_topk_w, dout, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C,
+                         e->kc);
+        ep_exchange(e, &p, rows, recv, true);
+        etp_gather(e, &p, recv, gath);
+        k->sort_chunks(deo, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+    }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     if (e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
         (e->plan.options.recompute_modules & MOE_RC_MOE_ACT)) {
@@ -436,10 +454,14 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     k->swiglu_bwd(d_fc1, d_act, a->e_fc1, p.rows_exp, fel, e->kc);
     grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-    k->unsort_chunks(gath, deo, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
-    etp_reduce(e, &p, gath, recv);
-    ep_exchange(e, &p, recv, rows, false);
-    k->permute_bwd(dh, rows, a->slot_to_row, Ms, K, C, true, e->kc);
+    if (e->is_hierarchical) {
+        moe_eng_hier_dispatch_bwd(e, a, deo, dh);
+    } else {
+        k->unsort_chunks(gath, deo, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+        etp_reduce(e, &p, gath, recv);
+        ep_exchange(e, &p, recv, rows, false);
+        k->permute_bwd(dh, rows, a->slot_to_row, Ms, K, C, true, e->kc);
+    }
     moe_eng_arena_release(t, mark_w);
     route_bwd(e, w, a, h, d_topk_w, dh);
     moe_eng_arena_release(t, mark);

@@ -77,9 +77,10 @@ static void add_memory(cJSON *o, const double *mem)
 /* Every group's bytes, summed over ranks (collective: every rank passes the same group list). */
 static void add_bytes(struct moe_eng *e, cJSON *o)
 {
-    moe_comm_t *groups[] = {e->groups.tp,   e->groups.cp,    e->groups.dp,   e->groups.dpcp,
-                            e->groups.tpcp, e->groups.pp,    e->groups.ep,   e->groups.etp,
-                            e->groups.edp,  e->groups.stage, e->groups.embed};
+    moe_comm_t *groups[] = {e->groups.tp,      e->groups.cp,    e->groups.dp,    e->groups.dpcp,
+                            e->groups.tpcp,    e->groups.pp,    e->groups.ep,    e->groups.etp,
+                            e->groups.edp,     e->groups.stage, e->groups.embed, e->groups.ep_node,
+                            e->groups.ep_cross};
     enum { NG = sizeof(groups) / sizeof(groups[0]) };
     double v[NG * MOE_NUM_COLLS];
     for (int g = 0; g < NG; g++) {
@@ -92,8 +93,8 @@ static void add_bytes(struct moe_eng *e, cJSON *o)
     if (o == NULL) {
         return;
     }
-    const char *names[NG] = {"tp", "cp",  "dp",  "dpcp",  "tpcp", "pp",
-                             "ep", "etp", "edp", "stage", "embed"};
+    const char *names[NG] = {"tp",  "cp",  "dp",    "dpcp",  "tpcp",    "pp",      "ep",
+                             "etp", "edp", "stage", "embed", "ep_node", "ep_cross"};
     double per = (double)e->ctx.size * (double)(e->stats.num_steps > 0 ? e->stats.num_steps : 1);
     cJSON *b = cJSON_AddObjectToObject(o, "bytes_sent");
     for (int g = 0; g < NG; g++) {
@@ -201,6 +202,8 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     for (int r = 0; r < n; r++) {
         peak_rss = fmax(peak_rss, all[(size_t)r * SUM_LEN + SUM_MEM + 6]);
     }
+    double dropped = e->stats.bytes_dropped; /* slots dropped on this rank, summed over ranks */
+    moe_comm_allreduce(e->ctx.world, &dropped, &dropped, 1, MOE_COMM_F64, MOE_COMM_SUM);
     cJSON *o = e->ctx.rank == 0 ? cJSON_CreateObject() : NULL;
     const double *cs = all + (size_t)crit * SUM_LEN;
     if (o != NULL) {
@@ -237,8 +240,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         double slots = (double)e->plan.layout.gbs * e->d.seq * e->d.topk *
                        (double)moe_cfg_num_moe_layers(&e->plan.model) *
                        (double)(e->stats.num_steps > 0 ? e->stats.num_steps : 1);
-        cJSON_AddNumberToObject(o, "dropped_token_fraction",
-                                slots > 0 ? e->stats.bytes_dropped / slots : 0.0);
+        cJSON_AddNumberToObject(o, "dropped_token_fraction", slots > 0 ? dropped / slots : 0.0);
     }
     add_bytes(e, o);
     add_experts(e, o);

@@ -124,6 +124,7 @@ enum {
     OPT_EMULATE,
     OPT_BUFFER,
     OPT_SYNTH,
+    OPT_DISPATCHER,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
@@ -176,6 +177,7 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         {"topk-scaling", required_argument, NULL, OPT_TOPK},
         {"emulate-precision", no_argument, NULL, OPT_EMULATE},
         {"moe-buffer-factor", required_argument, NULL, OPT_BUFFER},
+        {"dispatcher", required_argument, NULL, OPT_DISPATCHER},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -266,6 +268,22 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         case OPT_BUFFER:
             rc = num_opt("moe-buffer-factor", optarg, 0.0, 1e6, &x, is_root);
             a->run.moe_buffer_factor = x;
+            break;
+        case OPT_DISPATCHER:
+            a->run.has_dispatcher_override = true;
+            if (strcmp(optarg, "flat") == 0) {
+                a->run.is_hierarchical = false;
+            } else if (strcmp(optarg, "hierarchical") == 0) {
+                a->run.is_hierarchical = true;
+            } else {
+                if (is_root) {
+                    fprintf(stderr,
+                            "moefold-train: --dispatcher %s: expected flat or "
+                            "hierarchical\n",
+                            optarg);
+                }
+                rc = 2;
+            }
             break;
         case 'v':
             a->run.verbosity = 1;

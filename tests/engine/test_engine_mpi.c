@@ -105,10 +105,14 @@ static void test_checkpoint_resume(void **state)
 }
 
 /* This rank's local gradients after one compute_grads, concatenated; activation bytes. */
-static float *local_grads(const struct moe_plan *plan, size_t *n_out, double *act)
+static float *
+local_grads(const struct moe_plan *plan, bool hierarchical, size_t *n_out, double *act)
 {
     struct moe_eng_run_opts o;
     eng_test_opts(&o, 1);
+    o.has_dispatcher_override = true;
+    o.is_hierarchical = hierarchical;
+    o.ranks_per_node = 2; /* two emulated nodes of two ranks */
     moe_comm_t *w = NULL;
     moe_eng_t *e = make(plan, &o, &w);
     double loss = 0.0;
@@ -146,13 +150,16 @@ static void test_recompute_offload_bit_identical(void **state)
         {"TP2 PP2 EP2", 2, 1, 2, 1, 2, 1, false, 4},
         {"EP4", 1, 1, 1, 1, 4, 1, false, 4},
     };
-    for (size_t li = 0; li < MOE_ARRAY_LEN(layouts); li++) {
+    for (size_t li = 0; li < MOE_ARRAY_LEN(layouts) + 1; li++) {
+        /* The last case: EP4 again, with the hierarchical dispatcher over 2 nodes. */
+        bool hier = li == MOE_ARRAY_LEN(layouts);
         struct moe_plan base;
-        eng_test_plan(&base, "tiny-moe", &layouts[li]);
+        eng_test_plan(&base, "tiny-moe", &layouts[hier ? 1 : li]);
         base.options.moe_grouped_gemm = true;
+        base.options.capacity_factor = hier ? 1.0 : 0.0; /* with token drop, too */
         size_t n0 = 0;
         double act0 = 0.0;
-        float *g0 = local_grads(&base, &n0, &act0);
+        float *g0 = local_grads(&base, hier, &n0, &act0);
         for (int c = 0; c < 3; c++) {
             struct moe_plan p = base;
             if (c == 0) {
@@ -169,7 +176,7 @@ static void test_recompute_offload_bit_identical(void **state)
             }
             size_t n = 0;
             double act = 0.0;
-            float *g = local_grads(&p, &n, &act);
+            float *g = local_grads(&p, hier, &n, &act);
             /* Every rank must reach the same verdict before asserting (no rank left behind in a
              * collective). */
             int ok = n == n0 && memcmp(g, g0, n * sizeof(float)) == 0 && act < act0;

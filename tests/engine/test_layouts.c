@@ -25,9 +25,18 @@
 enum { STEPS = 5 };
 #define REL_TOL 1e-5 /* FP32 reductions in another order; routing flips would be ~1e-2 */
 
-/* Losses of a layout on ranks 0..world-1 of MPI_COMM_WORLD; valid on rank 0 only. */
-static enum moe_status
-run_layout(const char *model, const struct eng_test_layout *l, bool overlap, double *losses)
+/* Run options beyond the layout. */
+struct extra {
+    bool overlap;       /* non-blocking gradient reduce-scatter / parameter all-gather */
+    int ranks_per_node; /* emulated nodes (0: shared memory) */
+    bool hierarchical;  /* hierarchical dispatcher instead of the flat all-to-all */
+};
+
+/* Losses of a layout on ranks 0..world-1 of MPI_COMM_WORLD, broadcast to every rank. */
+static enum moe_status run_layout_with(const char *model,
+                                       const struct eng_test_layout *l,
+                                       const struct extra *x,
+                                       double *losses)
 {
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -41,12 +50,15 @@ run_layout(const char *model, const struct eng_test_layout *l, bool overlap, dou
     if (sub != MPI_COMM_NULL) {
         struct moe_plan plan;
         eng_test_plan(&plan, model, l);
-        if (overlap) {
+        if (x->overlap) {
             plan.options.overlap_grad_reduce = true;
             plan.options.overlap_param_gather = plan.options.use_distributed_optimizer;
         }
         struct moe_eng_run_opts o;
         eng_test_opts(&o, STEPS);
+        o.ranks_per_node = x->ranks_per_node;
+        o.has_dispatcher_override = true;
+        o.is_hierarchical = x->hierarchical;
         st = eng_test_losses(sub, &plan, &o, losses);
         MPI_Comm_free(&sub);
     }
@@ -57,7 +69,18 @@ run_layout(const char *model, const struct eng_test_layout *l, bool overlap, dou
     return (enum moe_status)(-worst);
 }
 
-static void check_layouts(const char *model, const struct eng_test_layout *ls, int n, bool overlap)
+static enum moe_status
+run_layout(const char *model, const struct eng_test_layout *l, bool overlap, double *losses)
+{
+    const struct extra x = {overlap, 0, false};
+    return run_layout_with(model, l, &x, losses);
+}
+
+/* Every layout's 5-step losses within REL_TOL of one rank's, and falling. */
+static void check_layouts_with(const char *model,
+                               const struct eng_test_layout *ls,
+                               int n,
+                               const struct extra *x)
 {
     const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
     double ref[STEPS];
@@ -66,7 +89,7 @@ static void check_layouts(const char *model, const struct eng_test_layout *ls, i
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (int i = 0; i < n; i++) {
         double got[STEPS];
-        assert_int_equal(run_layout(model, &ls[i], overlap, got), MOE_OK);
+        assert_int_equal(run_layout_with(model, &ls[i], x, got), MOE_OK);
         double rel = eng_test_max_rel(got, ref, STEPS);
         if (rank == 0) {
             printf("  %-10s %-34s loss[5] %.7f (1 rank %.7f) max rel diff %.2e\n", model,
@@ -75,6 +98,12 @@ static void check_layouts(const char *model, const struct eng_test_layout *ls, i
         assert_true(rel <= REL_TOL);
         assert_true(got[STEPS - 1] < got[0]); /* and it trains */
     }
+}
+
+static void check_layouts(const char *model, const struct eng_test_layout *ls, int n, bool overlap)
+{
+    const struct extra x = {overlap, 0, false};
+    check_layouts_with(model, ls, n, &x);
 }
 
 static void test_tiny_moe_layouts(void **state)
@@ -118,6 +147,24 @@ static void test_overlap_same_losses(void **state)
     check_layouts("tiny-moe", ls, (int)MOE_ARRAY_LEN(ls), true);
 }
 
+static void test_hierarchical_dispatcher(void **state)
+{
+    (void)state;
+    /* Nodes emulated as blocks of ranks: one copy of a token per remote node, forwarded inside
+     * the node; the same losses as one rank (and so as the flat all-to-all). */
+    const struct eng_test_layout by2[] = {
+        {"EP4 on 2 nodes x 2", 1, 1, 1, 1, 4, 1, false, 4},
+        {"EP8 on 4 nodes x 2", 1, 1, 1, 1, 8, 1, true, 8},
+        {"TP2 EP4 on 2 nodes x 2", 2, 1, 1, 1, 4, 1, false, 8},
+    };
+    const struct eng_test_layout by4[] = {{"EP8 on 2 nodes x 4", 1, 1, 1, 1, 8, 1, false, 8}};
+    const struct extra two = {false, 2, true};
+    const struct extra four = {false, 4, true};
+    check_layouts_with("tiny-moe", by2, (int)MOE_ARRAY_LEN(by2), &two);
+    check_layouts_with("tiny-dsv3", by2 + 2, 1, &two);
+    check_layouts_with("tiny-moe", by4, 1, &four);
+}
+
 static void test_same_layout_bit_identical(void **state)
 {
     (void)state;
@@ -146,6 +193,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tiny_moe_layouts),
         cmocka_unit_test(test_tiny_dsv3_layouts),
         cmocka_unit_test(test_overlap_same_losses),
+        cmocka_unit_test(test_hierarchical_dispatcher),
         cmocka_unit_test(test_same_layout_bit_identical),
         cmocka_unit_test(test_expert_parallel_matches_replicated),
     };
