@@ -120,10 +120,11 @@ static void carve_moe(const struct moe_eng_dims *d,
     a->topk_idx = ti(pl, s, ms * K);
     a->slot_to_row = ti(pl, s, ms * K);
     a->row_to_slot = ti(pl, s, ms * K);
-    a->tokens_per_expert = ti(pl, s, E);
+    size_t halves = d->ep_overlap ? 2 : 1; /* the EP overlap keeps counts per half */
+    a->tokens_per_expert = ti(pl, s, halves * E);
     a->counts_mb = ti(pl, s, E);
-    a->recv_counts = ti(pl, s, (size_t)d->ep * (size_t)d->experts_l);
-    a->gath_counts = ti(pl, s, (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l);
+    a->recv_counts = ti(pl, s, halves * (size_t)d->ep * (size_t)d->experts_l);
+    a->gath_counts = ti(pl, s, halves * (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l);
     a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
     a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * 2 * fel);
     a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
@@ -444,10 +445,43 @@ static void sim_hier(const struct moe_eng *e, struct tsim *s)
     moe_eng_arena_release(&s->a, mark);
 }
 
+/* moe_fwd_overlap / moe_bwd_overlap (engine/moe_block.c): both halves' plans stay live. */
+static void sim_moe_overlap(const struct moe_eng *e, struct tsim *s, bool bwd)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t C = (size_t)d->hidden, fel = (size_t)d->expert_ffn_l;
+    if (!bwd) {
+        size_t mark = moe_eng_arena_mark(&s->a);
+        ti_(s, (size_t)d->experts);
+        ti_(s, (size_t)d->ep);
+        moe_eng_arena_release(&s->a, mark);
+        tf_(s, (size_t)d->rows_send * C);
+        tf_(s, (size_t)d->rows_recv * C);
+        tf_(s, (size_t)d->rows_exp * C);
+        ti_(s, (size_t)d->ep);
+        sim_ep_plan(d, s);
+        sim_ep_plan(d, s);
+    } else {
+        tf_(s, (size_t)d->tokens_sp * (size_t)d->topk);
+        sim_ep_plan(d, s);
+        sim_ep_plan(d, s);
+        tf_(s, (size_t)d->rows_send * C);
+        tf_(s, (size_t)d->rows_recv * C);
+        tf_(s, (size_t)d->rows_exp * C);
+        tf_(s, (size_t)d->rows_exp * fel);
+        tf_(s, (size_t)d->rows_exp * 2 * fel);
+    }
+    qdq_reserve(e, s);
+}
+
 static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
     size_t C = (size_t)d->hidden;
+    if (e->is_ep_overlap) {
+        sim_moe_overlap(e, s, false);
+        return;
+    }
     size_t mark = moe_eng_arena_mark(&s->a);
     ti_(s, (size_t)d->experts);
     ti_(s, (size_t)d->ep);
@@ -472,6 +506,15 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     const struct moe_eng_dims *d = &e->d;
     size_t C = (size_t)d->hidden, fel = (size_t)d->expert_ffn_l;
     size_t ms = (size_t)d->tokens_sp;
+    if (e->is_ep_overlap) {
+        size_t mark = moe_eng_arena_mark(&s->a);
+        sim_moe_overlap(e, s, true);
+        moe_eng_arena_release(&s->a, mark);
+        tf_(s, ms * (size_t)d->topk);
+        tf_(s, ms * (size_t)d->experts);
+        tf_(s, ms * (size_t)d->experts);
+        return;
+    }
     tf_(s, ms * (size_t)d->topk);
     size_t mark = moe_eng_arena_mark(&s->a);
     sim_ep_plan(d, s);

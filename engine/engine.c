@@ -99,15 +99,20 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                             "moefold-train keeps gradients and Adam moments in fp32; drop the "
                             "precision-aware optimizer dtypes");
     }
-    if (o->overlap_moe_ep_comm) {
-        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "--overlap-moe-expert-parallel-comm is not implemented by "
-                            "moefold-train");
-    }
+
     bool hier = e->opts.has_dispatcher_override ? e->opts.is_hierarchical
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
     e->is_hierarchical = hier && e->d.experts > 0;
+    if (o->overlap_moe_ep_comm && e->d.experts > 0) {
+        if (e->is_hierarchical || e->d.etp > 1 || e->d.capacity > 0) {
+            return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                                "moefold-train overlaps the EP all-to-all only with the flat "
+                                "dispatcher, etp=1 and dropless routing");
+        }
+        e->is_ep_overlap = true;
+        e->d.ep_overlap = true;
+    }
     return e->is_hierarchical ? setup_hierarchical(e, diag) : MOE_OK;
 }
 

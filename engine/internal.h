@@ -66,6 +66,7 @@ struct moe_eng_dims {
     int hier_per_node;
     int hier_copies;
     int hier_rows;
+    bool ep_overlap; /* --overlap-moe-expert-parallel-comm: counts kept per half micro-batch */
     int tp, cp, ep, etp;
     bool sp;      /* sequence parallel (tp > 1) */
     int qkv_cols; /* (Hql + 2 Hkvl) D */
@@ -333,6 +334,7 @@ struct moe_eng {
     bool is_recomputing;  /* forward is a recompute: no statistics, no loss accumulation */
     char nan_origin[160]; /* first non-finite layer output of the step ("" = none) */
     bool is_hierarchical;
+    bool is_ep_overlap; /* expert dispatch/combine of one half behind the other's compute */
     int tag_base_fwd;
     int tag_base_bwd;
 };

@@ -129,7 +129,8 @@ struct ep_plan {
     int rows_send, rows_recv, rows_exp;
 };
 
-static struct ep_plan ep_plan_make(struct moe_eng *e, const struct moe_eng_layer_act *a)
+static struct ep_plan
+ep_plan_from(struct moe_eng *e, const int *tpe, const int *recv_counts, const int *gath_counts)
 {
     const struct moe_eng_dims *d = &e->d;
     int EP = d->ep, ETP = d->etp, El = d->experts_l, C = d->hidden;
@@ -149,8 +150,8 @@ static struct ep_plan ep_plan_make(struct moe_eng *e, const struct moe_eng_layer
     for (int j = 0; j < EP; j++) {
         int s = 0, r = 0;
         for (int i = 0; i < El; i++) {
-            s += a->tokens_per_expert[j * El + i];
-            r += a->recv_counts[j * El + i];
+            s += tpe[j * El + i];
+            r += recv_counts[j * El + i];
         }
         p.scount[j] = s * C;
         p.sdispl[j] = so;
@@ -165,23 +166,28 @@ static struct ep_plan ep_plan_make(struct moe_eng *e, const struct moe_eng_layer
     for (int q = 0; q < ETP; q++) {
         int g = 0;
         for (int i = 0; i < EP * El; i++) {
-            g += a->gath_counts[q * EP * El + i];
+            g += gath_counts[q * EP * El + i];
         }
         p.gcount[q] = g * C;
         p.gdispl[q] = go;
         go += g * C;
     }
     p.rows_exp = go / C;
-    memcpy(p.chunk_rows, a->gath_counts, (size_t)nch * sizeof(int));
+    memcpy(p.chunk_rows, gath_counts, (size_t)nch * sizeof(int));
     int k = 0;
     for (int i = 0; i < El; i++) {
         p.local_counts[i] = 0;
         for (int q = 0; q < ETP * EP; q++) {
             p.chunk_order[k++] = q * El + i;
-            p.local_counts[i] += a->gath_counts[q * El + i];
+            p.local_counts[i] += gath_counts[q * El + i];
         }
     }
     return p;
+}
+
+static struct ep_plan ep_plan_make(struct moe_eng *e, const struct moe_eng_layer_act *a)
+{
+    return ep_plan_from(e, a->tokens_per_expert, a->recv_counts, a->gath_counts);
 }
 
 static void check_bound(const struct moe_eng *e, int rows, int bound, const char *what)
@@ -320,6 +326,209 @@ static void etp_reduce(struct moe_eng *e, const struct ep_plan *p, float *in, fl
 
 /* ---- Forward / backward ---------------------------------------------------------------------- */
 
+/* ---- EP all-to-all overlap (--overlap-moe-expert-parallel-comm) --------------------------- */
+/*
+ * The micro-batch's tokens are split into two halves that are dispatched, computed and combined
+ * as a two-stage software pipeline: both halves' dispatches are posted (non-blocking
+ * all-to-all-v), the first half's experts run while the second's dispatch is in flight, the first
+ * half's combine is posted before the second half's experts run, and the backward pass mirrors
+ * this. MPI progresses the pending transfers between kernel calls. Only the time spent waiting is
+ * charged to dispatch/combine, so they report exposed communication. Needs the flat dispatcher,
+ * etp 1 and dropless routing (a per-half capacity would drop different tokens).
+ */
+
+struct half {
+    int t0, m;              /* first token and tokens of the half */
+    int *tpe, *recv, *gath; /* its counts: [E], [EP El], [EP El] */
+    struct ep_plan p;
+    int send_off, recv_off, exp_off; /* row offsets of the half in the send/recv/expert buffers */
+    struct moe_comm_req req;
+};
+
+static void halves_init(struct moe_eng *e, struct moe_eng_layer_act *a, struct half *hv)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int E = d->experts, n = d->ep * d->experts_l;
+    hv[0].t0 = 0;
+    hv[0].m = (d->tokens_sp + 1) / 2;
+    hv[1].t0 = hv[0].m;
+    hv[1].m = d->tokens_sp - hv[0].m;
+    for (int i = 0; i < 2; i++) {
+        hv[i].tpe = a->tokens_per_expert + (size_t)i * (size_t)E;
+        hv[i].recv = a->recv_counts + (size_t)i * (size_t)n;
+        hv[i].gath = a->gath_counts + (size_t)i * (size_t)n;
+        memset(&hv[i].req, 0, sizeof(hv[i].req));
+    }
+}
+
+/* Plans and buffer offsets of both halves from their saved counts. */
+static void halves_plan(struct moe_eng *e, struct half *hv)
+{
+    for (int i = 0; i < 2; i++) {
+        hv[i].p = ep_plan_from(e, hv[i].tpe, hv[i].recv, hv[i].gath);
+        hv[i].send_off = i == 0 ? 0 : hv[0].p.rows_send;
+        hv[i].recv_off = i == 0 ? 0 : hv[0].p.rows_recv;
+        hv[i].exp_off = i == 0 ? 0 : hv[0].p.rows_exp;
+    }
+    check_bound(e, hv[0].p.rows_recv + hv[1].p.rows_recv, e->d.rows_recv, "EP receive");
+}
+
+static void post_a2a(struct moe_eng *e, struct half *h, const float *in, float *out, bool fwd)
+{
+    const struct ep_plan *p = &h->p;
+    if (fwd) {
+        moe_comm_ialltoallv(e->groups.ep, in, p->scount, p->sdispl, out, p->rcount, p->rdispl,
+                            MOE_COMM_F32, &h->req);
+    } else {
+        moe_comm_ialltoallv(e->groups.ep, in, p->rcount, p->rdispl, out, p->scount, p->sdispl,
+                            MOE_COMM_F32, &h->req);
+    }
+}
+
+static void wait_a2a(struct moe_eng *e, struct half *h, enum moe_phase phase)
+{
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, phase);
+    moe_comm_wait(e->groups.ep, &h->req);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+static void poke(struct moe_eng *e, struct half *hv)
+{
+    for (int i = 0; i < 2; i++) {
+        (void)moe_comm_test(e->groups.ep, &hv[i].req);
+    }
+}
+
+static void moe_fwd_overlap(struct moe_eng *e,
+                            const struct moe_eng_layer_w *w,
+                            struct moe_eng_layer_act *a,
+                            const float *h,
+                            float *out)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_k_ops *k = e->k;
+    int K = d->topk, C = d->hidden, E = d->experts, El = d->experts_l, fel = d->expert_ffn_l;
+    size_t c = (size_t)C;
+    route(e, w, a, h);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_arena *t = &e->temp;
+    float *send = moe_eng_arena_floats(t, (size_t)d->rows_send * c);
+    float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * c);
+    float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * c);
+    int *per_rank = moe_eng_arena_ints(t, (size_t)d->ep);
+    struct half hv[2];
+    halves_init(e, a, hv);
+    for (int i = 0; i < 2; i++) {
+        size_t s0 = (size_t)hv[i].t0 * (size_t)K;
+        k->dispatch_layout(hv[i].tpe, per_rank, a->slot_to_row + s0, a->row_to_slot + s0,
+                           a->topk_idx + s0, hv[i].m, K, E, d->ep, 0, e->kc);
+        moe_comm_alltoall(e->groups.ep, hv[i].tpe, hv[i].recv, (size_t)El, MOE_COMM_I32);
+        memcpy(hv[i].gath, hv[i].recv, (size_t)d->ep * (size_t)El * sizeof(int));
+    }
+    halves_plan(e, hv);
+    for (int i = 0; i < 2; i++) {
+        float *sh = send + (size_t)hv[i].send_off * c;
+        k->permute(sh, h + (size_t)hv[i].t0 * c, a->row_to_slot + (size_t)hv[i].t0 * (size_t)K,
+                   hv[i].p.rows_send, K, C, e->kc);
+        post_a2a(e, &hv[i], sh, recv + (size_t)hv[i].recv_off * c, true);
+    }
+    for (int i = 0; i < 2; i++) {
+        wait_a2a(e, &hv[i], MOE_PHASE_DISPATCH);
+        size_t x = (size_t)hv[i].exp_off;
+        float *xe = a->xe + x * c;
+        k->sort_chunks(xe, recv + (size_t)hv[i].recv_off * c, hv[i].p.chunk_rows,
+                       hv[i].p.chunk_order, d->ep * El, C, e->kc);
+        moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
+        float *f1 = a->e_fc1 + x * 2 * (size_t)fel;
+        float *act = a->e_act + x * (size_t)fel;
+        grouped_fwd(e, f1, xe, w->e_fc1.w, hv[i].p.local_counts, C, 2 * fel);
+        poke(e, hv);
+        k->swiglu_fwd(act, f1, hv[i].p.rows_exp, fel, e->kc);
+        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, hv[i].p.local_counts, fel, C);
+        moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
+        float *back = recv + (size_t)hv[i].recv_off * c;
+        k->unsort_chunks(back, eout + x * c, hv[i].p.chunk_rows, hv[i].p.chunk_order, d->ep * El, C,
+                         e->kc);
+        post_a2a(e, &hv[i], back, a->y_rows + (size_t)hv[i].send_off * c, false);
+    }
+    for (int i = 0; i < 2; i++) {
+        wait_a2a(e, &hv[i], MOE_PHASE_COMBINE);
+        size_t t0 = (size_t)hv[i].t0;
+        k->unpermute(out + t0 * c, a->y_rows + (size_t)hv[i].send_off * c, a->topk_w + t0 * K,
+                     a->slot_to_row + t0 * K, hv[i].m, K, C, e->kc);
+    }
+    moe_eng_arena_release(t, mark);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+/* Backward of moe_fwd_overlap's expert path; d_topk_w[Ms, K] out, dh[Ms, C] +=. */
+static void moe_bwd_overlap(struct moe_eng *e,
+                            const struct moe_eng_layer_w *w,
+                            struct moe_eng_layer_act *a,
+                            const float *dout,
+                            float *dh,
+                            float *d_topk_w)
+{
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_k_ops *k = e->k;
+    int K = d->topk, C = d->hidden, El = d->experts_l, fel = d->expert_ffn_l;
+    size_t c = (size_t)C;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_arena *t = &e->temp;
+    struct half hv[2];
+    halves_init(e, a, hv);
+    halves_plan(e, hv);
+    float *rows = moe_eng_arena_floats(t, (size_t)d->rows_send * c);
+    float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * c);
+    float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * c);
+    float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
+    float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * 2 * (size_t)fel);
+    for (int i = 0; i < 2; i++) {
+        size_t t0 = (size_t)hv[i].t0;
+        float *rh = rows + (size_t)hv[i].send_off * c;
+        k->unpermute_bwd(rh, d_topk_w + t0 * K, dout + t0 * c,
+                         a->y_rows + (size_t)hv[i].send_off * c, a->topk_w + t0 * K,
+                         a->slot_to_row + t0 * K, hv[i].m, K, C, e->kc);
+        post_a2a(e, &hv[i], rh, recv + (size_t)hv[i].recv_off * c, true);
+    }
+    bool rc_act = e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
+                  (e->plan.options.recompute_modules & MOE_RC_MOE_ACT);
+    for (int i = 0; i < 2; i++) {
+        wait_a2a(e, &hv[i], MOE_PHASE_COMBINE);
+        size_t x = (size_t)hv[i].exp_off;
+        int r = hv[i].p.rows_exp;
+        k->sort_chunks(deo + x * c, recv + (size_t)hv[i].recv_off * c, hv[i].p.chunk_rows,
+                       hv[i].p.chunk_order, d->ep * El, C, e->kc);
+        moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
+        float *f1 = a->e_fc1 + x * 2 * (size_t)fel;
+        float *act = a->e_act + x * (size_t)fel;
+        if (rc_act) {
+            k->swiglu_fwd(act, f1, r, fel, e->kc);
+        }
+        grouped_bwd(e, d_act, w->e_fc2.g, deo + x * c, act, w->e_fc2.w, hv[i].p.local_counts, fel,
+                    C);
+        poke(e, hv);
+        k->swiglu_bwd(d_fc1, d_act, f1, r, fel, e->kc);
+        grouped_bwd(e, deo + x * c, w->e_fc1.g, d_fc1, a->xe + x * c, w->e_fc1.w,
+                    hv[i].p.local_counts, C, 2 * fel);
+        moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
+        float *back = recv + (size_t)hv[i].recv_off * c;
+        k->unsort_chunks(back, deo + x * c, hv[i].p.chunk_rows, hv[i].p.chunk_order, d->ep * El, C,
+                         e->kc);
+        post_a2a(e, &hv[i], back, rows + (size_t)hv[i].send_off * c, false);
+    }
+    for (int i = 0; i < 2; i++) {
+        wait_a2a(e, &hv[i], MOE_PHASE_DISPATCH);
+        size_t t0 = (size_t)hv[i].t0;
+        k->permute_bwd(dh + t0 * c, rows + (size_t)hv[i].send_off * c, a->slot_to_row + t0 * K,
+                       hv[i].m, K, C, true, e->kc);
+    }
+    moe_eng_arena_release(t, mark);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
 void moe_eng_moe_fwd(struct moe_eng *e,
                      const struct moe_eng_layer_w *w,
                      struct moe_eng_layer_act *a,
@@ -330,6 +539,10 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     const struct moe_k_ops *k = e->k;
     int Ms = d->tokens_sp, K = d->topk, C = d->hidden, El = d->experts_l;
     int fel = d->expert_ffn_l;
+    if (e->is_ep_overlap) {
+        moe_fwd_overlap(e, w, a, h, out);
+        return;
+    }
     route(e, w, a, h);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     size_t mark = moe_eng_arena_mark(&e->temp);
@@ -427,6 +640,13 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     size_t mark = moe_eng_arena_mark(&e->temp);
     struct moe_eng_arena *t = &e->temp;
     float *d_topk_w = moe_eng_arena_floats(t, (size_t)Ms * (size_t)K);
+    if (e->is_ep_overlap) {
+        moe_bwd_overlap(e, w, a, dout, dh, d_topk_w);
+        route_bwd(e, w, a, h, d_topk_w, dh);
+        moe_eng_arena_release(t, mark);
+        moe_eng_phase_enter(&e->ctx.timer, prev);
+        return;
+    }
     size_t mark_w = moe_eng_arena_mark(t);
     struct ep_plan p = ep_plan_make(e, a);
     float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);

@@ -30,6 +30,7 @@ struct extra {
     bool overlap;       /* non-blocking gradient reduce-scatter / parameter all-gather */
     int ranks_per_node; /* emulated nodes (0: shared memory) */
     bool hierarchical;  /* hierarchical dispatcher instead of the flat all-to-all */
+    bool ep_overlap;    /* one half micro-batch's dispatch/combine behind the other's experts */
 };
 
 /* Losses of a layout on ranks 0..world-1 of MPI_COMM_WORLD, broadcast to every rank. */
@@ -59,6 +60,7 @@ static enum moe_status run_layout_with(const char *model,
         o.ranks_per_node = x->ranks_per_node;
         o.has_dispatcher_override = true;
         o.is_hierarchical = x->hierarchical;
+        plan.options.overlap_moe_ep_comm = x->ep_overlap;
         st = eng_test_losses(sub, &plan, &o, losses);
         MPI_Comm_free(&sub);
     }
@@ -72,7 +74,7 @@ static enum moe_status run_layout_with(const char *model,
 static enum moe_status
 run_layout(const char *model, const struct eng_test_layout *l, bool overlap, double *losses)
 {
-    const struct extra x = {overlap, 0, false};
+    const struct extra x = {overlap, 0, false, false};
     return run_layout_with(model, l, &x, losses);
 }
 
@@ -102,7 +104,7 @@ static void check_layouts_with(const char *model,
 
 static void check_layouts(const char *model, const struct eng_test_layout *ls, int n, bool overlap)
 {
-    const struct extra x = {overlap, 0, false};
+    const struct extra x = {overlap, 0, false, false};
     check_layouts_with(model, ls, n, &x);
 }
 
@@ -145,6 +147,15 @@ static void test_overlap_same_losses(void **state)
         {"PP2 DP2 overlap grad", 1, 1, 2, 1, 1, 1, false, 4},
     };
     check_layouts("tiny-moe", ls, (int)MOE_ARRAY_LEN(ls), true);
+    /* Expert dispatch/combine of one half micro-batch behind the other half's experts. */
+    const struct eng_test_layout ep[] = {
+        {"EP2 a2a overlap", 1, 1, 1, 1, 2, 1, false, 2},
+        {"TP2 EP4 a2a overlap", 2, 1, 1, 1, 4, 1, true, 8},
+        {"PP2 VPP2 EP2 a2a overlap", 1, 1, 2, 2, 2, 1, false, 4},
+    };
+    const struct extra ov = {false, 0, false, true};
+    check_layouts_with("tiny-moe", ep, (int)MOE_ARRAY_LEN(ep), &ov);
+    check_layouts_with("tiny-dsv3", ep + 1, 1, &ov);
 }
 
 static void test_hierarchical_dispatcher(void **state)
@@ -158,8 +169,8 @@ static void test_hierarchical_dispatcher(void **state)
         {"TP2 EP4 on 2 nodes x 2", 2, 1, 1, 1, 4, 1, false, 8},
     };
     const struct eng_test_layout by4[] = {{"EP8 on 2 nodes x 4", 1, 1, 1, 1, 8, 1, false, 8}};
-    const struct extra two = {false, 2, true};
-    const struct extra four = {false, 4, true};
+    const struct extra two = {false, 2, true, false};
+    const struct extra four = {false, 4, true, false};
     check_layouts_with("tiny-moe", by2, (int)MOE_ARRAY_LEN(by2), &two);
     check_layouts_with("tiny-dsv3", by2 + 2, 1, &two);
     check_layouts_with("tiny-moe", by4, 1, &four);
