@@ -227,14 +227,24 @@ bench: deps
 test: deps
 	@$(MAKE) --no-print-directory test-run
 
+# After the suites: the fuzz smoke run (seconds per parser) and the whole suite again under
+# ASan+UBSan (make san; about 2 minutes on 2 cores; NO_SAN=1 skips it).
 test-run: all
 	@scripts/run-tests.sh $(BUILD)
+	@$(MAKE) --no-print-directory fuzz-smoke
+	@$(if $(filter 1,$(NO_SAN)),echo "san: skipped (NO_SAN=1)",$(MAKE) --no-print-directory san)
 	@$(MAKE) --no-print-directory layers globals format-check
 
+# Sanitizers: every test binary (2-rank MPI runs included) built with ASan+UBSan in build/san.
+# fast_unwind_on_malloc=0: Open MPI's components are built without frame pointers and unloaded at
+# MPI_Finalize, so the fast unwinder's one-frame stacks of their one-time allocations match no
+# suppression; full stacks reach libmpi/libopen-pal/... frames that tests/lsan.supp names.
+SAN_ENV = ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:detect_stack_use_after_return=1 \
+          LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0 \
+          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 san:
 	@$(MAKE) --no-print-directory BUILD=build/san SAN=1 NO_CUDA=1 all
-	@LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ASAN_OPTIONS=detect_leaks=1 \
-	    UBSAN_OPTIONS=print_stacktrace=1 scripts/run-tests.sh build/san
+	@$(SAN_ENV) scripts/run-tests.sh build/san
 
 # The README's main job: installs missing packages, builds, then runs scripts/demo.sh.
 demo: deps
@@ -277,6 +287,44 @@ clean:
 # PyTorch reference files for tests/kernels/test_refs.c (needs PyTorch on CPU; CI never runs it).
 refs:
 	python3 scripts/gen_refs.py tests/data/refs
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing (tests/fuzz/fuzz_<parser>.c, libFuzzer): scripts/fuzz.sh builds every parser library
+# again in build/fuzz with clang -fsanitize=fuzzer-no-link,address,undefined (FUZZ=1 below), links
+# one target per parser with -fsanitize=fuzzer, seeds each from the real files and runs it with the
+# leak check on, a per-input -timeout and an RSS limit. A target that finds a crash, a leak, a hang
+# or a broken property (tests/fuzz/fuzz_util.h) fails the run and leaves its input under
+# build/fuzz/artifacts/. Without clang's libFuzzer both targets print a skip note and succeed.
+#   make fuzz        FUZZ_SECONDS per target (default 300; corpus kept in build/fuzz/corpus/)
+#   make fuzz-smoke  FUZZ_SMOKE_SECONDS per target (default 2), part of `make test`
+FUZZ_SECONDS ?= 300
+FUZZ_SMOKE_SECONDS ?= 2
+FUZZ_CC ?= clang
+.PHONY: fuzz fuzz-smoke fuzz-bins
+
+ifeq ($(FUZZ),1)
+CC := $(FUZZ_CC)
+OPT_FLAGS += -fsanitize=fuzzer-no-link
+# clang defines INFINITY as a float constant, so `double x = INFINITY` warns under clang only;
+# the gcc builds keep -Wdouble-promotion.
+WARN_FLAGS += -Wno-double-promotion
+endif
+
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BIN)/fuzz/%,$(FUZZ_SRC)) $(BIN)/fuzz/gen_seeds
+$(BIN)/fuzz/gen_seeds: $(OBJ)/tests/fuzz/gen_seeds.o $(LIB_CLI) $(LIB_PLANNER) $(LIB_TOPO) $(LIB_MODEL)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_LDFLAGS) -o $@ $< $(LINK_PLANNER)
+$(BIN)/fuzz/fuzz_%: $(OBJ)/tests/fuzz/fuzz_%.o $(LIB_CLI) $(LIB_PLANNER) $(LIB_TOPO) $(LIB_MODEL)
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=fuzzer $(SAN_LDFLAGS) -o $@ $< $(LINK_PLANNER)
+# Only meaningful with the variables scripts/fuzz.sh passes (BUILD=build/fuzz SAN=1 FUZZ=1).
+fuzz-bins: $(FUZZ_BIN)
+
+fuzz:
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+fuzz-smoke:
+	@scripts/fuzz.sh --smoke $(FUZZ_SMOKE_SECONDS)
 
 # ---------------------------------------------------------------------------------------------
 # GPU checks (run them on a machine with an NVIDIA GPU; elsewhere the CUDA tests skip). `make
