@@ -40,50 +40,42 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mpirun -np N moefold-train --plan plan.json [options]\n"
-               "       mpirun -np N moefold-train --model NAME|model.json [options] "
-               "-- <Megatron "
-               "flags>\n"
-               "\n"
-               "  --plan FILE           plan written by `moefold plan` (model, "
-               "layout, options)\n"
-               "  --model NAME|FILE     preset (tiny-moe, tiny-dsv3, ...) or model "
-               "file; the layout\n"
-               "                        and options come from Megatron-LM flags "
-               "after `--`\n"
-               "  --steps K             training steps (default 10)\n"
-               "  --data FILE|DIR       byte-level text to train on (default: the "
-               "files under\n"
-               "                        /usr/share/common-licenses)\n"
-               "  --synthetic           seeded synthetic corpus instead of text\n"
-               "  --out FILE            measurements (default run.json; '-' = none)\n"
-               "  --save DIR            write a checkpoint at the end (and every "
-               "--save-every steps)\n"
-               "  --save-every N        steps between checkpoints (default 0: end "
-               "only)\n"
-               "  --load DIR            resume from DIR's latest checkpoint\n"
-               "  --ranks-per-node R    treat blocks of R ranks as nodes (default: "
-               "ranks sharing\n"
-               "                        memory form a node)\n"
-               "  --seed S              weights, data order and synthetic corpus "
-               "(default 1234)\n"
-               "  --lr X                peak learning rate (default 3e-3); --warmup "
-               "N steps (0)\n"
-               "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
-               "  --clip-grad X         global gradient-norm clip (default 1.0; 0 = "
-               "off)\n"
-               "  --aux-loss-coeff X    switch load-balancing loss (default 1e-2)\n"
-               "  --z-loss-coeff X      router z-loss (default 0)\n"
-               "  --bias-update-rate X  expert-bias update rate (default 1e-3)\n"
-               "  --topk-scaling X      routed scaling factor on top-k weights "
-               "(default 1)\n"
-               "  --emulate-precision   quantise->dequantise GEMM inputs per the "
-               "plan's recipe\n"
-               "                        (default: plain fp32)\n"
-               "  --moe-buffer-factor F expert rows buffer = F x mean load (default "
-               "0: worst case)\n"
-               "  --verbose             details, and every rank may print\n"
-               "  --version, --help\n");
+    /* clang-format off: one option per line reads better than the formatter's packing */
+    static const char text[] =
+        "usage: mpirun -np N moefold-train --plan plan.json [options]\n"
+        "       mpirun -np N moefold-train --model NAME|model.json [options] -- <Megatron flags>\n"
+        "\n"
+        "  --plan FILE           plan file (model, layout, options; format moefold-plan v1)\n"
+        "  --model NAME|FILE     preset (tiny-moe, tiny-dsv3, ...) or model file; the layout\n"
+        "                        and options come from Megatron-LM flags after `--`\n"
+        "  --steps K             training steps (default 10)\n"
+        "  --data FILE|DIR       byte-level text to train on (default: the files under\n"
+        "                        /usr/share/common-licenses)\n"
+        "  --synthetic           seeded synthetic corpus instead of text\n"
+        "  --out FILE            measurements (default run.json; '-' = none)\n"
+        "  --save DIR            write a checkpoint at the end (and every --save-every steps)\n"
+        "  --save-every N        steps between checkpoints (default 0: end only)\n"
+        "  --load DIR            resume from DIR's latest checkpoint\n"
+        "  --ranks-per-node R    treat blocks of R ranks as nodes (default: ranks sharing\n"
+        "                        memory form a node)\n"
+        "  --seed S              weights, data order and synthetic corpus (default 1234)\n"
+        "  --lr X                peak learning rate (default 3e-3); --warmup N steps (0)\n"
+        "  --weight-decay X      AdamW decoupled weight decay (default 0.1)\n"
+        "  --clip-grad X         global gradient-norm clip (default 1.0; 0 = off)\n"
+        "  --aux-loss-coeff X    switch load-balancing loss (default 1e-2)\n"
+        "  --z-loss-coeff X      router z-loss (default 0)\n"
+        "  --bias-update-rate X  expert-bias update rate (default 1e-3)\n"
+        "  --topk-scaling X      routed scaling factor on top-k weights (default 1)\n"
+        "  --emulate-precision   quantise->dequantise GEMM inputs per the plan's recipe\n"
+        "                        (default: plain fp32)\n"
+        "  --moe-buffer-factor F expert rows buffer = F x mean load (default 0: worst case)\n"
+        "  --dispatcher D        flat (all-to-all) or hierarchical (one copy per remote node,\n"
+        "                        forwarded inside it); default: hierarchical for the plan's\n"
+        "                        flex dispatchers (deepep, hybridep), else flat\n"
+        "  --verbose             details, and every rank may print\n"
+        "  --version, --help\n";
+    /* clang-format on */
+    (void)fputs(text, f);
 }
 
 static int parse_double(const char *s, double lo, double hi, double *out)
@@ -364,13 +356,15 @@ static void print_diag(const char *what, const struct moe_diag *diag)
     }
 }
 
-/* Plan JSON to embed in run.json when the run came from flags: the plan with the resolved layout.
- */
-static char *plan_text_from(const struct moe_plan *plan, const moe_eng_t *e)
+/* The plan that ran, to embed in run.json: the resolved layout, fp32 training (what the CPU
+ * engine does, so a comparison predicts fp32 memory) and the prediction the plan carried. */
+static char *
+plan_text_from(const struct moe_plan *plan, const cJSON *prediction, const moe_eng_t *e)
 {
     struct moe_plan p = *plan;
     p.layout = *moe_eng_layout(e);
-    cJSON *j = moe_plan_to_json(&p, NULL);
+    p.options.is_fp32_training = true;
+    cJSON *j = moe_plan_to_json(&p, prediction);
     char *text = j != NULL ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     return text;
@@ -401,12 +395,9 @@ static int run(const struct args *a, int rank)
     struct moe_plan plan;
     enum moe_status st;
     char *text = NULL;
+    cJSON *prediction = NULL;
     if (a->plan_path != NULL) {
-        st = moe_plan_read(a->plan_path, NULL, &plan, NULL, &diag);
-        if (st == MOE_OK) {
-            size_t len = 0;
-            st = moe_file_read_all(a->plan_path, &text, &len, &diag);
-        }
+        st = moe_plan_read(a->plan_path, NULL, &plan, &prediction, &diag);
     } else {
         st = plan_from_flags(a, &plan, &diag);
     }
@@ -414,7 +405,7 @@ static int run(const struct args *a, int rank)
         if (rank == 0) { /* every rank read the same input and failed alike */
             print_diag(a->plan_path != NULL ? a->plan_path : "model", &diag);
         }
-        free(text);
+        cJSON_Delete(prediction);
         return a->plan_path != NULL ? 1 : 2;
     }
     moe_comm_t *world = NULL;
@@ -423,8 +414,8 @@ static int run(const struct args *a, int rank)
     if (st == MOE_OK) {
         st = moe_eng_create(&plan, &a->run, world, &e, &diag);
     }
-    if (st == MOE_OK && text == NULL) {
-        text = plan_text_from(&plan, e);
+    if (st == MOE_OK) {
+        text = plan_text_from(&plan, prediction, e);
     }
     if (st == MOE_OK) {
         st = moe_eng_train(e, &diag);
@@ -439,6 +430,7 @@ static int run(const struct args *a, int rank)
     moe_eng_destroy(e);
     moe_comm_destroy(world);
     free(text);
+    cJSON_Delete(prediction);
     return st == MOE_OK ? 0 : 1;
 }
 
