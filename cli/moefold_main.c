@@ -23,6 +23,7 @@ static const struct subcommand subcommands[] = {
     {"predict", moe_cli_predict, "memory, step time and throughput of one layout"},
     {"accuracy", moe_cli_accuracy, "predictions vs published training runs"},
     {"compare", moe_cli_compare, "predicted vs measured, per phase (plan.json run.json)"},
+    {"calibrate", moe_cli_calibrate, "measure this host as a cluster file (runs moefold-bench)"},
 };
 
 static void usage(FILE *out)

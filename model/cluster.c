@@ -176,9 +176,10 @@ static enum moe_status validate_software(const struct moe_cluster *cl, struct mo
     const int sms[2] = {d->deepep_sms, d->hybridep_sms};
     const char *const sm_names[2] = {"dispatch.deepep_sms", "dispatch.hybridep_sms"};
     for (int i = 0; i < 2; i++) {
-        if (sms[i] < 1 || sms[i] >= cl->gpu.num_sms) {
+        /* 0: the dispatcher takes no compute units (a CPU host's MPI transport). */
+        if (sms[i] < 0 || sms[i] >= cl->gpu.num_sms) {
             return moe_diag_set(diag, MOE_ERR_INVALID,
-                                "cluster %s: %s = %d must be in [1, %d) (the GPU has %d SMs)",
+                                "cluster %s: %s = %d must be in [0, %d) (the GPU has %d SMs)",
                                 cl->name, sm_names[i], sms[i], cl->gpu.num_sms, cl->gpu.num_sms);
         }
     }

@@ -205,7 +205,7 @@ static void test_consistency(void **state)
     expect_invalid(&cl, "nvlink.has_nvls is false but nvlink.nvls_busbw_gbps is 480");
     cl = h100_cluster();
     cl.dispatch.deepep_sms = 132;
-    expect_invalid(&cl, "dispatch.deepep_sms = 132 must be in [1, 132)");
+    expect_invalid(&cl, "dispatch.deepep_sms = 132 must be in [0, 132)");
     cl = h100_cluster();
     cl.gpu.name[0] = '\0';
     expect_invalid(&cl, "gpu.name is empty");

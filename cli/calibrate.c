@@ -1,0 +1,487 @@
+/*
+ * Fits of the cost model's figures to moefold-bench measurements (cli/calibrate.h).
+ *
+ * - GEMM: peak = the best single-rank rate; eff(F) = max_eff (1 - exp(-F / half_flops)) fitted to
+ *   the measured rate / peak by nonlinear least squares (GSL gsl_multifit_nlinear, trust region
+ *   Levenberg-Marquardt), the same curve model/compute.c evaluates.
+ * - Collectives: t = latency + bus_bytes / busbw by linear least squares (GSL gsl_fit_linear) on
+ *   the sizes above the small-message regime, bus bytes per nccl-tests (the bench reports busbw
+ *   and time for each size; bus_bytes = busbw x time).
+ * - Grouped GEMM factor, elementwise efficiency, attention efficiency and quantiser cost are
+ * medians of measured ratios.
+ */
+#include "cli/calibrate.h"
+
+#include "topologies/json_util.h"
+
+#include <gsl/gsl_blas.h>
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_multifit_nlinear.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+#include <gsl/gsl_vector.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_POINTS 1024
+#define GIB        1073741824.0
+
+static const char *const coll_names[MOE_CALIB_NUM_COLL] = {"allreduce", "allgather",
+                                                           "reducescatter", "alltoall", "sendrecv"};
+
+const char *moe_calib_coll_name(enum moe_calib_coll c)
+{
+    return (int)c >= 0 && c < MOE_CALIB_NUM_COLL ? coll_names[c] : "unknown";
+}
+
+static double num_of(const cJSON *o, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : (double)NAN;
+}
+
+static bool ok_of(const cJSON *o)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, "ok");
+    const cJSON *wrong = cJSON_GetObjectItemCaseSensitive(o, "wrong");
+    if (it != NULL) {
+        return cJSON_IsTrue(it);
+    }
+    return wrong == NULL || (cJSON_IsNumber(wrong) && wrong->valuedouble == 0.0);
+}
+
+static double median(double *v, size_t n)
+{
+    gsl_sort(v, 1, n);
+    return gsl_stats_median_from_sorted_data(v, 1, n);
+}
+
+/* eff(F) = a (1 - exp(-F / h)): residuals and Jacobian for gsl_multifit_nlinear. */
+struct curve_data {
+    const double *f;
+    const double *y;
+    size_t n;
+};
+
+static int curve_f(const gsl_vector *x, void *data, gsl_vector *r)
+{
+    const struct curve_data *d = data;
+    double a = gsl_vector_get(x, 0);
+    double h = gsl_vector_get(x, 1);
+    for (size_t i = 0; i < d->n; i++) {
+        gsl_vector_set(r, i, (a * (1.0 - exp(-d->f[i] / h)) - d->y[i]) / d->y[i]);
+    }
+    return GSL_SUCCESS;
+}
+
+static int curve_df(const gsl_vector *x, void *data, gsl_matrix *jac)
+{
+    const struct curve_data *d = data;
+    double a = gsl_vector_get(x, 0);
+    double h = gsl_vector_get(x, 1);
+    for (size_t i = 0; i < d->n; i++) {
+        double e = exp(-d->f[i] / h);
+        gsl_matrix_set(jac, i, 0, (1.0 - e) / d->y[i]);
+        gsl_matrix_set(jac, i, 1, -a * e * d->f[i] / (h * h) / d->y[i]);
+    }
+    return GSL_SUCCESS;
+}
+
+/* Fit (a, h) with a in the unit interval; h is fitted in log space through the starting grid. */
+static enum moe_status fit_curve(const double *f,
+                                 const double *y,
+                                 size_t n,
+                                 double *a_out,
+                                 double *h_out,
+                                 double *rms,
+                                 struct moe_diag *diag)
+{
+    /* Start from the best point of a coarse grid over h (a solved linearly for each h). */
+    double best_h = 1e6;
+    double best_a = 1.0;
+    double best_err = INFINITY;
+    for (double lh = 3.0; lh <= 13.0; lh += 0.05) {
+        double h = pow(10.0, lh);
+        double num = 0.0;
+        double den = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double g = (1.0 - exp(-f[i] / h)) / y[i];
+            num += g;
+            den += g * g;
+        }
+        double a = den > 0.0 ? num / den : 1.0;
+        double err = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double r = (a * (1.0 - exp(-f[i] / h)) - y[i]) / y[i];
+            err += r * r;
+        }
+        if (err < best_err) {
+            best_err = err;
+            best_h = h;
+            best_a = a;
+        }
+    }
+    struct curve_data data = {f, y, n};
+    gsl_multifit_nlinear_fdf fdf = {curve_f, curve_df, NULL, n, 2, &data, 0, 0, 0};
+    gsl_multifit_nlinear_parameters params = gsl_multifit_nlinear_default_parameters();
+    gsl_multifit_nlinear_workspace *w =
+        gsl_multifit_nlinear_alloc(gsl_multifit_nlinear_trust, &params, n, 2);
+    if (w == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "calibrate: out of memory in the GEMM fit");
+    }
+    double x0[2] = {best_a, best_h};
+    gsl_vector_view xv = gsl_vector_view_array(x0, 2);
+    gsl_multifit_nlinear_init(&xv.vector, &fdf, w);
+    int info = 0;
+    int status = gsl_multifit_nlinear_driver(200, 1e-10, 1e-10, 1e-12, NULL, NULL, &info, w);
+    double a = gsl_vector_get(w->x, 0);
+    double h = gsl_vector_get(w->x, 1);
+    if (status != GSL_SUCCESS || !(a > 0.0) || !(h > 0.0) || !isfinite(a) || !isfinite(h)) {
+        a = best_a; /* the grid start is the least-squares optimum on the grid */
+        h = best_h;
+    }
+    gsl_multifit_nlinear_free(w);
+    double err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double r = (a * (1.0 - exp(-f[i] / h)) - y[i]) / y[i];
+        err += r * r;
+    }
+    *a_out = a;
+    *h_out = h;
+    *rms = sqrt(err / (double)n);
+    return MOE_OK;
+}
+
+static enum moe_status
+fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(bench, "gemm");
+    double f[MAX_POINTS];
+    double y[MAX_POINTS];
+    size_t n = 0;
+    double peak = 0.0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double m = num_of(it, "m");
+        double nn = num_of(it, "n");
+        double k = num_of(it, "k");
+        double g = num_of(it, "gflops");
+        if (!ok_of(it) || !(g > 0.0) || !(m > 0.0) || n >= MAX_POINTS) {
+            continue;
+        }
+        f[n] = 2.0 * m * nn * k;
+        y[n] = g;
+        peak = g > peak ? g : peak;
+        n++;
+    }
+    if (n < 3) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "calibrate: the bench has %zu usable GEMM points; need 3 or more", n);
+    }
+    /* Fit the rate itself: its asymptote is the peak the model scales (max_eff 1). Small shapes
+     * that run faster out of cache than the curve allows only raise the residual. */
+    (void)peak;
+    double rate = 0.0;
+    MOE_TRY(fit_curve(f, y, n, &rate, &fit->gemm_half_flops, &fit->gemm_rms_resid, diag));
+    fit->gemm_peak_gflops = rate;
+    fit->gemm_max_eff = 1.0;
+    fit->gemm_points = (int)n;
+    return MOE_OK;
+}
+
+static enum moe_status
+fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+{
+    double r[MAX_POINTS];
+    size_t n = 0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "grouped_gemm"))
+    {
+        double g = num_of(it, "gflops");
+        double d = num_of(it, "dense_gflops");
+        const cJSON *sk = cJSON_GetObjectItemCaseSensitive(it, "skewed");
+        if (ok_of(it) && g > 0.0 && d > 0.0 && !cJSON_IsTrue(sk) && n < MAX_POINTS) {
+            r[n++] = g / d;
+        }
+    }
+    if (n == 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "calibrate: the bench has no grouped_gemm points");
+    }
+    fit->grouped_eff = median(r, n);
+    if (fit->grouped_eff > 1.0) {
+        fit->grouped_eff = 1.0;
+    }
+    return MOE_OK;
+}
+
+static enum moe_status
+fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+{
+    double copy_best = 0.0;
+    double copy_bytes = 0.0;
+    double elem[MAX_POINTS];
+    double elem_bytes[MAX_POINTS];
+    size_t ne = 0;
+    const cJSON *it = NULL;
+    /* Streaming bandwidth: the copy with the largest working set (past the caches). */
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "memory"))
+    {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "kernel");
+        double b = num_of(it, "bytes");
+        double g = num_of(it, "gbps");
+        if (!ok_of(it) || !cJSON_IsString(k) || !(g > 0.0)) {
+            continue;
+        }
+        if (strcmp(k->valuestring, "copy") == 0 && b >= copy_bytes) {
+            copy_bytes = b;
+            copy_best = g;
+        } else if (strcmp(k->valuestring, "copy") != 0 && strcmp(k->valuestring, "axpy") != 0 &&
+                   ne < MAX_POINTS) {
+            elem[ne] = g;
+            elem_bytes[ne] = b;
+            ne++;
+        }
+    }
+    if (!(copy_best > 0.0) || ne == 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "calibrate: the bench needs memory 'copy' and elementwise points");
+    }
+    fit->mem_gbps = copy_best;
+    /* Elementwise efficiency: kernels at working sets past the caches, as the copy. */
+    double r[MAX_POINTS];
+    size_t n = 0;
+    for (size_t i = 0; i < ne; i++) {
+        if (elem_bytes[i] >= copy_bytes / 8.0) {
+            r[n++] = elem[i] / copy_best;
+        }
+    }
+    if (n == 0) {
+        for (size_t i = 0; i < ne; i++) {
+            r[n++] = elem[i] / copy_best;
+        }
+    }
+    fit->elem_eff = median(r, n);
+    if (fit->elem_eff > 1.5) {
+        fit->elem_eff = 1.5;
+    }
+    return MOE_OK;
+}
+
+static void fit_attention(const cJSON *bench, struct moe_calib_fit *fit)
+{
+    double fw[MAX_POINTS];
+    double bw[MAX_POINTS];
+    size_t n = 0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "attention"))
+    {
+        double f = num_of(it, "fwd_gflops");
+        double b = num_of(it, "bwd_gflops");
+        if (ok_of(it) && f > 0.0 && b > 0.0 && n < MAX_POINTS) {
+            fw[n] = f / fit->gemm_peak_gflops;
+            bw[n] = b / fit->gemm_peak_gflops;
+            n++;
+        }
+    }
+    fit->has_attention = n > 0;
+    if (n > 0) {
+        fit->attn_fwd_eff = fmin(1.0, median(fw, n));
+        fit->attn_bwd_eff = fmin(1.0, median(bw, n));
+    }
+}
+
+static void fit_quant(const cJSON *bench, struct moe_calib_fit *fit)
+{
+    double q[MAX_POINTS];
+    size_t n = 0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "quant"))
+    {
+        double e = num_of(it, "elements");
+        double t = num_of(it, "time_us");
+        if (ok_of(it) && e > 0.0 && t > 0.0 && n < MAX_POINTS) {
+            /* bytes-equivalent per element at the streaming bandwidth */
+            q[n++] = t * 1e-6 / e * fit->mem_gbps * 1e9;
+        }
+    }
+    fit->has_quant = n > 0;
+    if (n > 0) {
+        fit->quant_bytes_per_elem = median(q, n);
+    }
+}
+
+static enum moe_status
+fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+{
+    for (int c = 0; c < MOE_CALIB_NUM_COLL; c++) {
+        double x[MAX_POINTS];
+        double y[MAX_POINTS];
+        size_t n = 0;
+        int group = 0;
+        const cJSON *it = NULL;
+        /* Largest group measured; sizes from 4 KiB up (below, latency alone dominates). */
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "collectives"))
+        {
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op");
+            double g = num_of(it, "group_size");
+            if (cJSON_IsString(op) && strcmp(op->valuestring, coll_names[c]) == 0 && g > group) {
+                group = (int)g;
+            }
+        }
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "collectives"))
+        {
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op");
+            if (!cJSON_IsString(op) || strcmp(op->valuestring, coll_names[c]) != 0 ||
+                (int)num_of(it, "group_size") != group || !ok_of(it) || n >= MAX_POINTS) {
+                continue;
+            }
+            double t = num_of(it, "time_us");
+            double busbw = num_of(it, "busbw_gbps");
+            double bytes = num_of(it, "bytes");
+            if (!(t > 0.0) || !(busbw > 0.0) || bytes < 4096.0) {
+                continue;
+            }
+            x[n] = busbw * 1e9 * t * 1e-6; /* bus bytes moved */
+            y[n] = t;
+            n++;
+        }
+        struct moe_calib_line *l = &fit->coll[c];
+        l->points = (int)n;
+        if (n < 2) {
+            if (c == MOE_CALIB_ALLREDUCE || c == MOE_CALIB_ALLGATHER || c == MOE_CALIB_ALLTOALL) {
+                return moe_diag_set(diag, MOE_ERR_INVALID,
+                                    "calibrate: %s has %zu usable sizes; run the bench with 2 or "
+                                    "more ranks (--np 2) and sizes up to a few MiB",
+                                    coll_names[c], n);
+            }
+            continue;
+        }
+        double c0 = 0.0;
+        double c1 = 0.0;
+        double cov00 = 0.0;
+        double cov01 = 0.0;
+        double cov11 = 0.0;
+        double sumsq = 0.0;
+        double wts[MAX_POINTS];
+        for (size_t i = 0; i < n; i++) {
+            wts[i] = 1.0 / (y[i] * y[i]); /* relative residuals: sizes span orders of magnitude */
+        }
+        gsl_fit_wlinear(x, 1, wts, 1, y, 1, n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+        if (!(c1 > 0.0)) {
+            /* Degenerate: fall back to the best observed bus bandwidth, no latency. */
+            double best = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                best = fmax(best, x[i] / (y[i] * 1e-6) / 1e9);
+            }
+            c0 = 0.0;
+            c1 = 1e6 / (best * 1e9);
+        }
+        l->latency_us = c0 > 0.0 ? c0 : 0.0;
+        l->busbw_gbps = 1e6 / c1 / 1e9;
+        double rr = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double fit_t = l->latency_us + x[i] * c1;
+            double e = (fit_t - y[i]) / y[i];
+            rr += e * e;
+        }
+        l->rms_rel_resid = sqrt(rr / (double)n);
+    }
+    return MOE_OK;
+}
+
+enum moe_status
+moe_calib_fit_bench(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+{
+    memset(fit, 0, sizeof(*fit));
+    MOE_TRY(moe_json_check_format(bench, "moefold-bench", 1, "bench", diag));
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(bench, "host");
+    const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(host, "cpu_model");
+    (void)snprintf(fit->cpu_model, sizeof(fit->cpu_model), "%s",
+                   cJSON_IsString(cpu) ? cpu->valuestring : "unknown CPU");
+    fit->cores = (int)num_of(host, "cores");
+    fit->memory_bytes = num_of(host, "memory_bytes");
+    fit->ranks = (int)num_of(bench, "ranks");
+    if (!(fit->ranks >= 1) || !(fit->cores >= 1) || !(fit->memory_bytes > 0.0)) {
+        return moe_diag_set(
+            diag, MOE_ERR_INVALID,
+            "calibrate: the bench JSON lacks ranks, host.cores or host.memory_bytes");
+    }
+    MOE_TRY(fit_gemm(bench, fit, diag));
+    MOE_TRY(fit_grouped(bench, fit, diag));
+    MOE_TRY(fit_memory(bench, fit, diag));
+    fit_attention(bench, fit);
+    fit_quant(bench, fit);
+    return fit_collectives(bench, fit, diag);
+}
+
+enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
+                                  const char *name,
+                                  struct moe_cluster *cl,
+                                  struct moe_diag *diag)
+{
+    memset(cl, 0, sizeof(*cl));
+    (void)snprintf(cl->name, sizeof(cl->name), "%s", name);
+    (void)snprintf(cl->description, sizeof(cl->description),
+                   "this host as a cluster: %d CPU ranks of %.100s", fit->ranks, fit->cpu_model);
+    int ranks = fit->ranks;
+    cl->gpus_per_node = 1;
+    cl->max_gpus = fit->cores > ranks ? fit->cores : ranks;
+    struct moe_gpu *g = &cl->gpu;
+    (void)snprintf(g->name, sizeof(g->name), "CPU rank");
+    /* Each rank's share of the host's memory and bandwidth. */
+    double share = (double)(fit->cores > ranks ? fit->cores : ranks);
+    g->hbm_gib = fit->memory_bytes / share / GIB;
+    g->hbm_tbps = fit->mem_gbps / 1000.0;
+    double peak = fit->gemm_peak_gflops / 1000.0;
+    /* The CPU engine emulates low precision in FP32: every precision runs at the FP32 rate. */
+    for (int i = 0; i < MOE_NUM_MATH; i++) {
+        g->peak_tflops[i] = peak;
+        g->gemm.max_eff[i] = fit->gemm_max_eff;
+    }
+    g->has_fp8 = true;
+    g->has_mx = true;
+    g->num_sms = 1;
+    g->gemm.half_flops = fit->gemm_half_flops;
+    g->gemm.grouped_eff = fit->grouped_eff;
+    g->gemm.grouped_tile_m = 1.0;
+    for (int i = 0; i < MOE_CLUSTER_NUM_RECIPES; i++) {
+        g->gemm.recipe_eff[i] = 1.0;
+    }
+    g->attn_fwd_eff = fit->has_attention ? fit->attn_fwd_eff : fit->gemm_max_eff;
+    g->attn_bwd_eff = fit->has_attention ? fit->attn_bwd_eff : fit->gemm_max_eff;
+    g->hbm_eff = fit->elem_eff;
+    g->kernel_launch_us = 0.0; /* ops run synchronously on the CPU: no launch queue to expose */
+    g->quant_bytes_per_elem = fit->has_quant ? fit->quant_bytes_per_elem : 0.0;
+
+    const struct moe_calib_line *ag = &fit->coll[MOE_CALIB_ALLGATHER];
+    const struct moe_calib_line *a2a = &fit->coll[MOE_CALIB_ALLTOALL];
+    const struct moe_calib_line *ar = &fit->coll[MOE_CALIB_ALLREDUCE];
+    const struct moe_calib_line *sr = &fit->coll[MOE_CALIB_SENDRECV];
+    cl->nvlink.domain_gpus = ranks;
+    cl->nvlink.gbps = ag->busbw_gbps;
+    cl->nvlink.eff = 1.0;
+    cl->nvlink.latency_us = ag->latency_us;
+    cl->nvlink.has_nvls = false;
+    cl->nvlink.nvls_busbw_gbps = 0.0;
+    /* One host: the "network" is the same shared memory (multi-host calibration: README). */
+    cl->net.nic_gbps = ag->busbw_gbps;
+    cl->net.eff = 1.0;
+    cl->net.a2a_eff = a2a->busbw_gbps > 0.0 ? fmin(1.5, a2a->busbw_gbps / ag->busbw_gbps) : 1.0;
+    cl->net.latency_us = sr->points >= 2 ? sr->latency_us : ag->latency_us;
+    cl->host.mem_gib_per_gpu = g->hbm_gib;
+    cl->host.link_gbps = fit->mem_gbps;
+    cl->host.link_eff = 1.0;
+    cl->dispatch.deepep_intra_eff = cl->net.a2a_eff;
+    cl->dispatch.deepep_inter_eff = cl->net.a2a_eff;
+    cl->dispatch.hybridep_intra_eff = cl->net.a2a_eff;
+    cl->dispatch.hybridep_inter_eff = cl->net.a2a_eff;
+    cl->dispatch.deepep_sms = 0;
+    cl->dispatch.hybridep_sms = 0;
+    cl->dispatch.permute_bytes_eff = fit->elem_eff;
+    (void)ar;
+    return moe_cluster_validate(cl, diag);
+}

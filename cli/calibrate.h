@@ -1,0 +1,78 @@
+/*
+ * Calibration of this host as a cluster: fits the cost model's physical figures to the
+ * microbenchmarks of `moefold-bench --json` (GEMM efficiency curve and peak, grouped GEMM factor,
+ * memory bandwidth and elementwise efficiency, attention efficiency, quantiser cost, latency and
+ * bus bandwidth of every collective) with GSL least squares, and builds the cluster the fit
+ * describes. A CPU rank plays the role of a GPU: its FP32 GEMM peak stands for every precision
+ * (moefold's CPU engine emulates low precision by quantise -> dequantise), its share of memory
+ * bandwidth for HBM, the ranks of one host for an NVLink domain.
+ */
+#ifndef MOE_CLI_CALIBRATE_H
+#define MOE_CLI_CALIBRATE_H
+
+#include "model/cluster.h"
+#include "model/status.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum moe_calib_coll {
+    MOE_CALIB_ALLREDUCE = 0,
+    MOE_CALIB_ALLGATHER,
+    MOE_CALIB_REDUCESCATTER,
+    MOE_CALIB_ALLTOALL,
+    MOE_CALIB_SENDRECV,
+    MOE_CALIB_NUM_COLL,
+};
+
+/* t = latency + bytes_bus / busbw fitted over message sizes (nccl-tests bus bytes). */
+struct moe_calib_line {
+    int points;
+    double latency_us;
+    double busbw_gbps;
+    double rms_rel_resid; /* RMS of (fit - measured) / measured over the points */
+};
+
+struct moe_calib_fit {
+    char cpu_model[128];
+    int ranks;
+    int cores;
+    double memory_bytes;     /* host memory */
+    double gemm_peak_gflops; /* best single-rank GEMM rate measured */
+    double gemm_max_eff;     /* eff(F) = max_eff (1 - exp(-F / half_flops)) of the peak */
+    double gemm_half_flops;
+    double gemm_rms_resid; /* RMS residual of the efficiency fit */
+    int gemm_points;
+    double grouped_eff; /* median grouped / dense rate at equal FLOPs */
+    double mem_gbps;    /* streaming copy bandwidth per rank, largest working set */
+    double elem_eff;    /* elementwise kernels' rate / copy bandwidth (median) */
+    bool has_attention;
+    double attn_fwd_eff; /* attention FLOPs (model convention) / time / peak */
+    double attn_bwd_eff;
+    bool has_quant;
+    double quant_bytes_per_elem; /* quantise->dequantise time per element x bandwidth */
+    struct moe_calib_line coll[MOE_CALIB_NUM_COLL];
+};
+
+/* Fit every figure from the bench JSON. MOE_ERR_INVALID naming the section when data is missing. */
+MOE_NODISCARD enum moe_status
+moe_calib_fit_bench(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag);
+
+/* The cluster `fit` describes, named `name`; validated. */
+MOE_NODISCARD enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
+                                                const char *name,
+                                                struct moe_cluster *cl,
+                                                struct moe_diag *diag);
+
+/* Name of a collective as the bench writes it ("allreduce", ...). */
+const char *moe_calib_coll_name(enum moe_calib_coll c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_CLI_CALIBRATE_H */

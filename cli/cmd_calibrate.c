@@ -1,0 +1,326 @@
+/*
+ * `moefold calibrate --np N`: measure this host as a cluster. Runs `mpirun -np N moefold-bench
+ * --json` (GEMM over shapes, grouped GEMM, memory and elementwise kernels, attention, quantisers,
+ * every collective over sizes), fits the cost model's figures with GSL least squares (cli/
+ * calibrate.c), prints each fit with its residual, and writes an ordinary cluster file usable
+ * wherever --cluster is (default topologies/local.json).
+ */
+#include "cli/calibrate.h"
+#include "cli/commands.h"
+#include "topologies/cluster_file.h"
+#include "topologies/json_util.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_MAX_BYTES (64L * 1024 * 1024)
+
+struct calib_opts {
+    int np;
+    const char *out;
+    const char *name;
+    const char *bench_json;
+    const char *save_bench;
+    const char *mpirun_args;
+    bool json;
+};
+
+static int usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: moefold calibrate [--np N] [--out FILE] [--name NAME] [--bench-json FILE]\n"
+        "                         [--save-bench FILE] [--mpirun-args ARGS] [--json]\n"
+        "  --np N             MPI ranks to measure with (default 2; at most one per core for\n"
+        "                     timing: hwloc's core count is printed)\n"
+        "  --out FILE         cluster file to write (default <topologies>/local.json)\n"
+        "  --name NAME        cluster name in the file (default local)\n"
+        "  --bench-json FILE  fit an earlier `moefold-bench --json` output instead of running it\n"
+        "  --save-bench FILE  keep the bench output (default <out>.bench.json)\n"
+        "  --mpirun-args ARGS extra mpirun arguments, e.g. '--hostfile hosts' (default\n"
+        "                     '--bind-to core')\n"
+        "  --json             print the fitted figures as JSON\n");
+    return out == stdout ? 0 : 2;
+}
+
+static int parse(int argc, char **argv, struct calib_opts *o)
+{
+    static const struct option longs[] = {{"np", required_argument, NULL, 'n'},
+                                          {"out", required_argument, NULL, 'o'},
+                                          {"name", required_argument, NULL, 'N'},
+                                          {"bench-json", required_argument, NULL, 'b'},
+                                          {"save-bench", required_argument, NULL, 's'},
+                                          {"mpirun-args", required_argument, NULL, 'm'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    o->np = 2;
+    o->name = "local";
+    o->mpirun_args = "--bind-to core";
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "n:o:N:b:s:m:jh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'n': {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || v < 1 || v > 4096) {
+                fprintf(stderr, "moefold calibrate: --np '%s': expected an integer in [1, 4096]\n",
+                        optarg);
+                return 2;
+            }
+            o->np = (int)v;
+            break;
+        }
+        case 'o':
+            o->out = optarg;
+            break;
+        case 'N':
+            o->name = optarg;
+            break;
+        case 'b':
+            o->bench_json = optarg;
+            break;
+        case 's':
+            o->save_bench = optarg;
+            break;
+        case 'm':
+            o->mpirun_args = optarg;
+            break;
+        case 'j':
+            o->json = true;
+            break;
+        case 'h':
+            return -1;
+        default:
+            fprintf(stderr, "moefold calibrate: unknown or incomplete option '%s'\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "moefold calibrate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+/* Folder of the running executable (moefold-bench is built beside moefold). */
+static void exe_dir(char *buf, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+    if (n <= 0) {
+        (void)snprintf(buf, len, ".");
+        return;
+    }
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+    }
+}
+
+/* Run the bench under mpirun and return its stdout (malloc'd), or NULL after printing why. */
+static char *run_bench(const struct calib_opts *o)
+{
+    char dir[PATH_MAX];
+    exe_dir(dir, sizeof(dir));
+    char bench[PATH_MAX + 32];
+    (void)snprintf(bench, sizeof(bench), "%s/moefold-bench", dir);
+    if (access(bench, X_OK) != 0) {
+        fprintf(stderr, "moefold calibrate: %s not found; build it with `make engine`\n", bench);
+        return NULL;
+    }
+    char cmd[PATH_MAX + 1024];
+    (void)snprintf(cmd, sizeof(cmd), "mpirun -np %d %s %s --json", o->np, o->mpirun_args, bench);
+    fprintf(stderr, "moefold calibrate: running %s\n", cmd);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL) {
+        fprintf(stderr, "moefold calibrate: cannot start mpirun\n");
+        return NULL;
+    }
+    size_t cap = 1 << 16;
+    size_t used = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (used + 4096 > cap) {
+            if (cap > (size_t)BENCH_MAX_BYTES) {
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + used, 1, cap - used - 1, p);
+        if (got == 0) {
+            break;
+        }
+        used += got;
+    }
+    int rc = pclose(p);
+    if (buf == NULL) {
+        fprintf(stderr, "moefold calibrate: out of memory reading the bench output\n");
+        return NULL;
+    }
+    buf[used] = '\0';
+    if (rc != 0) {
+        fprintf(stderr, "moefold calibrate: the bench failed (status %d); its output above\n", rc);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void print_report(const struct moe_calib_fit *f, const struct moe_cluster *cl)
+{
+    printf("# moefold calibrate: %s, %d rank(s) of %d core(s)\n", f->cpu_model, f->ranks, f->cores);
+    printf("%-26s %14s  %s\n", "figure", "value", "fit");
+    printf("%-26s %14.2f  best of %d shapes\n", "GEMM peak (GFLOP/s/rank)", f->gemm_peak_gflops,
+           f->gemm_points);
+    printf("%-26s %14.3f  eff(F) = max (1 - exp(-F/half)), RMS residual %.3f\n", "GEMM max_eff",
+           f->gemm_max_eff, f->gemm_rms_resid);
+    printf("%-26s %14.3g  (FLOPs)\n", "GEMM half_flops", f->gemm_half_flops);
+    printf("%-26s %14.3f  median grouped / dense at equal FLOPs\n", "grouped GEMM factor",
+           f->grouped_eff);
+    printf("%-26s %14.2f  streaming copy, largest working set\n", "memory GB/s per rank",
+           f->mem_gbps);
+    printf("%-26s %14.3f  median elementwise kernel rate / copy\n", "elementwise efficiency",
+           f->elem_eff);
+    if (f->has_attention) {
+        printf("%-26s %14.3f / %.3f  of the GEMM peak (fwd / bwd)\n", "attention efficiency",
+               f->attn_fwd_eff, f->attn_bwd_eff);
+    } else {
+        printf("%-26s %14s  (bench has no attention section: GEMM max_eff used)\n",
+               "attention efficiency", "-");
+    }
+    if (f->has_quant) {
+        printf("%-26s %14.2f  bytes-equivalent per element\n", "quantise->dequantise",
+               f->quant_bytes_per_elem);
+    }
+    for (int c = 0; c < MOE_CALIB_NUM_COLL; c++) {
+        const struct moe_calib_line *l = &f->coll[c];
+        if (l->points >= 2) {
+            printf("%-14s %-11s %7.2f GB/s  latency %.2f us, %d sizes, RMS rel. residual %.2f\n",
+                   moe_calib_coll_name((enum moe_calib_coll)c), "busbw", l->busbw_gbps,
+                   l->latency_us, l->points, l->rms_rel_resid);
+        }
+    }
+    printf("# cluster '%s': gpus_per_node 1, NVLink domain = %d ranks, max_gpus %d\n", cl->name,
+           cl->nvlink.domain_gpus, cl->max_gpus);
+}
+
+int moe_cli_calibrate(int argc, char **argv)
+{
+    struct calib_opts o;
+    memset(&o, 0, sizeof(o));
+    int prc = parse(argc, argv, &o);
+    if (prc != 0) {
+        return prc < 0 ? usage(stdout) : usage(stderr);
+    }
+    char out_path[PATH_MAX];
+    char dir[PATH_MAX - 32];
+    if (o.out != NULL) {
+        (void)snprintf(out_path, sizeof(out_path), "%s", o.out);
+    } else {
+        (void)snprintf(out_path, sizeof(out_path), "%s/%s.json", moe_cluster_dir(dir, sizeof(dir)),
+                       o.name);
+    }
+    struct moe_diag diag = {0};
+    cJSON *bench = NULL;
+    char *text = NULL;
+    if (o.bench_json != NULL) {
+        if (moe_json_read_file(o.bench_json, &bench, &diag) != MOE_OK) {
+            fprintf(stderr, "moefold calibrate: %s\n", diag.message);
+            return 1;
+        }
+    } else {
+        text = run_bench(&o);
+        if (text == NULL) {
+            return 1;
+        }
+        if (moe_json_parse(text, strlen(text), "moefold-bench output", &bench, &diag) != MOE_OK) {
+            fprintf(stderr, "moefold calibrate: %s\n", diag.message);
+            free(text);
+            return 1;
+        }
+        char save[PATH_MAX + 16];
+        (void)snprintf(save, sizeof(save), "%s", o.save_bench != NULL ? o.save_bench : out_path);
+        if (o.save_bench == NULL) {
+            (void)snprintf(save, sizeof(save), "%s.bench.json", out_path);
+        }
+        if (moe_file_write_atomic(save, text, strlen(text), &diag) != MOE_OK) {
+            fprintf(stderr, "moefold calibrate: %s\n", diag.message);
+        }
+        free(text);
+    }
+    struct moe_calib_fit fit;
+    struct moe_cluster cl;
+    int rc = 1;
+    if (moe_calib_fit_bench(bench, &fit, &diag) != MOE_OK ||
+        moe_calib_cluster(&fit, o.name, &cl, &diag) != MOE_OK) {
+        fprintf(stderr, "moefold calibrate: %s\n", diag.message);
+        goto out;
+    }
+    char host[256] = "this host";
+    (void)gethostname(host, sizeof(host));
+    host[sizeof(host) - 1] = '\0';
+    char when[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    (void)strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime_r(&now, &tm));
+    char source[512];
+    (void)snprintf(source, sizeof(source),
+                   "measured by moefold calibrate on %s (%s, %d ranks), %s: moefold-bench sweeps "
+                   "fitted with GSL least squares",
+                   host, fit.cpu_model, fit.ranks, when);
+    cJSON *cj = moe_cluster_to_json(&cl, source);
+    if (cj == NULL || moe_json_write_file(out_path, cj, &diag) != MOE_OK) {
+        fprintf(stderr, "moefold calibrate: %s\n",
+                cj == NULL ? "out of memory building the cluster file" : diag.message);
+        cJSON_Delete(cj);
+        goto out;
+    }
+    cJSON_Delete(cj);
+    if (o.json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "cluster_file", out_path);
+        cJSON_AddNumberToObject(j, "gemm_peak_gflops", fit.gemm_peak_gflops);
+        cJSON_AddNumberToObject(j, "gemm_max_eff", fit.gemm_max_eff);
+        cJSON_AddNumberToObject(j, "gemm_half_flops", fit.gemm_half_flops);
+        cJSON_AddNumberToObject(j, "gemm_rms_resid", fit.gemm_rms_resid);
+        cJSON_AddNumberToObject(j, "grouped_eff", fit.grouped_eff);
+        cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);
+        cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);
+        for (int c = 0; c < MOE_CALIB_NUM_COLL; c++) {
+            cJSON *l = cJSON_AddObjectToObject(j, moe_calib_coll_name((enum moe_calib_coll)c));
+            cJSON_AddNumberToObject(l, "busbw_gbps", fit.coll[c].busbw_gbps);
+            cJSON_AddNumberToObject(l, "latency_us", fit.coll[c].latency_us);
+            cJSON_AddNumberToObject(l, "rms_rel_resid", fit.coll[c].rms_rel_resid);
+        }
+        char *s = cJSON_Print(j);
+        if (s != NULL) {
+            puts(s);
+            free(s);
+        }
+        cJSON_Delete(j);
+    } else {
+        print_report(&fit, &cl);
+        printf("wrote %s\n", out_path);
+    }
+    rc = 0;
+out:
+    cJSON_Delete(bench);
+    return rc;
+}
