@@ -436,9 +436,10 @@ enum moe_status moe_bench_coll_run(moe_comm_t *g,
     float *x = moe_eng_heap_alloc(&heap, sn * sizeof(float));
     float *y = moe_eng_heap_alloc(&heap, rn * sizeof(float));
     int *cnt = moe_eng_heap_alloc(&heap, 2 * (size_t)n * sizeof(int));
-    int ok = x != NULL && y != NULL && cnt != NULL;
+    int mine = x != NULL && y != NULL && cnt != NULL;
+    int ok = mine;
     moe_comm_allreduce(g, &ok, &ok, 1, MOE_COMM_I32, MOE_COMM_SUM); /* every rank agrees */
-    if (ok != n) {
+    if (ok != n || !mine) {
         moe_eng_heap_free(&heap, x, sn * sizeof(float));
         moe_eng_heap_free(&heap, y, rn * sizeof(float));
         moe_eng_heap_free(&heap, cnt, 2 * (size_t)n * sizeof(int));

@@ -56,14 +56,14 @@ static long long parse_size(const char *s)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mpirun -np N moefold-bench [options]\n"
-               "  --only LIST       gemm,grouped,mem,coll (default all)\n"
-               "  --min-bytes SIZE  smallest collective size (default 8; K/M/G suffixes)\n"
-               "  --max-bytes SIZE  largest collective size (default 16M)\n"
-               "  --iters N         timed iterations per point (default 20)\n"
-               "  --warmup N        untimed iterations first (default 5)\n"
-               "  --json            one JSON object on stdout instead of tables\n"
-               "  --help, --version\n");
+    (void)fprintf(f, "usage: mpirun -np N moefold-bench [options]\n"
+                     "  --only LIST       gemm,grouped,mem,coll (default all)\n"
+                     "  --min-bytes SIZE  smallest collective size (default 8; K/M/G suffixes)\n"
+                     "  --max-bytes SIZE  largest collective size (default 16M)\n"
+                     "  --iters N         timed iterations per point (default 20)\n"
+                     "  --warmup N        untimed iterations first (default 5)\n"
+                     "  --json            one JSON object on stdout instead of tables\n"
+                     "  --help, --version\n");
 }
 
 static int parse(int argc, char **argv, struct bench_args *a, bool root)
@@ -98,10 +98,10 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                     a->do_coll = true;
                 } else {
                     if (root) {
-                        fprintf(stderr,
-                                "moefold-bench: --only: unknown benchmark '%s' (gemm, "
-                                "grouped, mem, coll)\n",
-                                tok);
+                        (void)fprintf(stderr,
+                                      "moefold-bench: --only: unknown benchmark '%s' (gemm, "
+                                      "grouped, mem, coll)\n",
+                                      tok);
                     }
                     return 2;
                 }
@@ -112,8 +112,9 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
             v = parse_size(optarg);
             if (v < 4) {
                 if (root) {
-                    fprintf(stderr, "moefold-bench: bad size '%s' (bytes >= 4, K/M/G suffixes)\n",
-                            optarg);
+                    (void)fprintf(stderr,
+                                  "moefold-bench: bad size '%s' (bytes >= 4, K/M/G suffixes)\n",
+                                  optarg);
                 }
                 return 2;
             }
@@ -124,7 +125,7 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
             v = parse_size(optarg);
             if (v < (c == 'i' ? 1 : 0) || v > 1000000) {
                 if (root) {
-                    fprintf(stderr, "moefold-bench: bad count '%s'\n", optarg);
+                    (void)fprintf(stderr, "moefold-bench: bad count '%s'\n", optarg);
                 }
                 return 2;
             }
@@ -143,7 +144,8 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
     }
     if (optind < argc || a->min_bytes > a->max_bytes) {
         if (root) {
-            fprintf(stderr, "moefold-bench: unexpected argument or --min-bytes > --max-bytes\n");
+            (void)fprintf(stderr,
+                          "moefold-bench: unexpected argument or --min-bytes > --max-bytes\n");
         }
         return 2;
     }
@@ -185,16 +187,18 @@ static void header(moe_comm_t *w, const struct bench_args *a, cJSON *js)
         cJSON_AddNumberToObject(js, "iters", a->cfg.iters);
         return;
     }
-    printf("# moefold-bench: %d rank(s), OpenBLAS with 1 thread per rank, %d iterations after %d "
-           "warm-up\n",
-           moe_comm_size(w), a->cfg.iters, a->cfg.warmup);
+    (void)printf(
+        "# moefold-bench: %d rank(s), OpenBLAS with 1 thread per rank, %d iterations after %d "
+        "warm-up\n",
+        moe_comm_size(w), a->cfg.iters, a->cfg.warmup);
     if (have) {
-        printf("# host: %s, %d package(s), %d cores, %d threads, %d NUMA node(s), %.1f GiB, L%d "
-               "%.1f MiB\n",
-               h.cpu_model[0] ? h.cpu_model : "unknown CPU", h.num_packages, h.num_cores, h.num_pus,
-               h.num_numa, h.memory_bytes / 1073741824.0, h.llc_level, h.llc_bytes / 1048576.0);
+        (void)printf(
+            "# host: %s, %d package(s), %d cores, %d threads, %d NUMA node(s), %.1f GiB, L%d "
+            "%.1f MiB\n",
+            h.cpu_model[0] ? h.cpu_model : "unknown CPU", h.num_packages, h.num_cores, h.num_pus,
+            h.num_numa, h.memory_bytes / 1073741824.0, h.llc_level, h.llc_bytes / 1048576.0);
     } else {
-        printf("# host: hwloc discovery failed: %s\n", diag.message);
+        (void)printf("# host: hwloc discovery failed: %s\n", diag.message);
     }
 }
 
@@ -211,8 +215,8 @@ static int bench_gemm(moe_comm_t *w,
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "gemm") : NULL;
     if (root && js == NULL) {
-        printf("\n# dense GEMM C[M,N] = A[M,K] B[K,N] (fp32 sgemm), mean over ranks\n");
-        printf("#%8s %8s %8s %12s %10s %6s\n", "M", "N", "K", "time(us)", "GFLOP/s", "check");
+        (void)printf("\n# dense GEMM C[M,N] = A[M,K] B[K,N] (fp32 sgemm), mean over ranks\n");
+        (void)printf("#%8s %8s %8s %12s %10s %6s\n", "M", "N", "K", "time(us)", "GFLOP/s", "check");
     }
     int bad = 0;
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
@@ -234,8 +238,8 @@ static int bench_gemm(moe_comm_t *w,
             cJSON_AddBoolToObject(o, "ok", wrong == 0);
             cJSON_AddItemToArray(arr, o);
         } else if (root) {
-            printf(" %8d %8d %8d %12.1f %10.2f %6s\n", g.m, g.n, g.k, us, gf,
-                   wrong == 0 ? "OK" : "FAIL");
+            (void)printf(" %8d %8d %8d %12.1f %10.2f %6s\n", g.m, g.n, g.k, us, gf,
+                         wrong == 0 ? "OK" : "FAIL");
         }
     }
     return bad;
@@ -255,9 +259,9 @@ static int bench_grouped(moe_comm_t *w,
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "grouped_gemm") : NULL;
     if (root && js == NULL) {
-        printf("\n# grouped expert GEMM (one sgemm per expert) vs one GEMM of equal FLOPs\n");
-        printf("#%7s %8s %6s %6s %7s %12s %10s %12s %7s %6s\n", "experts", "tokens", "in", "out",
-               "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio", "check");
+        (void)printf("\n# grouped expert GEMM (one sgemm per expert) vs one GEMM of equal FLOPs\n");
+        (void)printf("#%7s %8s %6s %6s %7s %12s %10s %12s %7s %6s\n", "experts", "tokens", "in",
+                     "out", "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio", "check");
     }
     int bad = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -284,9 +288,9 @@ static int bench_grouped(moe_comm_t *w,
                 cJSON_AddBoolToObject(o, "ok", wrong == 0);
                 cJSON_AddItemToArray(arr, o);
             } else if (root) {
-                printf(" %7d %8d %6d %6d %7s %12.1f %10.2f %12.2f %7.3f %6s\n", g.num_experts,
-                       g.tokens, g.in, g.out, skew ? "zipf" : "even", us, gf, dg, gf / dg,
-                       wrong == 0 ? "OK" : "FAIL");
+                (void)printf(" %7d %8d %6d %6d %7s %12.1f %10.2f %12.2f %7.3f %6s\n", g.num_experts,
+                             g.tokens, g.in, g.out, skew ? "zipf" : "even", us, gf, dg, gf / dg,
+                             wrong == 0 ? "OK" : "FAIL");
             }
         }
     }
@@ -304,9 +308,10 @@ static int bench_mem(moe_comm_t *w,
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "memory") : NULL;
     if (root && js == NULL) {
-        printf("\n# memory bandwidth and elementwise kernels (bytes read + written), mean over "
-               "ranks\n");
-        printf("#%9s %12s %12s %10s %6s\n", "kernel", "bytes", "time(us)", "GB/s", "check");
+        (void)printf(
+            "\n# memory bandwidth and elementwise kernels (bytes read + written), mean over "
+            "ranks\n");
+        (void)printf("#%9s %12s %12s %10s %6s\n", "kernel", "bytes", "time(us)", "GB/s", "check");
     }
     int bad = 0;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -328,8 +333,8 @@ static int bench_mem(moe_comm_t *w,
                 cJSON_AddBoolToObject(o, "ok", wrong == 0);
                 cJSON_AddItemToArray(arr, o);
             } else if (root) {
-                printf(" %9s %12zu %12.1f %10.2f %6s\n", names[i], m.bytes, us, gb,
-                       wrong == 0 ? "OK" : "FAIL");
+                (void)printf(" %9s %12zu %12.1f %10.2f %6s\n", names[i], m.bytes, us, gb,
+                             wrong == 0 ? "OK" : "FAIL");
             }
         }
     }
@@ -353,10 +358,11 @@ static int bench_coll(moe_comm_t *w, const struct bench_args *a, cJSON *js)
         }
         for (int op = 0; op < MOE_BENCH_NUM_COLLS; op++) {
             if (root && js == NULL) {
-                printf("\n# %s, groups of %d consecutive ranks (%d group(s) at once), float\n",
-                       moe_bench_coll_name((enum moe_bench_coll)op), gsize, n / gsize);
-                printf("#%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
-                       "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+                (void)printf(
+                    "\n# %s, groups of %d consecutive ranks (%d group(s) at once), float\n",
+                    moe_bench_coll_name((enum moe_bench_coll)op), gsize, n / gsize);
+                (void)printf("#%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
+                             "algbw(GB/s)", "busbw(GB/s)", "#wrong");
             }
             for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes *= 4) {
                 struct moe_bench_coll_result r;
@@ -377,8 +383,8 @@ static int bench_coll(moe_comm_t *w, const struct bench_args *a, cJSON *js)
                     cJSON_AddNumberToObject(o, "wrong", (double)r.wrong);
                     cJSON_AddItemToArray(arr, o);
                 } else if (root) {
-                    printf(" %12zu %12zu %12.2f %12.3f %12.3f %8ld\n", r.bytes, r.count, r.time_us,
-                           r.algbw_gbps, r.busbw_gbps, r.wrong);
+                    (void)printf(" %12zu %12zu %12.2f %12.3f %12.3f %8ld\n", r.bytes, r.count,
+                                 r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong);
                 }
             }
         }
@@ -398,7 +404,7 @@ int main(int argc, char **argv)
         if (rank == 0 && rc == 3) {
             usage(stdout);
         } else if (rank == 0 && rc == 4) {
-            printf("moefold-bench 1.0\n");
+            (void)printf("moefold-bench 1.0\n");
         } else if (rank == 0) {
             usage(stderr);
         }
@@ -410,7 +416,7 @@ int main(int argc, char **argv)
     struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
     if (moe_comm_mpi_create(MPI_COMM_WORLD, "world", &w) != MOE_OK ||
         moe_k_ctx_create(&desc, &kc) != MOE_OK) {
-        fprintf(stderr, "moefold-bench: cannot create the communicator or kernel context\n");
+        (void)fprintf(stderr, "moefold-bench: cannot create the communicator or kernel context\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const struct moe_k_ops *k = moe_k_ctx_ops(kc);
@@ -436,11 +442,11 @@ int main(int argc, char **argv)
     if (js != NULL && rank == 0) {
         char *text = cJSON_Print(js);
         if (text != NULL) {
-            printf("%s\n", text);
+            (void)printf("%s\n", text);
         }
         free(text);
     } else if (rank == 0) {
-        printf("\n# %s\n", bad == 0 ? "all checks passed" : "SOME CHECKS FAILED");
+        (void)printf("\n# %s\n", bad == 0 ? "all checks passed" : "SOME CHECKS FAILED");
     }
     cJSON_Delete(js);
     moe_k_ctx_destroy(kc);

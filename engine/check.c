@@ -70,7 +70,8 @@ void moe_eng_fatal(const char *file, int line, const char *fmt, ...)
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+    (void)vsnprintf(msg, sizeof(msg), fmt, ap); /* NOLINT(clang-analyzer-valist.Uninitialized):
+                                                   ap is va_start'ed above */
     va_end(ap);
     (void)fprintf(stderr, "moefold: %s: %s:%d: %s\n", who, file, line, msg);
     stop(mpi_up);

@@ -62,9 +62,8 @@ static uint64_t fingerprint(const struct moe_eng *e)
                 e->num_buckets,
                 e->num_params};
     uint64_t h = 1469598103934665603ULL;
-    const unsigned char *p = (const unsigned char *)v;
-    for (size_t i = 0; i < sizeof(v); i++) {
-        h = (h ^ p[i]) * 1099511628211ULL;
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        h = (h ^ (uint64_t)v[i]) * 1099511628211ULL;
     }
     for (int b = 0; b < e->num_buckets; b++) {
         h = (h ^ (uint64_t)e->buckets[b].padded) * 1099511628211ULL;

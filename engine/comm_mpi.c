@@ -55,12 +55,13 @@ static MPI_Request *req_of(struct moe_comm_req *req)
 
 static void *wrap_comm(MPI_Comm c)
 {
-    MPI_Comm *h = malloc(sizeof(*h));
-    if (h == NULL) {
-        moe_eng_fatal(__FILE__, __LINE__, "out of memory for a communicator handle");
+    MPI_Comm *h = malloc(sizeof(MPI_Comm)); /* NOLINT(bugprone-sizeof-expression): MPI_Comm
+                                               is a handle type (a pointer in Open MPI) */
+    if (h != NULL) {
+        *h = c;
+        return h;
     }
-    *h = c;
-    return h;
+    moe_eng_fatal(__FILE__, __LINE__, "out of memory for a communicator handle");
 }
 
 static void mpi_split(void *h, int color, int key, void **out)
@@ -203,6 +204,10 @@ static void mpi_barrier(void *h)
     MOE_CHECK_MPI(MPI_Barrier(comm_of(h)));
 }
 
+/* The non-blocking calls return their MPI_Request inside struct moe_comm_req; the caller
+ * completes it with moe_comm_wait/test (mpi_wait/mpi_test below), which a per-function request
+ * checker cannot follow. */
+/* NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker) */
 static void mpi_isend(void *h,
                       const void *buf,
                       size_t count,
@@ -298,6 +303,8 @@ static bool mpi_test(struct moe_comm_req *req)
     }
     return done != 0;
 }
+
+/* NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker) */
 
 static int mpi_tag_limit(void *h)
 {

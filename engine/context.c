@@ -78,7 +78,7 @@ static void vlog(FILE *f, const char *prefix, const char *fmt, va_list ap)
     if (prefix != NULL) {
         (void)fputs(prefix, f);
     }
-    (void)vfprintf(f, fmt, ap);
+    (void)vfprintf(f, fmt, ap); /* NOLINT(clang-analyzer-valist.Uninitialized): callers va_start */
     (void)fputc('\n', f);
     (void)fflush(f);
 }

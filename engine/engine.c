@@ -200,6 +200,7 @@ static enum moe_status create_body(struct moe_eng *e, struct moe_diag *diag)
     MOE_TRY(moe_eng_groups_create(e->ctx.world, &e->plan.layout, e->opts.ranks_per_node, &e->groups,
                                   diag));
     MOE_TRY(moe_eng_dims_init(e, diag));
+    e->global_mbs = e->plan.layout.gbs / e->plan.layout.mbs; /* resolve checked divisibility */
     MOE_TRY(check_options(e, diag));
     MOE_TRY(moe_eng_schedule_build(e, diag));
     MOE_TRY(alloc_registry(e, diag));
@@ -374,7 +375,7 @@ enum moe_status moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_dia
     e->plan.options.overlap_grad_reduce = was;
     double sums[2] = {e->loss_sum, e->aux_sum};
     moe_comm_allreduce(e->ctx.world, sums, sums, 2, MOE_COMM_F64, MOE_COMM_SUM);
-    *loss = sums[0] + sums[1] / (double)(e->plan.layout.gbs / e->plan.layout.mbs);
+    *loss = sums[0] + sums[1] / (double)e->global_mbs;
     e->ctx.rng = saved;
     e->data.next_seq = saved_pos;
     return MOE_OK;

@@ -135,7 +135,7 @@ static int sum(const int *v, int n)
 static void per_rank_rows(const struct moe_eng_dims *d, const int *cnt, int *rows)
 {
     for (int p = 0; p < d->hier_per_node; p++) {
-        rows[p] = sum(cnt + p * d->experts_l, d->experts_l);
+        rows[p] = sum(cnt + (size_t)p * (size_t)d->experts_l, d->experts_l);
     }
 }
 

@@ -328,6 +328,7 @@ struct moe_eng {
     double aux_sum;      /* router losses this step (owner-counted) */
     double dropped;      /* dropped slots this step */
     int step;            /* steps done */
+    int global_mbs;      /* micro-batches in the global batch, gbs / mbs (router-loss mean) */
 
     struct moe_eng_data data;
     struct moe_eng_stats stats;

@@ -543,13 +543,14 @@ void moe_eng_moe_fwd(struct moe_eng *e,
         moe_fwd_overlap(e, w, a, h, out);
         return;
     }
+    const bool hier = e->is_hierarchical;
     route(e, w, a, h);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     size_t mark = moe_eng_arena_mark(&e->temp);
     struct moe_eng_arena *t = &e->temp;
     float *send = NULL, *recv = NULL, *gath = NULL;
     struct ep_plan p;
-    if (e->is_hierarchical) {
+    if (hier) {
         moe_eng_hier_dispatch(e, a, h);
         p = ep_plan_make(e, a);
     } else {
@@ -575,7 +576,7 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
     grouped_fwd(e, eout, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
-    if (e->is_hierarchical) {
+    if (hier) {
         moe_eng_hier_combine(e, a, eout, out);
     } else {
         k->unsort_chunks(gath, eout, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
@@ -603,7 +604,7 @@ static void route_bwd(struct moe_eng *e,
     bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
     int tot = d->mbs * d->seq;
     /* Router losses are averaged over the micro-batches of the global batch. */
-    float d_aux = 1.0f / (float)(e->plan.layout.gbs / e->plan.layout.mbs);
+    float d_aux = 1.0f / (float)e->global_mbs;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     size_t mark = moe_eng_arena_mark(&e->temp);
     float *d_scores = NULL;
@@ -647,11 +648,12 @@ void moe_eng_moe_bwd(struct moe_eng *e,
         moe_eng_phase_enter(&e->ctx.timer, prev);
         return;
     }
+    const bool hier = e->is_hierarchical;
     size_t mark_w = moe_eng_arena_mark(t);
     struct ep_plan p = ep_plan_make(e, a);
     float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
     float *recv = NULL, *gath = NULL, *rows = NULL;
-    if (e->is_hierarchical) {
+    if (hier) {
         moe_eng_hier_combine_bwd(e, a, dout, deo, d_topk_w);
     } else {
         recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
@@ -674,7 +676,7 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     k->swiglu_bwd(d_fc1, d_act, a->e_fc1, p.rows_exp, fel, e->kc);
     grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-    if (e->is_hierarchical) {
+    if (hier) {
         moe_eng_hier_dispatch_bwd(e, a, deo, dh);
     } else {
         k->unsort_chunks(gath, deo, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);

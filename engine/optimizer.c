@@ -140,10 +140,9 @@ static void finish_reductions(struct moe_eng *e)
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        if (!e->plan.options.overlap_grad_reduce) {
-            start_reduce(e, bk, false);
-        } else if (bk->pending > 0) {
-            /* Never completed by the schedule (cannot happen); reduce now to stay collective. */
+        /* Without overlap every bucket reduces here; with it, a bucket the schedule never
+         * completed (cannot happen) still reduces so the collectives stay matched. */
+        if (!e->plan.options.overlap_grad_reduce || bk->pending > 0) {
             start_reduce(e, bk, false);
         }
         moe_comm_wait(bk->group, &bk->grad_req);
@@ -322,7 +321,7 @@ enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, str
     sums[1] = (double)nonfinite;
     moe_comm_allreduce(e->ctx.world, sums, sums, 4, MOE_COMM_F64, MOE_COMM_SUM);
     e->loss_sum = sums[2];
-    e->aux_sum = sums[3] / (double)(e->plan.layout.gbs / e->plan.layout.mbs);
+    e->aux_sum = sums[3] / (double)e->global_mbs;
     *grad_norm = sqrt(sums[0]);
     if (sums[1] > 0.0 || !isfinite(sums[0])) {
         if (diag != NULL && diag->message[0] == '\0') {

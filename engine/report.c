@@ -89,7 +89,7 @@ static void add_bytes(struct moe_eng *e, cJSON *o)
                 groups[g] != NULL ? moe_comm_bytes_sent(groups[g], (enum moe_comm_coll)c) : 0.0;
         }
     }
-    moe_comm_allreduce(e->ctx.world, v, v, NG * MOE_NUM_COLLS, MOE_COMM_F64, MOE_COMM_SUM);
+    moe_comm_allreduce(e->ctx.world, v, v, (size_t)NG * MOE_NUM_COLLS, MOE_COMM_F64, MOE_COMM_SUM);
     if (o == NULL) {
         return;
     }

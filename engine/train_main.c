@@ -125,8 +125,8 @@ num_opt(const char *name, const char *val, double lo, double hi, double *out, bo
 {
     if (parse_double(val, lo, hi, out) != 0) {
         if (is_root) {
-            fprintf(stderr, "moefold-train: --%s %s: expected a number in [%g, %g]\n", name, val,
-                    lo, hi);
+            (void)fprintf(stderr, "moefold-train: --%s %s: expected a number in [%g, %g]\n", name,
+                          val, lo, hi);
         }
         return 2;
     }
@@ -137,8 +137,8 @@ static int int_opt(const char *name, const char *val, long lo, long hi, long *ou
 {
     if (parse_long(val, lo, hi, out) != 0) {
         if (is_root) {
-            fprintf(stderr, "moefold-train: --%s %s: expected an integer in [%ld, %ld]\n", name,
-                    val, lo, hi);
+            (void)fprintf(stderr, "moefold-train: --%s %s: expected an integer in [%ld, %ld]\n",
+                          name, val, lo, hi);
         }
         return 2;
     }
@@ -269,10 +269,10 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
                 a->run.is_hierarchical = true;
             } else {
                 if (is_root) {
-                    fprintf(stderr,
-                            "moefold-train: --dispatcher %s: expected flat or "
-                            "hierarchical\n",
-                            optarg);
+                    (void)fprintf(stderr,
+                                  "moefold-train: --dispatcher %s: expected flat or "
+                                  "hierarchical\n",
+                                  optarg);
                 }
                 rc = 2;
             }
@@ -296,10 +296,10 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
     }
     if (optind < argc && strcmp(argv[optind - 1], "--") != 0) {
         if (is_root) {
-            fprintf(stderr,
-                    "moefold-train: unexpected argument '%s' (Megatron-LM flags go after "
-                    "`--`)\n",
-                    argv[optind]);
+            (void)fprintf(stderr,
+                          "moefold-train: unexpected argument '%s' (Megatron-LM flags go after "
+                          "`--`)\n",
+                          argv[optind]);
         }
         return 2;
     }
@@ -310,15 +310,16 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
     }
     if ((a->plan_path == NULL) == (a->model == NULL)) {
         if (is_root) {
-            fprintf(stderr, "moefold-train: give exactly one of --plan FILE or --model NAME "
-                            "(--help for usage)\n");
+            (void)fprintf(stderr, "moefold-train: give exactly one of --plan FILE or --model NAME "
+                                  "(--help for usage)\n");
         }
         return 2;
     }
     if (a->plan_path != NULL && a->megatron_argc > 0) {
         if (is_root) {
-            fprintf(stderr, "moefold-train: Megatron flags after `--` need --model, not --plan "
-                            "(the plan fixes the layout)\n");
+            (void)fprintf(stderr,
+                          "moefold-train: Megatron flags after `--` need --model, not --plan "
+                          "(the plan fixes the layout)\n");
         }
         return 2;
     }
@@ -350,9 +351,9 @@ plan_from_flags(const struct args *a, struct moe_plan *plan, struct moe_diag *di
 static void print_diag(const char *what, const struct moe_diag *diag)
 {
     if (diag->source[0] != '\0' && strstr(diag->message, diag->source) == NULL) {
-        fprintf(stderr, "moefold-train: %s: %s: %s\n", what, diag->source, diag->message);
+        (void)fprintf(stderr, "moefold-train: %s: %s: %s\n", what, diag->source, diag->message);
     } else {
-        fprintf(stderr, "moefold-train: %s: %s\n", what, diag->message);
+        (void)fprintf(stderr, "moefold-train: %s: %s\n", what, diag->message);
     }
 }
 
@@ -423,7 +424,7 @@ static int run(const struct args *a, int rank)
     if (st == MOE_OK && a->out != NULL) {
         st = moe_eng_write_run(e, a->out, text, &diag);
         if (st == MOE_OK && rank == 0) {
-            printf("wrote %s\n", a->out);
+            (void)printf("wrote %s\n", a->out);
         }
     }
     report_failure(st, &diag, rank);
@@ -448,7 +449,7 @@ int main(int argc, char **argv)
         }
     } else if (rc == 0 && a.is_version) {
         if (rank == 0) {
-            printf("%s\n", MOEFOLD_TRAIN_VERSION);
+            (void)printf("%s\n", MOEFOLD_TRAIN_VERSION);
         }
     } else if (rc == 0) {
         a.run.log = rank == 0 || a.run.verbosity > 0 ? stdout : NULL;

@@ -61,13 +61,13 @@ int main(int argc, char **argv)
     memset(&diag, 0, sizeof(diag));
     if (moe_comm_mpi_create(MPI_COMM_SELF, "world", &w) != MOE_OK ||
         moe_eng_create(&plan, &o, w, &e, &diag) != MOE_OK) {
-        fprintf(stderr, "bench_engine: %s\n", diag.message);
+        (void)fprintf(stderr, "bench_engine: %s\n", diag.message);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     for (int i = 0; i < STEPS; i++) {
         struct moe_eng_step_result r;
         if (moe_eng_train_step(e, &r, &diag) != MOE_OK) {
-            fprintf(stderr, "bench_engine: %s\n", diag.message);
+            (void)fprintf(stderr, "bench_engine: %s\n", diag.message);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
@@ -76,25 +76,25 @@ int main(int argc, char **argv)
     struct moe_run run;
     if (moe_eng_write_run(e, path, NULL, &diag) != MOE_OK ||
         moe_run_read(path, &run, &diag) != MOE_OK) {
-        fprintf(stderr, "bench_engine: %s\n", diag.message);
+        (void)fprintf(stderr, "bench_engine: %s\n", diag.message);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     (void)unlink(path);
     moe_eng_destroy(e);
     moe_comm_destroy(w);
 
-    printf("# engine: %s, 1 rank, %d tokens/step, %d steps (first is warm-up)\n", plan.model.name,
-           plan.layout.gbs * plan.layout.seq_length, STEPS);
-    printf("tokens/s                  %10.0f\n", run.tokens_per_s);
-    printf("step time                 %10.1f ms\n", run.step_time_s * 1e3);
+    (void)printf("# engine: %s, 1 rank, %d tokens/step, %d steps (first is warm-up)\n",
+                 plan.model.name, plan.layout.gbs * plan.layout.seq_length, STEPS);
+    (void)printf("tokens/s                  %10.0f\n", run.tokens_per_s);
+    (void)printf("step time                 %10.1f ms\n", run.step_time_s * 1e3);
     const struct moe_phase_times *t = &run.time;
     const char *names[] = {"compute", "expert_gemm", "dispatch",
                            "combine", "optimizer",   "host_overhead"};
     const double vals[] = {t->compute, t->expert_gemm, t->dispatch,
                            t->combine, t->optimizer,   t->host_overhead};
     for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
-        printf("  %-22s %10.2f ms  %5.1f%%\n", names[i], vals[i] * 1e3,
-               100.0 * vals[i] / run.step_time_s);
+        (void)printf("  %-22s %10.2f ms  %5.1f%%\n", names[i], vals[i] * 1e3,
+                     100.0 * vals[i] / run.step_time_s);
     }
 
     moe_k_ctx_t *kc = NULL;
@@ -113,10 +113,11 @@ int main(int argc, char **argv)
                                   &g) != MOE_OK) {
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        printf("grouped GEMM 8 experts, %5d rows, %4d -> %4d: %7.2f GFLOP/s vs one sgemm %7.2f "
-               "GFLOP/s = %5.1f%% (target >= 80%%) %s\n",
-               g.tokens, g.in, g.out, g.gflops, g.dense_gflops, 100.0 * g.ratio,
-               g.is_ok ? "" : "[WRONG RESULT]");
+        (void)printf(
+            "grouped GEMM 8 experts, %5d rows, %4d -> %4d: %7.2f GFLOP/s vs one sgemm %7.2f "
+            "GFLOP/s = %5.1f%% (target >= 80%%) %s\n",
+            g.tokens, g.in, g.out, g.gflops, g.dense_gflops, 100.0 * g.ratio,
+            g.is_ok ? "" : "[WRONG RESULT]");
         worst = g.ratio < worst ? g.ratio : worst;
     }
     double peak = 0.0;
@@ -128,11 +129,12 @@ int main(int argc, char **argv)
     }
     double flops = moe_flops_per_step(&plan.model, plan.layout.seq_length, plan.layout.gbs, 1);
     double achieved = flops / run.step_time_s / 1e9;
-    printf("sgemm peak (best of 512..2048 squares) %8.2f GFLOP/s\n", peak);
-    printf("step model FLOP/s                      %8.2f GFLOP/s = %.1f%% of the sgemm peak\n",
-           achieved, 100.0 * achieved / peak);
-    printf("grouped GEMM target (>= 80%% of sgemm at equal FLOPs): %s (worst %.1f%%)\n",
-           worst >= 0.8 ? "met" : "NOT met", 100.0 * worst);
+    (void)printf("sgemm peak (best of 512..2048 squares) %8.2f GFLOP/s\n", peak);
+    (void)printf(
+        "step model FLOP/s                      %8.2f GFLOP/s = %.1f%% of the sgemm peak\n",
+        achieved, 100.0 * achieved / peak);
+    (void)printf("grouped GEMM target (>= 80%% of sgemm at equal FLOPs): %s (worst %.1f%%)\n",
+                 worst >= 0.8 ? "met" : "NOT met", 100.0 * worst);
     moe_run_fini(&run);
     moe_k_ctx_destroy(kc);
     MPI_Finalize();
