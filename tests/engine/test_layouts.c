@@ -176,6 +176,132 @@ static void test_hierarchical_dispatcher(void **state)
     check_layouts_with("tiny-moe", by4, 1, &four);
 }
 
+/* A dense model with tied embeddings: TP without sequence parallelism (all-reduce after the
+ * row-parallel linears) and PP with the output layer's tied copy on the last stage, whose gradient
+ * is summed with the embedding's over the first and last stage. */
+static void dense_tied_plan(struct moe_plan *plan, int tp, int pp)
+{
+    moe_plan_init(plan);
+    struct moe_model_cfg *m = &plan->model;
+    (void)snprintf(m->name, sizeof(m->name), "tiny-dense-tied");
+    m->num_layers = 4;
+    m->hidden_size = 64;
+    m->ffn_hidden_size = 128;
+    m->num_attention_heads = 4;
+    m->num_query_groups = 2;
+    m->kv_channels = 16;
+    m->is_swiglu = true;
+    m->vocab_size = 256;
+    m->make_vocab_size_divisible_by = 32;
+    m->seq_length = 64;
+    plan->layout.num_gpus = tp * pp;
+    plan->layout.tp = tp;
+    plan->layout.pp = pp;
+    plan->layout.mbs = 1;
+    plan->layout.gbs = 8;
+    plan->layout.seq_length = 64;
+}
+
+static void dense_losses(int tp, int pp, double *losses)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < tp * pp ? 0 : MPI_UNDEFINED, rank, &sub);
+    enum moe_status st = MOE_OK;
+    if (sub != MPI_COMM_NULL) {
+        struct moe_plan plan;
+        dense_tied_plan(&plan, tp, pp);
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, STEPS);
+        st = eng_test_losses(sub, &plan, &o, losses);
+        MPI_Comm_free(&sub);
+    }
+    int v = -(int)st, worst = 0;
+    MPI_Allreduce(&v, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Bcast(losses, STEPS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    assert_int_equal(worst, 0);
+}
+
+static void test_dense_tied_layouts(void **state)
+{
+    (void)state;
+    double ref[STEPS];
+    dense_losses(1, 1, ref);
+    const int cases[][2] = {{2, 1}, {1, 2}, {2, 2}, {1, 4}};
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (size_t i = 0; i < MOE_ARRAY_LEN(cases); i++) {
+        double got[STEPS];
+        dense_losses(cases[i][0], cases[i][1], got);
+        double rel = eng_test_max_rel(got, ref, STEPS);
+        if (rank == 0) {
+            printf(
+                "  dense-tied TP%d (no SP) PP%d                   loss[5] %.7f (1 rank %.7f) max "
+                "rel diff %.2e\n",
+                cases[i][0], cases[i][1], got[STEPS - 1], ref[STEPS - 1], rel);
+        }
+        assert_true(rel <= REL_TOL);
+    }
+}
+
+/* Uneven pipeline chunks: first/last stage layer counts, and a custom layout string whose first
+ * chunk holds only the embedding (a chunk without layers). */
+static void
+uneven_losses(int world, int pp, int vpp, int first, const char *layout, bool ep2, double *losses)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < world ? 0 : MPI_UNDEFINED, rank, &sub);
+    enum moe_status st = MOE_OK;
+    if (sub != MPI_COMM_NULL) {
+        const struct eng_test_layout l = {"uneven", 1, 1, pp, vpp, ep2 ? 2 : 1, 1, false, world};
+        struct moe_plan plan;
+        eng_test_plan(&plan, "tiny-moe", &l);
+        plan.layout.first_stage_layers = first;
+        struct moe_diag diag;
+        memset(&diag, 0, sizeof(diag));
+        if (layout != NULL) {
+            st = moe_layout_parse_pp_string(layout, &plan.model, &plan.layout, &diag);
+        }
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, STEPS);
+        if (st == MOE_OK) {
+            st = eng_test_losses(sub, &plan, &o, losses);
+        } else {
+            fprintf(stderr, "%s\n", diag.message);
+        }
+        MPI_Comm_free(&sub);
+    }
+    int v = -(int)st, worst = 0;
+    MPI_Allreduce(&v, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Bcast(losses, STEPS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    assert_int_equal(worst, 0);
+}
+
+static void test_uneven_pipeline(void **state)
+{
+    (void)state;
+    const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
+    double ref[STEPS], a[STEPS], b[STEPS], c[STEPS];
+    assert_int_equal(run_layout("tiny-moe", &one, false, ref), MOE_OK);
+    uneven_losses(2, 2, 1, 1, NULL, false, a);        /* 1 + 3 layers */
+    uneven_losses(2, 2, 2, 0, "E|tt|t|tL", false, b); /* embedding-only first chunk */
+    uneven_losses(4, 2, 2, 0, "Et|t|tt|L", true, c);  /* loss-only last chunk, EP2 */
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        printf("  uneven PP: first-stage 1 layer %.2e, 'E|tt|t|tL' %.2e, 'Et|t|tt|L' EP2 %.2e "
+               "(max rel diff vs 1 rank)\n",
+               eng_test_max_rel(a, ref, STEPS), eng_test_max_rel(b, ref, STEPS),
+               eng_test_max_rel(c, ref, STEPS));
+    }
+    assert_true(eng_test_max_rel(a, ref, STEPS) <= REL_TOL);
+    assert_true(eng_test_max_rel(b, ref, STEPS) <= REL_TOL);
+    assert_true(eng_test_max_rel(c, ref, STEPS) <= REL_TOL);
+}
+
 static void test_same_layout_bit_identical(void **state)
 {
     (void)state;
@@ -205,6 +331,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tiny_dsv3_layouts),
         cmocka_unit_test(test_overlap_same_losses),
         cmocka_unit_test(test_hierarchical_dispatcher),
+        cmocka_unit_test(test_dense_tied_layouts),
+        cmocka_unit_test(test_uneven_pipeline),
         cmocka_unit_test(test_same_layout_bit_identical),
         cmocka_unit_test(test_expert_parallel_matches_replicated),
     };
