@@ -261,6 +261,19 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
         moe_eng_destroy(e);
         return st;
     }
+    if (opts->verbosity > 0) {
+        const struct moe_rank_coords *c = &e->groups.me;
+        struct moe_eng_mem_report m;
+        moe_eng_memory(e, &m);
+        moe_eng_log_rank(&e->ctx.log,
+                         "%s: stage %d tp %d cp %d dp %d ep %d etp %d edp %d node %d; %ld "
+                         "parameters; MiB weights %.2f grads %.2f optimizer %.2f activations "
+                         "%.2f (%d slot(s)) buffers %.2f host pool %.2f",
+                         e->ctx.host, c->stage, c->tp, c->cp, c->dp, c->ep, c->etp, c->edp,
+                         e->groups.node_id, m.num_params, m.weights / 1048576.0,
+                         m.grads / 1048576.0, m.optimizer / 1048576.0, m.activations / 1048576.0,
+                         m.num_slots_max, m.buffers / 1048576.0, m.host_offload / 1048576.0);
+    }
     *out = e;
     return MOE_OK;
 }

@@ -11,7 +11,10 @@
  * final RMSNorm, output layer, cross-entropy. fp32 storage throughout (the CPU reference);
  * precision recipes are emulated by quantise->dequantise of GEMM inputs when asked. Not supported
  * (refused with a message): MLA, MTP layers, sliding-window attention, q/k norm, linear biases,
- * non-gated MLPs, the allgather dispatcher.
+ * non-gated MLPs, the allgather dispatcher, optimizer CPU offload, reduced-precision optimizer
+ * state. Options a plan sets are honoured: recompute (selective modules, full uniform/block),
+ * activation offload, overlap of gradient reduce-scatter, parameter all-gather and the EP
+ * all-to-all (--overlap-moe-expert-parallel-comm), capacity factor with token drop.
  *
  * Objective and reductions: loss = sum of token cross-entropies / tokens in the global batch, plus
  * the router losses averaged over micro-batches; gradients are summed (not averaged) over ranks, so
@@ -69,10 +72,10 @@ struct moe_eng_run_opts {
     float bias_update_rate; /* aux-loss-free expert-bias update rate (models with expert bias) */
     float topk_scaling;     /* routed scaling factor applied to top-k weights */
 
-    bool emulate_precision;   /* quantise->dequantise GEMM inputs per the plan's recipe */
-    double moe_buffer_factor; /* expert rows buffer = factor x mean load; 0 = worst case */
-    bool is_hierarchical;     /* hierarchical dispatcher; default from the plan's dispatcher */
-    bool has_dispatcher_override;
+    bool emulate_precision;       /* quantise->dequantise GEMM inputs per the plan's recipe */
+    double moe_buffer_factor;     /* expert rows buffer = factor x mean load; 0 = worst case */
+    bool is_hierarchical;         /* hierarchical dispatcher (when has_dispatcher_override) */
+    bool has_dispatcher_override; /* false: hierarchical for the plan's deepep/hybridep */
 
     const char *save_dir; /* checkpoint directory written after the run (and every save_every) */
     int save_every;       /* steps between checkpoints; 0 = only at the end */
