@@ -30,6 +30,7 @@ struct bench_args {
     size_t min_bytes, max_bytes;
     struct moe_bench_cfg cfg;
     bool is_json;
+    bool is_bound; /* bind each rank to one core (its index among the node's ranks) */
 };
 
 /* "16M", "64K", "8" -> bytes; -1 on error. */
@@ -63,6 +64,7 @@ static void usage(FILE *f)
                      "  --iters N         timed iterations per point (default 20)\n"
                      "  --warmup N        untimed iterations first (default 5)\n"
                      "  --json            one JSON object on stdout instead of tables\n"
+                     "  --bind            bind each rank to one core (hwloc) before measuring\n"
                      "  --help, --version\n");
 }
 
@@ -74,10 +76,11 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                                           {"iters", required_argument, NULL, 'i'},
                                           {"warmup", required_argument, NULL, 'w'},
                                           {"json", no_argument, NULL, 'j'},
+                                          {"bind", no_argument, NULL, 'B'},
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
-    *a = (struct bench_args){true, true, true, true, 8, 16u << 20, {20, 5}, false};
+    *a = (struct bench_args){true, true, true, true, 8, 16u << 20, {20, 5}, false, false};
     opterr = root ? 1 : 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -133,6 +136,9 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
             break;
         case 'j':
             a->is_json = true;
+            break;
+        case 'B':
+            a->is_bound = true;
             break;
         case 'h':
             return 3;
@@ -420,6 +426,18 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const struct moe_k_ops *k = moe_k_ctx_ops(kc);
+    if (a.is_bound) {
+        /* Core = this rank's index among the ranks sharing its node. */
+        moe_comm_t *node = NULL;
+        struct moe_diag diag;
+        memset(&diag, 0, sizeof(diag));
+        if (moe_comm_split_shared(w, "node", &node) == MOE_OK &&
+            moe_host_bind_core(moe_comm_rank(node), &diag) != MOE_OK) {
+            (void)fprintf(stderr, "moefold-bench: rank %d: %s (continuing unbound)\n", rank,
+                          diag.message);
+        }
+        moe_comm_destroy(node);
+    }
     cJSON *js = a.is_json ? cJSON_CreateObject() : NULL;
     if (js != NULL) {
         cJSON_AddStringToObject(js, "format", "moefold-bench");

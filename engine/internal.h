@@ -268,16 +268,14 @@ struct moe_eng_pool {
 struct moe_eng_stats {
     int num_steps;
     int cap_steps;
-    double *step_s;          /* [cap_steps] */
-    double *loss;            /* [cap_steps] */
-    double *phase_sum;       /* [MOE_NUM_PHASES] summed over measured steps */
-    double phase_exposed_ep; /* unused spare */
-    int num_measured;        /* steps in phase_sum (the first step is warm-up when steps
-                                > 1) */
-    long *expert_tokens;     /* [L, E] tokens per expert summed over steps (stage-reduced) */
-    double bytes_dropped;    /* token copies dropped by the capacity factor (slots) */
-    double offload_s;        /* time spent copying to/from the host pool */
-    double offload_bytes;    /* bytes copied to the host pool per step */
+    double *step_s;       /* [cap_steps] */
+    double *loss;         /* [cap_steps] */
+    double *phase_sum;    /* [MOE_NUM_PHASES] summed over measured steps */
+    int num_measured;     /* steps in phase_sum (the first step is warm-up when steps
+                             > 1) */
+    long *expert_tokens;  /* [L, E] tokens per expert summed over steps (stage-reduced) */
+    double bytes_dropped; /* token copies dropped by the capacity factor (slots) */
+    double offload_s;     /* time spent copying to/from the host pool */
 };
 
 struct moe_eng {
@@ -454,8 +452,6 @@ moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, struct moe_diag *di
 void moe_eng_comm_progress(struct moe_eng *e);
 /* Wait for overlapped parameter gathers of a layer before its first use in a step. */
 void moe_eng_params_wait(struct moe_eng *e, int layer_tag);
-/* Finish only the gradient reductions (compute_grads hook). */
-void moe_eng_grads_reduce(struct moe_eng *e);
 double moe_eng_lr_at(const struct moe_eng *e, int step);
 /* Layer tags for buckets that are not decoder layers. */
 enum { MOE_ENG_TAG_EMBED = -1, MOE_ENG_TAG_HEAD = -2 };

@@ -348,8 +348,3 @@ enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, str
     moe_eng_phase_enter(&e->ctx.timer, prev);
     return MOE_OK;
 }
-
-void moe_eng_grads_reduce(struct moe_eng *e)
-{
-    finish_reductions(e);
-}

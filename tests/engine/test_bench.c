@@ -2,12 +2,14 @@
  * moefold-bench's building blocks (moe-test-np: 2): nccl-tests bus-bandwidth factors by hand, a
  * GEMM and a grouped GEMM (uniform and Zipf-skewed rows) whose checks pass and whose FLOP counts
  * follow from the shapes, memory kernels with their byte counts, every collective over a few sizes
- * with zero wrong elements and busbw = algbw x factor, and the moefold-bench command line (tables,
- * --json, bad flags).
+ * with zero wrong elements and busbw = algbw x factor, hwloc's view of the host (plausible counts,
+ * binding accepted or refused cleanly), and the moefold-bench command line (tables, --json, bad
+ * flags).
  */
 #include "engine/bench.h"
 #include "engine/comm_mpi.h"
 #include "tests/test_util.h"
+#include "topologies/hwloc_host.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -87,6 +89,19 @@ static void test_collectives(void **state)
     moe_comm_destroy(w);
 }
 
+static void test_host_discovery(void **state)
+{
+    (void)state;
+    struct moe_host_info h;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_host_discover(&h, &diag), MOE_OK);
+    assert_true(h.num_cores >= 1 && h.num_pus >= h.num_cores && h.num_numa >= 1);
+    assert_true(h.memory_bytes > 1e8); /* more than 100 MB on any machine that runs the tests */
+    enum moe_status st = moe_host_bind_core(0, &diag);
+    assert_true(st == MOE_OK || st == MOE_ERR_UNSUPPORTED);
+}
+
 static void test_cli(void **state)
 {
     (void)state;
@@ -126,9 +141,8 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_busbw_factors),
-        cmocka_unit_test(test_compute_benchmarks),
-        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_busbw_factors), cmocka_unit_test(test_compute_benchmarks),
+        cmocka_unit_test(test_collectives),   cmocka_unit_test(test_host_discovery),
         cmocka_unit_test(test_cli),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
