@@ -17,6 +17,10 @@
  *   resume        a run killed (SIGKILL, rank 1) after its first checkpoint and resumed from it
  *                 must reproduce, bit for bit, the losses of an uninterrupted run from the same
  *                 seed (run.json "per_step" losses compared as exact doubles).
+ *   checkpointing CKPT_KILLS kills at random moments of a run that checkpoints every step (each
+ *                 later run resuming the killed one): the checkpoint `latest` names must resume
+ *                 each time (never torn or half-renamed); and three fresh runs into one --save
+ *                 folder must all succeed.
  *
  * Runs only where moefold-train was built (MPI found) and mpirun is on PATH; skips otherwise.
  */
@@ -44,6 +48,7 @@
 #define RUN_LIMIT_S   300.0
 #define RESUME_STEPS  8 /* the uninterrupted reference run */
 #define SAVE_EVERY    3
+#define CKPT_KILLS    4 /* kills while checkpointing every step */
 #define NAN_FROM_STEP 2 /* checkpoint step whose weights are poisoned */
 #define POISON_FROM                                                                                \
     4096 /* bytes of each checkpoint file left intact (header and a little more)                   \
@@ -381,6 +386,75 @@ static void test_resume_after_kill_bit_identical(void **state)
            from, from + 1, RESUME_STEPS, same);
 }
 
+/* Kill a rank at random moments while checkpoints are written every step: each time the
+ * checkpoint `latest` names must load and train on. */
+static void test_checkpoint_survives_kills(void **state)
+{
+    struct fixture *f = *state;
+    need_engine(f);
+    char ckpt[512];
+    (void)snprintf(ckpt, sizeof(ckpt), "%s/kill_loop_ckpt", f->dir);
+    unsigned seed = 99;
+    int resumed_ok = 0;
+    for (int k = 0; k < CKPT_KILLS; k++) {
+        /* The first run starts fresh; each later one resumes the killed one (a crash loop). */
+        struct rel_proc *p =
+            k == 0 ? start_train(f, EXTRA("--steps", "1000000", "--out", "-", "--save", ckpt,
+                                          "--save-every", "1"))
+                   : start_train(f, EXTRA("--steps", "1000000", "--out", "-", "--load", ckpt,
+                                          "--save", ckpt, "--save-every", "1"));
+        int before = latest_step(ckpt);
+        double t0 = rel_now_s();
+        while (latest_step(ckpt) <= before && !rel_poll(p) && rel_now_s() - t0 < START_LIMIT_S) {
+            rel_sleep_ms(1);
+        }
+        seed = seed * 1103515245u + 12345u;
+        rel_sleep_ms((long)(seed % 200u)); /* anywhere in the next few saves */
+        pid_t victim = rel_find_rank(p->pid, k % 2);
+        if (victim <= 0) {
+            (void)rel_wait(p, FAULT_EXIT_S);
+            dump("run to kill during checkpointing", p);
+            free(p);
+            fail_msg("kill %d: rank %d not found (the run ended early?)", k, k % 2);
+        }
+        assert_int_equal(kill(victim, SIGKILL), 0);
+        (void)rel_wait(p, FAULT_EXIT_S);
+        free(p);
+        int from = latest_step(ckpt);
+        p = start_train(f, EXTRA("--steps", "1", "--out", "-", "--load", ckpt));
+        bool ok = from >= 1 && rel_wait(p, RUN_LIMIT_S) && p->exit_code == 0;
+        if (!ok) {
+            dump("resume after a kill during checkpointing", p);
+            free(p);
+            fail_msg("kill %d: the checkpoint latest names (step %d) does not resume", k, from);
+        }
+        free(p);
+        resumed_ok++;
+    }
+    printf("checkpoint every step, %d kills at random moments: latest resumed every time (%d)\n",
+           CKPT_KILLS, resumed_ok);
+}
+
+/* Training again into the same --save folder (fresh runs, no --load) must keep working. */
+static void test_rerun_into_same_save_dir(void **state)
+{
+    struct fixture *f = *state;
+    need_engine(f);
+    char ckpt[512];
+    (void)snprintf(ckpt, sizeof(ckpt), "%s/rerun_ckpt", f->dir);
+    for (int run = 1; run <= 3; run++) {
+        struct rel_proc *p = start_train(
+            f, EXTRA("--steps", "2", "--out", "-", "--save", ckpt, "--save-every", "1"));
+        bool ok = rel_wait(p, RUN_LIMIT_S) && p->exit_code == 0 && latest_step(ckpt) == 2;
+        if (!ok) {
+            dump("run into a used --save folder", p);
+            free(p);
+            fail_msg("run %d of 3 into the same --save folder failed", run);
+        }
+        free(p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,6 +462,8 @@ int main(void)
         cmocka_unit_test(test_lost_rank_0),
         cmocka_unit_test(test_nonfinite_stops),
         cmocka_unit_test(test_resume_after_kill_bit_identical),
+        cmocka_unit_test(test_checkpoint_survives_kills),
+        cmocka_unit_test(test_rerun_into_same_save_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
