@@ -281,6 +281,188 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
     return MOE_OK;
 }
 
+/* ---- Attention ------------------------------------------------------------------------- */
+
+struct attn_bufs {
+    float *q, *k, *v, *o, *lse, *dq, *dk, *dv, *dout;
+    void *ws;
+    size_t nq, nkv, nl, ws_bytes;
+};
+
+static void attn_free(struct moe_eng_heap *h, struct attn_bufs *b)
+{
+    moe_eng_heap_free(h, b->q, b->nq * sizeof(float));
+    moe_eng_heap_free(h, b->o, b->nq * sizeof(float));
+    moe_eng_heap_free(h, b->dq, b->nq * sizeof(float));
+    moe_eng_heap_free(h, b->dout, b->nq * sizeof(float));
+    moe_eng_heap_free(h, b->k, b->nkv * sizeof(float));
+    moe_eng_heap_free(h, b->v, b->nkv * sizeof(float));
+    moe_eng_heap_free(h, b->dk, b->nkv * sizeof(float));
+    moe_eng_heap_free(h, b->dv, b->nkv * sizeof(float));
+    moe_eng_heap_free(h, b->lse, b->nl * sizeof(float));
+    moe_eng_heap_free(h, b->ws, b->ws_bytes);
+}
+
+/* The last query of head 0 of sequence 0 (it sees every key) against softmax(q k^T s) v in
+ * double. Layout: q[B, T, Hq, D], k and v [B, T, Hkv, D]. */
+static bool
+attn_row_ok(const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, float scale_f)
+{
+    double scale = (double)scale_f;
+    const float *q = b->q + (size_t)(seq - 1) * (size_t)heads * (size_t)d;
+    const float *o = b->o + (size_t)(seq - 1) * (size_t)heads * (size_t)d;
+    double mx = -1e300;
+    for (int j = 0; j < seq; j++) {
+        const float *kj = b->k + (size_t)j * (size_t)kv_heads * (size_t)d;
+        double s = 0.0;
+        for (int c = 0; c < d; c++) {
+            s += (double)q[c] * (double)kj[c];
+        }
+        mx = fmax(mx, s * scale);
+    }
+    double z = 0.0;
+    bool ok = true;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int c = 0; c < d && pass == 1; c++) {
+            double acc = 0.0;
+            for (int j = 0; j < seq; j++) {
+                const float *kj = b->k + (size_t)j * (size_t)kv_heads * (size_t)d;
+                const float *vj = b->v + (size_t)j * (size_t)kv_heads * (size_t)d;
+                double s = 0.0;
+                for (int t = 0; t < d; t++) {
+                    s += (double)q[t] * (double)kj[t];
+                }
+                acc += exp(s * scale - mx) * (double)vj[c];
+            }
+            ok = ok && fabs((double)o[c] - acc / z) <= 1e-4 * (fabs(acc / z) + 1e-3);
+        }
+        for (int j = 0; j < seq && pass == 0; j++) {
+            const float *kj = b->k + (size_t)j * (size_t)kv_heads * (size_t)d;
+            double s = 0.0;
+            for (int t = 0; t < d; t++) {
+                s += (double)q[t] * (double)kj[t];
+            }
+            z += exp(s * scale - mx);
+        }
+    }
+    return ok;
+}
+
+enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
+                                        moe_k_ctx_t *kc,
+                                        const struct moe_bench_cfg *cfg,
+                                        int batch,
+                                        int seq,
+                                        int heads,
+                                        int kv_heads,
+                                        int head_dim,
+                                        struct moe_bench_attention *out)
+{
+    struct moe_eng_heap heap = {0};
+    struct attn_bufs b = {0};
+    b.nq = (size_t)batch * (size_t)seq * (size_t)heads * (size_t)head_dim;
+    b.nkv = (size_t)batch * (size_t)seq * (size_t)kv_heads * (size_t)head_dim;
+    b.nl = (size_t)batch * (size_t)heads * (size_t)seq;
+    b.ws_bytes = k->attention_workspace_bytes(seq, seq, kc);
+    b.q = moe_eng_heap_alloc(&heap, b.nq * sizeof(float));
+    b.o = moe_eng_heap_alloc(&heap, b.nq * sizeof(float));
+    b.dq = moe_eng_heap_alloc(&heap, b.nq * sizeof(float));
+    b.dout = moe_eng_heap_alloc(&heap, b.nq * sizeof(float));
+    b.k = moe_eng_heap_alloc(&heap, b.nkv * sizeof(float));
+    b.v = moe_eng_heap_alloc(&heap, b.nkv * sizeof(float));
+    b.dk = moe_eng_heap_alloc(&heap, b.nkv * sizeof(float));
+    b.dv = moe_eng_heap_alloc(&heap, b.nkv * sizeof(float));
+    b.lse = moe_eng_heap_alloc(&heap, b.nl * sizeof(float));
+    b.ws = moe_eng_heap_alloc(&heap, b.ws_bytes);
+    if (b.q == NULL || b.o == NULL || b.dq == NULL || b.dout == NULL || b.k == NULL ||
+        b.v == NULL || b.dk == NULL || b.dv == NULL || b.lse == NULL || b.ws == NULL) {
+        attn_free(&heap, &b);
+        return MOE_ERR_NOMEM;
+    }
+    fill(b.q, b.nq, 7);
+    fill(b.k, b.nkv, 8);
+    fill(b.v, b.nkv, 9);
+    fill(b.dout, b.nq, 10);
+    float scale = 1.0f / sqrtf((float)head_dim);
+    double t0 = 0.0;
+    for (int it = -cfg->warmup; it < cfg->iters; it++) {
+        if (it == 0) {
+            t0 = moe_eng_now();
+        }
+        k->attention_fwd(b.o, b.lse, b.q, b.k, b.v, batch, seq, seq, heads, kv_heads, head_dim,
+                         head_dim, 0, 0, scale, true, b.ws, b.ws_bytes, kc);
+    }
+    out->fwd_us = elapsed_us(t0, cfg->iters);
+    for (int it = -cfg->warmup; it < cfg->iters; it++) {
+        if (it == 0) {
+            t0 = moe_eng_now();
+        }
+        k->attention_bwd(b.dq, b.dk, b.dv, b.dout, b.q, b.k, b.v, b.o, b.lse, batch, seq, seq,
+                         heads, kv_heads, head_dim, head_dim, 0, 0, scale, true, false, b.ws,
+                         b.ws_bytes, kc);
+    }
+    out->bwd_us = elapsed_us(t0, cfg->iters);
+    double flops = 4.0 * batch * (double)heads * seq * (double)seq * head_dim / 2.0;
+    out->batch = batch;
+    out->seq = seq;
+    out->heads = heads;
+    out->kv_heads = kv_heads;
+    out->head_dim = head_dim;
+    out->fwd_gflops = flops / (out->fwd_us * 1e3);
+    out->bwd_gflops = 2.5 * flops / (out->bwd_us * 1e3);
+    out->is_ok = attn_row_ok(&b, seq, heads, kv_heads, head_dim, scale);
+    attn_free(&heap, &b);
+    return MOE_OK;
+}
+
+/* ---- Quantisers -------------------------------------------------------------------------- */
+
+enum moe_status moe_bench_quant_run(const struct moe_k_ops *k,
+                                    moe_k_ctx_t *kc,
+                                    const struct moe_bench_cfg *cfg,
+                                    int rows,
+                                    int cols,
+                                    enum moe_k_qformat format,
+                                    enum moe_k_qrecipe recipe,
+                                    struct moe_bench_quant *out)
+{
+    if (!moe_k_qdq_supported(format, recipe)) {
+        return MOE_ERR_UNSUPPORTED;
+    }
+    struct moe_eng_heap heap = {0};
+    size_t n = (size_t)rows * (size_t)cols;
+    float *x = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    float *y = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    if (x == NULL || y == NULL) {
+        moe_eng_heap_free(&heap, x, n * sizeof(float));
+        moe_eng_heap_free(&heap, y, n * sizeof(float));
+        return MOE_ERR_NOMEM;
+    }
+    fill(x, n, 11);
+    double t0 = 0.0;
+    for (int it = -cfg->warmup; it < cfg->iters; it++) {
+        if (it == 0) {
+            t0 = moe_eng_now();
+        }
+        k->qdq(y, x, rows, cols, format, recipe, kc);
+    }
+    out->format = format;
+    out->recipe = recipe;
+    out->rows = rows;
+    out->cols = cols;
+    out->elements = (double)n;
+    out->time_us = elapsed_us(t0, cfg->iters);
+    out->gbps = 8.0 * (double)n / (out->time_us * 1e3);
+    /* Inputs lie in [-0.5, 0.5): every recipe keeps an element within a quarter of that. */
+    out->is_ok = true;
+    for (size_t i = 0; i < n && out->is_ok; i++) {
+        out->is_ok = isfinite(y[i]) && fabs((double)y[i] - (double)x[i]) <= 0.125;
+    }
+    moe_eng_heap_free(&heap, x, n * sizeof(float));
+    moe_eng_heap_free(&heap, y, n * sizeof(float));
+    return MOE_OK;
+}
+
 /* ---- Collectives ----------------------------------------------------------------------------- */
 
 const char *moe_bench_coll_name(enum moe_bench_coll c)

@@ -88,6 +88,46 @@ MOE_NODISCARD enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
                                                 size_t bytes,
                                                 struct moe_bench_mem *out);
 
+struct moe_bench_attention {
+    int batch, seq, heads, kv_heads, head_dim; /* causal self-attention, Tq = Tk = seq */
+    double fwd_us, bwd_us;
+    double fwd_gflops; /* 4 B Hq T^2 D / 2 (causal half) per forward */
+    double bwd_gflops; /* 2.5 x the forward FLOPs (P recomputed from the log-sum-exp) */
+    bool is_ok;        /* one output row equals a double-precision softmax(q k^T) v */
+};
+
+/* Causal GQA attention forward and backward (the kernels' attention ops). */
+MOE_NODISCARD enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
+                                                      moe_k_ctx_t *kc,
+                                                      const struct moe_bench_cfg *cfg,
+                                                      int batch,
+                                                      int seq,
+                                                      int heads,
+                                                      int kv_heads,
+                                                      int head_dim,
+                                                      struct moe_bench_attention *out);
+
+struct moe_bench_quant {
+    enum moe_k_qformat format;
+    enum moe_k_qrecipe recipe;
+    int rows, cols;
+    double elements; /* rows x cols */
+    double time_us;  /* one quantise -> dequantise of the matrix */
+    double gbps;     /* 8 bytes per element (fp32 in and out) / time */
+    bool is_ok;      /* finite, and every element within a quarter of its block's amax */
+};
+
+/* Quantise -> dequantise of a [rows, cols] matrix with (format, recipe). MOE_ERR_UNSUPPORTED
+ * for a pair moe_k_qdq_supported refuses. */
+MOE_NODISCARD enum moe_status moe_bench_quant_run(const struct moe_k_ops *k,
+                                                  moe_k_ctx_t *kc,
+                                                  const struct moe_bench_cfg *cfg,
+                                                  int rows,
+                                                  int cols,
+                                                  enum moe_k_qformat format,
+                                                  enum moe_k_qrecipe recipe,
+                                                  struct moe_bench_quant *out);
+
 enum moe_bench_coll {
     MOE_BENCH_ALLREDUCE = 0,
     MOE_BENCH_ALLGATHER = 1,

@@ -6,8 +6,9 @@
  * and configuration), or one JSON object with --json ("format": "moefold-bench", "version": 1)
  * for `moefold calibrate`.
  *
- *   mpirun -np N moefold-bench [--only gemm,grouped,mem,coll] [--min-bytes 8] [--max-bytes 16M]
- *                              [--iters 20] [--warmup 5] [--json]
+ *   mpirun -np N moefold-bench [--only gemm,grouped,mem,attention,quant,coll] [--min-bytes 8]
+ *                              [--max-bytes 16M]
+ *                              [--iters 20] [--warmup 5] [--json] [--bind]
  *
  * Compute benchmarks run on every rank at once (as training does) and report the mean over ranks;
  * collectives run in groups of g consecutive ranks for every power of two g <= N (and N).
@@ -26,7 +27,7 @@
 #include <string.h>
 
 struct bench_args {
-    bool do_gemm, do_grouped, do_mem, do_coll;
+    bool do_gemm, do_grouped, do_mem, do_attn, do_quant, do_coll;
     size_t min_bytes, max_bytes;
     struct moe_bench_cfg cfg;
     bool is_json;
@@ -58,7 +59,7 @@ static long long parse_size(const char *s)
 static void usage(FILE *f)
 {
     (void)fprintf(f, "usage: mpirun -np N moefold-bench [options]\n"
-                     "  --only LIST       gemm,grouped,mem,coll (default all)\n"
+                     "  --only LIST       gemm,grouped,mem,attention,quant,coll (default all)\n"
                      "  --min-bytes SIZE  smallest collective size (default 8; K/M/G suffixes)\n"
                      "  --max-bytes SIZE  largest collective size (default 16M)\n"
                      "  --iters N         timed iterations per point (default 20)\n"
@@ -80,14 +81,15 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
-    *a = (struct bench_args){true, true, true, true, 8, 16u << 20, {20, 5}, false, false};
+    *a = (struct bench_args){true, true,      true,    true,  true, true,
+                             8,    16u << 20, {20, 5}, false, false};
     opterr = root ? 1 : 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         long long v = 0;
         switch (c) {
         case 'o':
-            a->do_gemm = a->do_grouped = a->do_mem = a->do_coll = false;
+            a->do_gemm = a->do_grouped = a->do_mem = a->do_attn = a->do_quant = a->do_coll = false;
             char *save = NULL;
             for (char *tok = strtok_r(optarg, ",", &save); tok != NULL;
                  tok = strtok_r(NULL, ",", &save)) {
@@ -97,6 +99,10 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                     a->do_grouped = true;
                 } else if (strcmp(tok, "mem") == 0) {
                     a->do_mem = true;
+                } else if (strcmp(tok, "attention") == 0) {
+                    a->do_attn = true;
+                } else if (strcmp(tok, "quant") == 0) {
+                    a->do_quant = true;
                 } else if (strcmp(tok, "coll") == 0) {
                     a->do_coll = true;
                 } else {
@@ -347,6 +353,113 @@ static int bench_mem(moe_comm_t *w,
     return bad;
 }
 
+static int bench_attention(moe_comm_t *w,
+                           const struct moe_k_ops *k,
+                           moe_k_ctx_t *kc,
+                           const struct bench_args *a,
+                           cJSON *js)
+{
+    static const int shapes[][5] = {/* batch, seq, heads, kv heads, head dim */
+                                    {1, 256, 8, 8, 64},
+                                    {1, 512, 8, 2, 64},
+                                    {1, 1024, 8, 8, 128},
+                                    {2, 512, 16, 4, 64}};
+    bool root = moe_comm_rank(w) == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "attention") : NULL;
+    if (root && js == NULL) {
+        (void)printf("\n# causal GQA attention (scores in a workspace), mean over ranks\n");
+        (void)printf("#%4s %6s %5s %5s %4s %12s %12s %10s %10s %6s\n", "B", "T", "Hq", "Hkv", "D",
+                     "fwd(us)", "bwd(us)", "fwd GF/s", "bwd GF/s", "check");
+    }
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        struct moe_bench_attention r;
+        memset(&r, 0, sizeof(r));
+        if (moe_bench_attention_run(k, kc, &a->cfg, shapes[i][0], shapes[i][1], shapes[i][2],
+                                    shapes[i][3], shapes[i][4], &r) != MOE_OK) {
+            r.is_ok = false;
+        }
+        double fu = world_mean(w, r.fwd_us), bu = world_mean(w, r.bwd_us);
+        double fg = world_mean(w, r.fwd_gflops), bg = world_mean(w, r.bwd_gflops);
+        int wrong = all_ok(w, r.is_ok);
+        bad += wrong;
+        if (root && arr != NULL) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "batch", shapes[i][0]);
+            cJSON_AddNumberToObject(o, "seq", shapes[i][1]);
+            cJSON_AddNumberToObject(o, "heads", shapes[i][2]);
+            cJSON_AddNumberToObject(o, "kv_heads", shapes[i][3]);
+            cJSON_AddNumberToObject(o, "head_dim", shapes[i][4]);
+            cJSON_AddNumberToObject(o, "fwd_us", fu);
+            cJSON_AddNumberToObject(o, "bwd_us", bu);
+            cJSON_AddNumberToObject(o, "fwd_gflops", fg);
+            cJSON_AddNumberToObject(o, "bwd_gflops", bg);
+            cJSON_AddBoolToObject(o, "ok", wrong == 0);
+            cJSON_AddItemToArray(arr, o);
+        } else if (root) {
+            (void)printf(" %4d %6d %5d %5d %4d %12.1f %12.1f %10.2f %10.2f %6s\n", shapes[i][0],
+                         shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], fu, bu, fg, bg,
+                         wrong == 0 ? "OK" : "FAIL");
+        }
+    }
+    return bad;
+}
+
+static int bench_quant(moe_comm_t *w,
+                       const struct moe_k_ops *k,
+                       moe_k_ctx_t *kc,
+                       const struct bench_args *a,
+                       cJSON *js)
+{
+    static const struct {
+        const char *name;
+        enum moe_k_qformat f;
+        enum moe_k_qrecipe r;
+    } recipes[] = {
+        {"bf16", MOE_K_QFMT_BF16, MOE_K_QRECIPE_CAST},
+        {"fp8-e4m3-tensorwise", MOE_K_QFMT_FP8_E4M3, MOE_K_QRECIPE_TENSORWISE},
+        {"fp8-e5m2-tensorwise", MOE_K_QFMT_FP8_E5M2, MOE_K_QRECIPE_TENSORWISE},
+        {"fp8-e4m3-1x128", MOE_K_QFMT_FP8_E4M3, MOE_K_QRECIPE_BLOCK_1X128},
+        {"fp8-e4m3-128x128", MOE_K_QFMT_FP8_E4M3, MOE_K_QRECIPE_BLOCK_128X128},
+        {"mxfp8-e4m3", MOE_K_QFMT_FP8_E4M3, MOE_K_QRECIPE_MX},
+        {"nvfp4", MOE_K_QFMT_FP4_E2M1, MOE_K_QRECIPE_NVFP4},
+    };
+    const int rows = 2048, cols = 1024;
+    bool root = moe_comm_rank(w) == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "quant") : NULL;
+    if (root && js == NULL) {
+        (void)printf("\n# quantise -> dequantise of a [%d, %d] fp32 matrix, mean over ranks\n",
+                     rows, cols);
+        (void)printf("#%20s %12s %12s %10s %6s\n", "recipe", "elements", "time(us)", "GB/s",
+                     "check");
+    }
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(recipes) / sizeof(recipes[0]); i++) {
+        struct moe_bench_quant r;
+        memset(&r, 0, sizeof(r));
+        if (moe_bench_quant_run(k, kc, &a->cfg, rows, cols, recipes[i].f, recipes[i].r, &r) !=
+            MOE_OK) {
+            r.is_ok = false;
+        }
+        double us = world_mean(w, r.time_us), gb = world_mean(w, r.gbps);
+        int wrong = all_ok(w, r.is_ok);
+        bad += wrong;
+        if (root && arr != NULL) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "recipe", recipes[i].name);
+            cJSON_AddNumberToObject(o, "elements", (double)rows * cols);
+            cJSON_AddNumberToObject(o, "time_us", us);
+            cJSON_AddNumberToObject(o, "gbps", gb);
+            cJSON_AddBoolToObject(o, "ok", wrong == 0);
+            cJSON_AddItemToArray(arr, o);
+        } else if (root) {
+            (void)printf(" %20s %12d %12.1f %10.2f %6s\n", recipes[i].name, rows * cols, us, gb,
+                         wrong == 0 ? "OK" : "FAIL");
+        }
+    }
+    return bad;
+}
+
 static int bench_coll(moe_comm_t *w, const struct bench_args *a, cJSON *js)
 {
     int n = moe_comm_size(w), rank = moe_comm_rank(w);
@@ -453,6 +566,12 @@ int main(int argc, char **argv)
     }
     if (a.do_mem) {
         bad += bench_mem(w, k, kc, &a, js);
+    }
+    if (a.do_attn) {
+        bad += bench_attention(w, k, kc, &a, js);
+    }
+    if (a.do_quant) {
+        bad += bench_quant(w, k, kc, &a, js);
     }
     if (a.do_coll && moe_comm_size(w) > 1) {
         bad += bench_coll(w, &a, js);

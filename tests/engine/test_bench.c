@@ -66,6 +66,17 @@ static void test_compute_benchmarks(void **state)
     }
     struct moe_bench_mem m;
     assert_int_equal(moe_bench_mem_run(k, kc, &quick, "nope", 1024, &m), MOE_ERR_INVALID);
+    struct moe_bench_attention at;
+    assert_int_equal(moe_bench_attention_run(k, kc, &quick, 2, 48, 4, 2, 16, &at), MOE_OK);
+    assert_true(at.is_ok && at.fwd_gflops > 0.0 && at.bwd_gflops > 0.0);
+    struct moe_bench_quant q;
+    assert_int_equal(
+        moe_bench_quant_run(k, kc, &quick, 64, 256, MOE_K_QFMT_FP4_E2M1, MOE_K_QRECIPE_NVFP4, &q),
+        MOE_OK);
+    assert_true(q.is_ok && q.elements == 64.0 * 256.0);
+    assert_int_equal(moe_bench_quant_run(k, kc, &quick, 64, 256, MOE_K_QFMT_FP4_E2M1,
+                                         MOE_K_QRECIPE_TENSORWISE, &q),
+                     MOE_ERR_UNSUPPORTED);
     moe_k_ctx_destroy(kc);
 }
 
