@@ -453,7 +453,8 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     }
     g->attn_fwd_eff = fit->has_attention ? fit->attn_fwd_eff : fit->gemm_max_eff;
     g->attn_bwd_eff = fit->has_attention ? fit->attn_bwd_eff : fit->gemm_max_eff;
-    g->hbm_eff = fit->elem_eff;
+    g->hbm_eff = 1.0; /* mem_gbps is the measured streaming rate itself */
+    g->elem_eff = fit->elem_eff;
     g->kernel_launch_us = 0.0; /* ops run synchronously on the CPU: no launch queue to expose */
     g->quant_bytes_per_elem = fit->has_quant ? fit->quant_bytes_per_elem : 0.0;
 

@@ -13,12 +13,29 @@
 
 #define GIB 1073741824.0
 
+struct predict_flags {
+    int help;
+    const char *emit; /* --emit FILE: write the plan with its prediction */
+};
+
 static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *diag)
 {
-    (void)argc;
-    (void)diag;
+    struct predict_flags *f = ctx;
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-        *(int *)ctx = 1;
+        f->help = 1;
+        return 1;
+    }
+    if (strcmp(argv[i], "--emit") == 0) {
+        if (i + 1 >= argc) {
+            moe_diag_source(diag, "--emit");
+            (void)moe_diag_set(diag, MOE_ERR_INVALID, "--emit needs a file name");
+            return -1;
+        }
+        f->emit = argv[i + 1];
+        return 2;
+    }
+    if (strncmp(argv[i], "--emit=", 7) == 0) {
+        f->emit = argv[i] + 7;
         return 1;
     }
     return 0;
@@ -26,8 +43,11 @@ static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
-                 "                       [Megatron layout/option flags] [--json]\n\n");
+    fprintf(out,
+            "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
+            "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n\n"
+            "  --emit FILE             write the layout, options and this prediction as a plan\n"
+            "                          file (`moefold-train --plan FILE` runs it)\n\n");
     moe_cli_print_common_help(out);
 }
 
@@ -119,7 +139,7 @@ print_human(const struct moe_cli_problem *p, const struct moe_prediction *pr, bo
 
 int moe_cli_predict(int argc, char **argv)
 {
-    int help = 0;
+    struct predict_flags flags = {0, NULL};
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         fprintf(stderr, "moefold predict: out of memory\n");
@@ -127,12 +147,12 @@ int moe_cli_predict(int argc, char **argv)
     }
     struct moe_diag diag = {0};
     int rc = 1;
-    if (moe_cli_parse_problem(argc, argv, predict_flag, &help, p, stderr, &diag) != MOE_OK) {
+    if (moe_cli_parse_problem(argc, argv, predict_flag, &flags, p, stderr, &diag) != MOE_OK) {
         moe_cli_error("predict", &diag);
         rc = 2;
         goto out_free;
     }
-    if (help) {
+    if (flags.help) {
         usage(stdout);
         rc = 0;
         goto out_free;
@@ -149,6 +169,10 @@ int moe_cli_predict(int argc, char **argv)
     }
     struct moe_prediction pred;
     if (moe_cli_run_predict(p, auto_load ? &load : NULL, &pred, &diag) != MOE_OK) {
+        moe_cli_error("predict", &diag);
+        goto out_free;
+    }
+    if (flags.emit != NULL && moe_cli_emit_plan(p, &pred, flags.emit, &diag) != MOE_OK) {
         moe_cli_error("predict", &diag);
         goto out_free;
     }

@@ -6,6 +6,7 @@
 #include "model/imbalance.h"
 #include "topologies/cluster_file.h"
 #include "topologies/model_file.h"
+#include "topologies/plan_file.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -106,6 +107,7 @@ enum moe_status moe_cli_parse_problem(int argc,
     const char *model = NULL;
     const char *model_file = NULL;
     const char *cluster = NULL;
+    bool fp32 = false;
     for (int i = 1; i < argc; i++) {
         bool m = false;
         const char *v;
@@ -142,6 +144,8 @@ enum moe_status moe_cli_parse_problem(int argc,
             }
         } else if (strcmp(argv[i], "--json") == 0) {
             p->json = true;
+        } else if (strcmp(argv[i], "--fp32-training") == 0) {
+            fp32 = true;
         } else {
             int used = extra != NULL ? extra(ctx, argc, argv, i, diag) : 0;
             if (used < 0) {
@@ -177,6 +181,7 @@ enum moe_status moe_cli_parse_problem(int argc,
     moe_options_init(&p->opt);
     p->lay.seq_length = 0;
     MOE_TRY(moe_megatron_parse_args(margc, margv, &p->cfg, &p->lay, &p->opt, &p->mres, diag));
+    p->opt.is_fp32_training = fp32;
     if (!p->has_model && moe_megatron_is_set(&p->mres, MOE_MF_NUM_LAYERS) &&
         moe_megatron_is_set(&p->mres, MOE_MF_HIDDEN_SIZE)) {
         p->has_model = true;
@@ -424,6 +429,28 @@ cJSON *moe_cli_prediction_json(const struct moe_cli_problem *p, const struct moe
     add_num(c, "dp_bytes_per_step", pred->comm.dp_bytes);
     add_num(c, "pp_transfer_s", pred->comm.pp_s);
     return o;
+}
+
+enum moe_status moe_cli_emit_plan(const struct moe_cli_problem *p,
+                                  const struct moe_prediction *pred,
+                                  const char *path,
+                                  struct moe_diag *diag)
+{
+    struct moe_plan *plan = calloc(1, sizeof(*plan));
+    if (plan == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    moe_plan_init(plan);
+    plan->model = p->cfg;
+    (void)snprintf(plan->cluster, sizeof(plan->cluster), "%s", p->cl.name);
+    plan->layout = p->lay;
+    plan->options = p->opt;
+    cJSON *pj = moe_cli_prediction_json(p, pred);
+    enum moe_status st = pj == NULL ? moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory")
+                                    : moe_plan_write(path, plan, pj, diag);
+    cJSON_Delete(pj);
+    free(plan);
+    return st;
 }
 
 void moe_cli_error(const char *cmd, const struct moe_diag *diag)

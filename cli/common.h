@@ -91,6 +91,12 @@ MOE_NODISCARD enum moe_status moe_cli_run_predict(const struct moe_cli_problem *
 /* The prediction as predict --json prints it (the same names run.json uses). */
 cJSON *moe_cli_prediction_json(const struct moe_cli_problem *p, const struct moe_prediction *pred);
 
+/* Write the problem's plan (model, cluster name, layout, options) with pred as its prediction. */
+MOE_NODISCARD enum moe_status moe_cli_emit_plan(const struct moe_cli_problem *p,
+                                                const struct moe_prediction *pred,
+                                                const char *path,
+                                                struct moe_diag *diag);
+
 /* One-line layout summary: "TP2 CP1 PP8 VPP4 EP64 ETP1 EDP2 DP64 MBS1 GBS8192 (m=128)". */
 void moe_cli_layout_str(const struct moe_layout *lay, char *buf, size_t len);
 

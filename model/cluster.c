@@ -117,6 +117,7 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gpu.attn_fwd_eff", g->attn_fwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
         {"gpu.attn_bwd_eff", g->attn_bwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
         {"gpu.hbm_eff", g->hbm_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
+        {"gpu.elem_eff", g->elem_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.kernel_launch_us", g->kernel_launch_us, 0.0, false, big, "microseconds"},
         {"gpu.quant_bytes_per_elem", g->quant_bytes_per_elem, 0.0, false, big, "bytes"},
     };

@@ -59,6 +59,7 @@ struct moe_gpu {
     double attn_fwd_eff;              /* fused (flash) attention forward, fraction of BF16 peak */
     double attn_bwd_eff;              /* fused attention backward, fraction of BF16 peak */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
+    double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
     double kernel_launch_us;          /* host time to launch one kernel (no CUDA graph) */
     double quant_bytes_per_elem;      /* extra HBM bytes per element to quantise for FP8/FP4 */
 };

@@ -86,6 +86,7 @@ struct cctx {
     double ab;         /* bytes of one activation element: BF16 2, FP32 training 4 */
     double hbm;        /* achieved bytes/s */
     double inv_hbm;    /* 1 / hbm */
+    double elem_bw;    /* bytes/s elementwise kernels achieve */
     double inv_peak;   /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
     double inv_half;   /* 1 / half_flops at the recipe's math */
 };
@@ -105,6 +106,7 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->grad_bytes = opt->main_grads_dtype == MOE_DTYPE_FP32 ? 4.0 : 2.0;
     c->quant_s = opt->recipe == MOE_RECIPE_BF16 ? 0.0 : cl->gpu.quant_bytes_per_elem / c->hbm;
     c->inv_hbm = 1.0 / c->hbm;
+    c->elem_bw = cl->gpu.hbm_tbps * TBPS * cl->gpu.elem_eff;
     double peak = cl->gpu.peak_tflops[c->math] * TFLOPS;
     double bf16 = cl->gpu.peak_tflops[MOE_MATH_BF16] * TFLOPS;
     c->inv_peak = 1.0 / (peak * cl->gpu.gemm.max_eff[c->math] * c->eff_scale);
@@ -153,7 +155,7 @@ static void add_gemm(const struct cctx *c, double m, double n, double k, double 
 
 static double elem(const struct cctx *c, double bytes)
 {
-    return bytes / c->hbm;
+    return bytes / c->elem_bw;
 }
 
 /* Collective groups of the folding (DESIGN.md rank order). */

@@ -111,8 +111,9 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GPU, "attn_fwd_eff", gpu.attn_fwd_eff, 0, 1),
     FIG_REAL(SEC_GPU, "attn_bwd_eff", gpu.attn_bwd_eff, 0, 1),
     FIG_REAL(SEC_GPU, "hbm_eff", gpu.hbm_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_GPU, "elem_eff", gpu.elem_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "kernel_launch_us", gpu.kernel_launch_us, 0, US_MAX),
-    FIG_REAL(SEC_GPU, "quant_bytes_per_elem", gpu.quant_bytes_per_elem, 0, 64),
+    FIG_REAL(SEC_GPU, "quant_bytes_per_elem", gpu.quant_bytes_per_elem, 0, 1.0e5),
 
     FIG_REAL(SEC_PEAK, "bf16", gpu.peak_tflops[MOE_MATH_BF16], 0, PEAK_MAX),
     FIG_REAL(SEC_PEAK, "fp8", gpu.peak_tflops[MOE_MATH_FP8], 0, PEAK_MAX),
