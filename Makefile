@@ -135,7 +135,7 @@ LINK_ENGINE  := $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOP
                 $(MPI_LIBS) $(HWLOC_LIBS) $(BLAS_LIBS) $(CJSON_LIBS) $(CUDA_LIBS) $(GSL_LIBS) -lm
 
 # ---------------------------------------------------------------------------------------------
-.PHONY: all planner engine tests test test-run san bench demo deps clean format format-check \
+.PHONY: all planner engine tests test test-run san bench demo validate deps clean format format-check \
         layers globals lint compile_commands headers refs
 .DEFAULT_GOAL := all
 
@@ -250,6 +250,11 @@ san:
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh $(BUILD)
+
+# The closed loop on this host: calibrate, then plan, run and compare a suite of small-MoE plans.
+validate: deps
+	@$(MAKE) --no-print-directory planner engine
+	@scripts/validate.sh $(BUILD)
 
 deps:
 	@scripts/install-deps.sh

@@ -173,6 +173,18 @@ static void print_table(const struct moe_cli_problem *p,
                pr->load_factor, obs, run->num_moe_layers);
     }
     printf("loss: first step %.4f, last step %.4f\n", run->first_loss, run->final_loss);
+    /* One machine-readable line (scripts/validate.sh): step error and the largest memory error
+     * over the categories the engine allocates. */
+    double worst_mem = 0.0;
+    for (size_t i = 0; i < 5; i++) {
+        double e = err_pct(pm[i], mm[i]);
+        if (!isnan(e) && mm[i] > 0.01 * run->mem.total && fabs(e) > fabs(worst_mem)) {
+            worst_mem = e;
+        }
+    }
+    printf("summary: step_pred_s %.6f step_meas_s %.6f step_err_pct %+.2f mem_err_pct %+.2f\n",
+           pr->step_time_s, run->step_time_s, err_pct(pr->step_time_s, run->step_time_s),
+           worst_mem);
 }
 
 static cJSON *compare_json(const struct moe_prediction *pr, const struct moe_run *run)

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `make validate`: the closed loop on this host. Calibrates this host as a cluster (or reuses a
+# calibration younger than a day made on this host), then for each plan of a fixed suite of a small
+# MoE (tests/data/models/validate-moe.json): predicts it and writes the plan (moefold predict
+# --emit), trains it under mpirun with one rank per core (moefold-train --plan), and compares
+# (moefold compare). Prints one table and the median and maximum |error| of step time and of
+# memory. Targets (issue): step time median |error| <= 10%, maximum <= 25%; memory within 10%.
+set -uo pipefail
+build=${1:-build}
+bin="$build/bin"
+out=${VALIDATE_OUT:-$build/validate}
+steps=${VALIDATE_STEPS:-6}
+model=tests/data/models/validate-moe.json
+cluster=topologies/local.json
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$out"
+
+cores=$(nproc)
+np_max=$((cores < 2 ? cores : 2))
+host=$(hostname)
+
+# 1. Calibration: reuse a fresh one from this host, else measure.
+fresh=0
+if [ -f "$cluster" ] && [ -z "$(find "$cluster" -mmin +1440 2>/dev/null)" ] &&
+    grep -q "on $host " "$cluster" 2>/dev/null && [ "${VALIDATE_RECALIBRATE:-0}" != 1 ]; then
+    fresh=1
+fi
+if [ $fresh -eq 1 ]; then
+    echo "# reusing $cluster (calibrated on $host within the last day; VALIDATE_RECALIBRATE=1 redoes it)"
+else
+    echo "# calibrating this host with $np_max rank(s) (moefold calibrate)"
+    "$bin/moefold" calibrate --np "$np_max" --out "$cluster" || exit 1
+fi
+
+# 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan.
+common="--global-batch-size 8 --micro-batch-size 1 --use-distributed-optimizer --moe-grouped-gemm"
+suite=(
+    "base|1||"
+    "fp8-blockwise|1|--emulate-precision|--fp8-format e4m3 --fp8-recipe blockwise"
+    "recompute-sel|1||--recompute-granularity selective --recompute-modules moe_act layernorm"
+    "recompute-full|1||--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    "offload|1||--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act"
+    "dp2|2||"
+    "ep2|2||--expert-model-parallel-size 2"
+    "ep2-hier|2|--ranks-per-node 1|--expert-model-parallel-size 2 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
+    "tp2|2||--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1"
+    "pp2|2||--pipeline-model-parallel-size 2"
+    "etp2|2||--expert-tensor-parallel-size 2"
+    "cp2|2||--context-parallel-size 2"
+)
+
+printf '\n%-16s %5s %12s %12s %9s %9s\n' "plan" "ranks" "pred_s" "meas_s" "step_err" "mem_err"
+errs=()
+mems=()
+fail=0
+for row in "${suite[@]}"; do
+    IFS='|' read -r name np train_flags plan_flags <<<"$row"
+    if [ "$np" -gt "$np_max" ]; then
+        printf '%-16s %5s  skipped: needs %d cores, this host has %d\n' "$name" "$np" "$np" "$cores"
+        continue
+    fi
+    plan="$out/$name.plan.json"
+    run="$out/$name.run.json"
+    # shellcheck disable=SC2086
+    if ! "$bin/moefold" predict --model-config "$model" --cluster "$cluster" --gpus "$np" \
+        --fp32-training $common $plan_flags --emit "$plan" >"$out/$name.predict.txt" 2>&1; then
+        printf '%-16s %5s  predict failed: %s\n' "$name" "$np" "$(tail -1 "$out/$name.predict.txt")"
+        fail=1
+        continue
+    fi
+    # shellcheck disable=SC2086
+    if ! mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$plan" --steps "$steps" \
+        --synthetic --out "$run" $train_flags >"$out/$name.train.txt" 2>&1; then
+        printf '%-16s %5s  training failed: %s\n' "$name" "$np" "$(tail -1 "$out/$name.train.txt")"
+        fail=1
+        continue
+    fi
+    "$bin/moefold" compare "$plan" "$run" --cluster "$cluster" >"$out/$name.compare.txt" 2>&1
+    line=$(grep '^summary:' "$out/$name.compare.txt")
+    read -r _ _ pred _ meas _ err _ mem <<<"$line"
+    printf '%-16s %5s %12.4f %12.4f %8.1f%% %8.1f%%\n' "$name" "$np" "$pred" "$meas" "$err" "$mem"
+    errs+=("$err")
+    mems+=("$mem")
+done
+
+stats() { # median and max of |x| over the arguments
+    printf '%s\n' "$@" | awk '{v = $1 < 0 ? -$1 : $1; print v}' | sort -g |
+        awk '{a[NR] = $1} END {if (NR == 0) {print "n/a n/a"; exit}
+             m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, a[NR]}'
+}
+read -r med max <<<"$(stats "${errs[@]}")"
+read -r mmed mmax <<<"$(stats "${mems[@]}")"
+echo
+echo "# step time |error|: median ${med}%, max ${max}% over ${#errs[@]} plans (targets 10% / 25%)"
+echo "# memory |error| (largest category per plan): median ${mmed}%, max ${mmax}% (target 10%)"
+echo "# per-plan details: $out/<plan>.compare.txt"
+exit $fail
