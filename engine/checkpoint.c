@@ -2,20 +2,25 @@
  * Checkpoints: every rank writes its shard -- the weights it holds, its fp32 master shard and Adam
  * moments, the expert biases, the step, the data position and the RNG state -- as one binary file
  * (magic "MOEFCKPT", version, a fingerprint of model + layout) into DIR/step_<N>.tmp/, each file
- * written to a temporary name and renamed (moe_file_write_atomic). After a barrier rank 0 renames
- * the directory to DIR/step_<N>/ and then atomically rewrites DIR/latest, so a crash at any point
- * leaves the previous checkpoint intact and never a torn one. Loading reads DIR/latest and refuses
+ * written to a temporary name and renamed (moe_file_write_atomic); when DIR already holds a
+ * checkpoint of step N (an earlier run), the name gets a unique _<tag>. After every rank is done,
+ * rank 0 renames the directory to its final name (DIR/step_<N>[_<tag>]/), atomically
+ * rewrites DIR/latest to name it, and removes checkpoints older than the one `latest` named
+ * before, so a crash at any point leaves `latest` naming a complete checkpoint, never a torn one,
+ * and repeated runs into one folder never collide. Loading reads DIR/latest and refuses
  * a file written for another layout, rank count or format version with a message saying which.
  * Resuming restores everything a step reads, so the losses continue bit for bit.
  */
 #include "engine/internal.h"
 #include "topologies/json_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CKPT_MAGIC   "MOEFCKPT"
 #define CKPT_VERSION 1u
@@ -142,7 +147,7 @@ static enum moe_status write_rank(struct moe_eng *e, const char *dir, struct moe
     memcpy(h.rng, e->ctx.rng.s, sizeof(h.rng));
     memcpy(buf, &h, sizeof(h));
     walk(e, buf + sizeof(h), true);
-    char path[1100];
+    char path[1200];
     (void)snprintf(path, sizeof(path), "%s/rank_%05d.ckpt", dir, e->ctx.rank);
     enum moe_status st = moe_file_write_atomic(path, (const char *)buf, total, diag);
     moe_eng_heap_free(&e->ctx.heap, buf, total);
@@ -162,17 +167,111 @@ static enum moe_status agree(struct moe_eng *e, enum moe_status st, struct moe_d
     return (enum moe_status)(-worst);
 }
 
+/* The checkpoint directory `latest` names (its first word), or "" when there is none. */
+static void read_latest(const char *dir, char *name, size_t len)
+{
+    char path[1100];
+    (void)snprintf(path, sizeof(path), "%s/latest", dir);
+    name[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return;
+    }
+    char line[256];
+    char word[256];
+    if (fgets(line, sizeof(line), f) != NULL && sscanf(line, "%255s", word) == 1) {
+        (void)snprintf(name, len, "%s", word);
+    }
+    (void)fclose(f);
+}
+
+/* Remove a checkpoint directory: its rank files, then the directory (best effort). */
+static void remove_checkpoint(const char *dir, const char *name)
+{
+    char path[1400];
+    (void)snprintf(path, sizeof(path), "%s/%s", dir, name);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        return;
+    }
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (strncmp(ent->d_name, "rank_", 5) == 0) {
+            char file[1800];
+            (void)snprintf(file, sizeof(file), "%s/%s", path, ent->d_name);
+            (void)unlink(file);
+        }
+    }
+    (void)closedir(d);
+    (void)rmdir(path);
+}
+
+/*
+ * Rank 0, after every rank's file is in tmp_name: rename it to its final (unique) name, point
+ * `latest` at it atomically, then drop the checkpoints older than the previous one. A crash at
+ * any point leaves `latest` naming a complete checkpoint.
+ */
+static enum moe_status
+publish(const char *dir, const char *tmp_name, const char *final_name, struct moe_diag *diag)
+{
+    char prev[256];
+    read_latest(dir, prev, sizeof(prev));
+    char tmp[1100], fin[1100], latest[1100];
+    (void)snprintf(tmp, sizeof(tmp), "%s/%s", dir, tmp_name);
+    (void)snprintf(fin, sizeof(fin), "%s/%s", dir, final_name);
+    (void)snprintf(latest, sizeof(latest), "%s/latest", dir);
+    if (rename(tmp, fin) != 0) {
+        return moe_diag_set(diag, MOE_ERR_IO, "cannot rename %s to %s: %s", tmp, fin,
+                            strerror(errno));
+    }
+    char text[300];
+    int n = snprintf(text, sizeof(text), "%s\n", final_name);
+    MOE_TRY(moe_file_write_atomic(latest, text, (size_t)n, diag));
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return MOE_OK;
+    }
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        bool is_ckpt = strncmp(ent->d_name, "step_", 5) == 0 && strstr(ent->d_name, ".tmp") == NULL;
+        if (is_ckpt && strcmp(ent->d_name, final_name) != 0 && strcmp(ent->d_name, prev) != 0) {
+            remove_checkpoint(dir, ent->d_name);
+        }
+    }
+    (void)closedir(d);
+    return MOE_OK;
+}
+
 enum moe_status moe_eng_save(moe_eng_t *e, const char *dir, struct moe_diag *diag)
 {
+    if (strlen(dir) > 900) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "checkpoint directory path is too long");
+    }
     moe_eng_params_wait(e, MOE_ENG_TAG_EMBED);
     moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
     for (int l = 0; l < e->d.num_layers; l++) {
         moe_eng_params_wait(e, l);
     }
-    char tmp[1024];
-    char fin[1024];
-    (void)snprintf(tmp, sizeof(tmp), "%s/step_%06d.tmp", dir, e->step);
-    (void)snprintf(fin, sizeof(fin), "%s/step_%06d", dir, e->step);
+    /* step_<N>, or, when a checkpoint of that step is already in the folder (an earlier run),
+     * step_<N>_<tag> with a tag from rank 0's clock and process id: a save never renames over
+     * an existing checkpoint. Rank 0 decides; every rank gets the name. */
+    char name[64];
+    if (e->ctx.rank == 0) {
+        char probe[1100];
+        struct stat st_probe;
+        (void)snprintf(name, sizeof(name), "step_%06d", e->step);
+        (void)snprintf(probe, sizeof(probe), "%s/%s", dir, name);
+        if (stat(probe, &st_probe) == 0) {
+            uint64_t tag = moe_eng_hash3((uint64_t)e->step, (uint64_t)(moe_eng_now() * 1e9),
+                                         (uint64_t)getpid());
+            (void)snprintf(name, sizeof(name), "step_%06d_%08x", e->step,
+                           (unsigned)(tag & 0xffffffffu));
+        }
+    }
+    moe_comm_bcast(e->ctx.world, name, sizeof(name) / sizeof(int), MOE_COMM_I32, 0);
+    char tmp_name[80], tmp[1100];
+    (void)snprintf(tmp_name, sizeof(tmp_name), "%s.tmp", name);
+    (void)snprintf(tmp, sizeof(tmp), "%s/%s", dir, tmp_name);
     enum moe_status st = MOE_OK;
     if (e->ctx.rank == 0) {
         st = make_dir(dir, diag);
@@ -184,22 +283,10 @@ enum moe_status moe_eng_save(moe_eng_t *e, const char *dir, struct moe_diag *dia
     st = write_rank(e, tmp, diag);
     MOE_TRY(agree(e, st, diag));
     if (e->ctx.rank == 0) {
-        char old[1100];
-        (void)snprintf(old, sizeof(old), "%s.old", fin);
-        (void)rename(fin, old); /* a checkpoint of the same step already there: keep it aside */
-        if (rename(tmp, fin) != 0) {
-            st = moe_diag_set(diag, MOE_ERR_IO, "cannot rename %s to %s: %s", tmp, fin,
-                              strerror(errno));
-        } else {
-            char latest[1100];
-            char text[64];
-            (void)snprintf(latest, sizeof(latest), "%s/latest", dir);
-            int n = snprintf(text, sizeof(text), "step_%06d\n", e->step);
-            st = moe_file_write_atomic(latest, text, (size_t)n, diag);
-        }
+        st = publish(dir, tmp_name, name, diag);
     }
     MOE_TRY(agree(e, st, diag));
-    moe_eng_log_info(&e->ctx.log, "saved checkpoint %s (step %d)", fin, e->step);
+    moe_eng_log_info(&e->ctx.log, "saved checkpoint %s/%s (step %d)", dir, name, e->step);
     return MOE_OK;
 }
 
@@ -254,6 +341,9 @@ out_free_buf:
 
 enum moe_status moe_eng_load(moe_eng_t *e, const char *dir, struct moe_diag *diag)
 {
+    if (strlen(dir) > 900) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "checkpoint directory path is too long");
+    }
     enum moe_status st = read_rank(e, dir, diag);
     MOE_TRY(agree(e, st, diag));
     moe_eng_log_info(&e->ctx.log, "resumed from %s at step %d", dir, e->step);

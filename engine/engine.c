@@ -261,6 +261,9 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
         moe_eng_destroy(e);
         return st;
     }
+    if (diag != NULL) {
+        diag->source[0] = '\0'; /* a successful create leaves no stale source behind */
+    }
     if (opts->verbosity > 0) {
         const struct moe_rank_coords *c = &e->groups.me;
         struct moe_eng_mem_report m;
@@ -422,7 +425,8 @@ enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)
             MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
         }
     }
-    if (e->opts.save_dir != NULL) {
+    bool just_saved = e->opts.save_every > 0 && n > 0 && e->step % e->opts.save_every == 0;
+    if (e->opts.save_dir != NULL && !just_saved) {
         MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
     }
     return MOE_OK;

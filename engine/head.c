@@ -91,12 +91,15 @@ void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets,
     }
     if (!isfinite(s) && e->nan_origin[0] == '\0') {
         const char *what = "logits";
+        e->nan_priority = 0;
+        if (!moe_eng_all_finite(x, (size_t)Ms * (size_t)C)) {
+            what = "input of the final norm";
+            e->nan_priority = 1;
+        }
         if (!moe_eng_all_finite(e->final_norm.w, e->final_norm.numel)) {
             what = "final_norm";
         } else if (!moe_eng_all_finite(e->output.w, e->output.numel)) {
             what = e->params[e->output.param].name;
-        } else if (!moe_eng_all_finite(x, (size_t)Ms * (size_t)C)) {
-            what = "input of the final norm";
         }
         (void)snprintf(e->nan_origin, sizeof(e->nan_origin), "the loss head, %s", what);
     }

@@ -332,6 +332,7 @@ struct moe_eng {
     struct moe_eng_stats stats;
     bool is_recomputing;  /* forward is a recompute: no statistics, no loss accumulation */
     char nan_origin[160]; /* first non-finite layer output of the step ("" = none) */
+    int nan_priority;     /* 0: names a non-finite weight, 1: a block output (see optimizer.c) */
     bool is_hierarchical;
     bool is_ep_overlap; /* expert dispatch/combine of one half behind the other's compute */
     int tag_base_fwd;

@@ -380,9 +380,11 @@ static void note_nonfinite(struct moe_eng *e,
                                          &w->fc1,       &w->fc2,   &w->router, &w->e_fc1,
                                          &w->e_fc2,     &w->s_fc1, &w->s_fc2};
     const char *what = moe_eng_all_finite(a->x2, n) ? "MLP/MoE block output" : "attention output";
+    e->nan_priority = 1;
     for (size_t i = 0; i < MOE_ARRAY_LEN(ts); i++) {
         if (ts[i]->w != NULL && !moe_eng_all_finite(ts[i]->w, ts[i]->numel)) {
             what = e->params[ts[i]->param].name;
+            e->nan_priority = 0;
             break;
         }
     }

@@ -294,29 +294,66 @@ static void expert_counts_step(struct moe_eng *e)
     moe_eng_arena_release(&e->temp, mark);
 }
 
+/*
+ * Every rank ends a failed step with the same message: the most telling one of any rank (a
+ * non-finite weight named in the forward, then a block output, a gradient, the loss), the lowest
+ * rank among equals. Collective; called only when some rank found a non-finite value.
+ */
+static void agree_on_message(struct moe_eng *e,
+                             int priority,
+                             const struct moe_diag *local,
+                             struct moe_diag *diag)
+{
+    int size = e->ctx.size;
+    int key = -(priority * size + e->ctx.rank); /* MAX of the negation = MIN of the key */
+    int best = key;
+    moe_comm_allreduce(e->ctx.world, &key, &best, 1, MOE_COMM_I32, MOE_COMM_MAX);
+    int winner = (-best) % size;
+    union {
+        char text[sizeof(local->message)];
+        int words[sizeof(local->message) / sizeof(int)];
+    } msg;
+    memcpy(msg.text, local->message, sizeof(msg.text));
+    moe_comm_bcast(e->ctx.world, msg.words, MOE_ARRAY_LEN(msg.words), MOE_COMM_I32, winner);
+    msg.text[sizeof(msg.text) - 1] = '\0';
+    if (e->ctx.rank == winner) {
+        moe_eng_log_rank(&e->ctx.log, "%s", msg.text);
+    }
+    (void)moe_diag_set(diag, MOE_ERR_RUNTIME, "%s",
+                       msg.text[0] != '\0' ? msg.text
+                                           : "a non-finite gradient "
+                                             "norm (overflow)");
+    if (diag != NULL) {
+        diag->source[0] = '\0';
+    }
+}
+
 enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, struct moe_diag *diag)
 {
     finish_reductions(e);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
     int nonfinite = 0;
+    int priority = 4; /* nothing found here */
+    struct moe_diag local;
+    memset(&local, 0, sizeof(local));
     double sums[4] = {0.0, 0.0, e->loss_sum, e->aux_sum};
     if (e->nan_origin[0] != '\0') {
         /* The forward went non-finite first: name where, not the gradients it spoiled. */
         nonfinite = 1;
-        (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
+        priority = e->nan_priority;
+        (void)moe_diag_set(&local, MOE_ERR_RUNTIME,
                            "step %d: non-finite values in the forward pass, first in %s (the "
                            "loss is %g)",
                            e->step + 1, e->nan_origin, e->loss_sum);
     } else {
-        sums[0] = owned_sumsq(e, &nonfinite, diag);
+        sums[0] = owned_sumsq(e, &nonfinite, &local);
+        priority = nonfinite != 0 ? 2 : 4;
         if (nonfinite == 0 && (!isfinite(e->loss_sum) || !isfinite(e->aux_sum))) {
             nonfinite = 1;
-            (void)moe_diag_set(diag, MOE_ERR_RUNTIME, "step %d: the loss is not finite (%g)",
+            priority = 3;
+            (void)moe_diag_set(&local, MOE_ERR_RUNTIME, "step %d: the loss is not finite (%g)",
                                e->step + 1, e->loss_sum);
         }
-    }
-    if (nonfinite != 0) {
-        moe_eng_log_rank(&e->ctx.log, "%s", diag != NULL ? diag->message : "non-finite value");
     }
     sums[1] = (double)nonfinite;
     moe_comm_allreduce(e->ctx.world, sums, sums, 4, MOE_COMM_F64, MOE_COMM_SUM);
@@ -324,12 +361,7 @@ enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, str
     e->aux_sum = sums[3] / (double)e->global_mbs;
     *grad_norm = sqrt(sums[0]);
     if (sums[1] > 0.0 || !isfinite(sums[0])) {
-        if (diag != NULL && diag->message[0] == '\0') {
-            (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
-                               "step %d: a non-finite loss or gradient was found on another rank "
-                               "(its message names the tensor); the update was skipped",
-                               e->step + 1);
-        }
+        agree_on_message(e, priority, &local, diag);
         moe_eng_phase_enter(&e->ctx.timer, prev);
         return MOE_ERR_RUNTIME;
     }
