@@ -18,6 +18,12 @@
 extern "C" {
 #endif
 
+#ifdef __cplusplus
+#define MOE_NORETURN [[noreturn]]
+#else
+#define MOE_NORETURN _Noreturn
+#endif
+
 /* Writes a library's message for code into buf[len] (always NUL-terminated). */
 typedef void (*moe_eng_errstr_fn)(int code, char *buf, size_t len);
 
@@ -28,15 +34,14 @@ void moe_eng_mpi_errstr(int code, char *buf, size_t len);
  * Print "moefold: rank R on HOST: FILE:LINE: CALL failed: MESSAGE (code N)" to stderr and stop the
  * job: MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialised and not finalised, else abort().
  */
-_Noreturn void
+MOE_NORETURN void
 moe_eng_check_fail(const char *call, int code, const char *message, const char *file, int line);
 
 /* Stop the job with a formatted message (same prefix as moe_eng_check_fail). */
-_Noreturn void moe_eng_fatal(const char *file, int line, const char *fmt, ...)
+MOE_NORETURN void moe_eng_fatal(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Generic check: evaluates call once, compares with ok, reports through errstr.
- */
+/* Generic check: evaluates call once, compares with ok, reports through errstr. */
 #define MOE_CHECK_LIB(call, ok, errstr)                                                            \
     do {                                                                                           \
         int moe_check_rc_ = (int)(call);                                                           \

@@ -67,10 +67,16 @@ enum moe_comm_coll {
     MOE_NUM_COLLS = 6,
 };
 
+#ifdef __cplusplus
+#define MOE_COMM_ALIGNAS(n) alignas(n)
+#else
+#define MOE_COMM_ALIGNAS(n) _Alignas(n)
+#endif
+
 /* A pending non-blocking operation; caller-owned, zero-initialise. */
 struct moe_comm_req {
-    _Alignas(8) unsigned char impl[32]; /* backend request (MPI_Request, cudaEvent_t, ...) */
-    bool is_active;                     /* set by the i* call, cleared by wait/test */
+    MOE_COMM_ALIGNAS(8) unsigned char impl[32]; /* backend request (MPI_Request, cudaEvent_t) */
+    bool is_active;                             /* set by the i* call, cleared by wait/test */
 };
 
 /* Backend table. `h` is the backend's group handle (MPI_Comm, ncclComm_t, ...).
