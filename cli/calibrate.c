@@ -482,7 +482,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     cl->dispatch.hybridep_inter_eff = cl->net.a2a_eff;
     cl->dispatch.deepep_sms = 0;
     cl->dispatch.hybridep_sms = 0;
-    cl->dispatch.permute_bytes_eff = fit->elem_eff;
+    cl->dispatch.permute_bytes_eff = 1.0; /* permutes are row copies at streaming bandwidth */
     (void)ar;
     return moe_cluster_validate(cl, diag);
 }

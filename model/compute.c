@@ -79,16 +79,17 @@ struct cctx {
     const struct moe_gpu *gpu;
     const struct moe_cluster *cl;
     enum moe_math math;
-    double in_bytes;   /* bytes per GEMM input element at the recipe's precision */
-    double quant_s;    /* seconds per element quantised (0 for BF16) */
-    double eff_scale;  /* the recipe's GEMM kernel factor on max_eff */
-    double grad_bytes; /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
-    double ab;         /* bytes of one activation element: BF16 2, FP32 training 4 */
-    double hbm;        /* achieved bytes/s */
-    double inv_hbm;    /* 1 / hbm */
-    double elem_bw;    /* bytes/s elementwise kernels achieve */
-    double inv_peak;   /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
-    double inv_half;   /* 1 / half_flops at the recipe's math */
+    double in_bytes;     /* bytes per GEMM input element at the recipe's precision */
+    double quant_s;      /* seconds per element quantised (0 for BF16) */
+    bool emulated_quant; /* FP32 training emulating the recipe: no quantised copies are cached */
+    double eff_scale;    /* the recipe's GEMM kernel factor on max_eff */
+    double grad_bytes;   /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
+    double ab;           /* bytes of one activation element: BF16 2, FP32 training 4 */
+    double hbm;          /* achieved bytes/s */
+    double inv_hbm;      /* 1 / hbm */
+    double elem_bw;      /* bytes/s elementwise kernels achieve */
+    double inv_peak;     /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
+    double inv_half;     /* 1 / half_flops at the recipe's math */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -106,6 +107,7 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->grad_bytes = opt->main_grads_dtype == MOE_DTYPE_FP32 ? 4.0 : 2.0;
     c->quant_s = opt->recipe == MOE_RECIPE_BF16 ? 0.0 : cl->gpu.quant_bytes_per_elem / c->hbm;
     c->inv_hbm = 1.0 / c->hbm;
+    c->emulated_quant = opt->is_fp32_training && opt->recipe != MOE_RECIPE_BF16;
     c->elem_bw = cl->gpu.hbm_tbps * TBPS * cl->gpu.elem_eff;
     double peak = cl->gpu.peak_tflops[c->math] * TFLOPS;
     double bf16 = cl->gpu.peak_tflops[MOE_MATH_BF16] * TFLOPS;
@@ -142,6 +144,12 @@ gemm_fb(const struct cctx *c, double m, double n, double k, double groups, doubl
     double t_w = (m * k * in + m * n * in + w * 2.0 * c->grad_bytes) * c->inv_hbm;
     r.f = (t_math > t_f ? t_math : t_f) + m * k * c->quant_s;
     r.b = (t_math > t_d ? t_math : t_d) + (t_math > t_w ? t_math : t_w) + m * n * c->quant_s;
+    if (c->emulated_quant) {
+        /* Emulation re-quantises every operand of every call: the weights in forward and dgrad,
+         * the input again for wgrad (nothing is cached between micro-batches). */
+        r.f += w * c->quant_s;
+        r.b += (w + m * k) * c->quant_s;
+    }
     return r;
 }
 
