@@ -324,8 +324,9 @@ static bool recipe_is_fp8(enum moe_recipe r)
 #define PP_MAX_REPEAT 100000
 /* Parser steps (characters visited, group repetitions) one string may cost: bounds the time of
  * nested repeats that emit nothing, e.g. "((()*99999)*99999)*3" (found by tests/fuzz). Real
- * layouts take a few thousand. */
-#define PP_MAX_STEPS (1L << 20)
+ * layouts take a few hundred; a string at the 65536-character cap read twice (the dry pass that
+ * finds each ')' and the real one) takes 131072. */
+#define PP_MAX_STEPS (1L << 18)
 
 struct pp_builder {
     const char *src;
