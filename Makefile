@@ -149,8 +149,11 @@ $(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(EXTRA_CFLAGS) -c $< -o $@
 
-# Engine, kernels and topologies-hwloc objects also see MPI/BLAS/hwloc headers.
-$(call objs,$(ENGINE_SRC) $(wildcard engine/*_main.c)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(HWLOC_CFLAGS) $(BLAS_CFLAGS)
+# Engine, kernels and topologies-hwloc objects also see MPI/BLAS/hwloc headers. Engine objects see
+# the CUDA toolkit's C headers (cuda_runtime_api.h, nccl.h) as system headers when CUDA is built:
+# the engine's device runtime and NCCL backend (engine/device.c, engine/comm_nccl.c) use them.
+CUDA_CFLAGS := $(if $(HAVE_CUDA),-isystem $(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include))
+$(call objs,$(ENGINE_SRC) $(wildcard engine/*_main.c)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(HWLOC_CFLAGS) $(BLAS_CFLAGS) $(CUDA_CFLAGS)
 $(call objs,$(KERNELS_SRC)): EXTRA_CFLAGS = $(BLAS_CFLAGS)
 $(OBJ)/kernels/kernels.o: $(filter kernels/cuda/%,$(CUDA_SRC))
 $(call objs,$(TOPOHW_SRC)): EXTRA_CFLAGS = $(HWLOC_CFLAGS)

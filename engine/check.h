@@ -2,9 +2,9 @@
  * Library-call checks for the engine (STYLE.md §4): one generic macro that compares a call's return
  * code with the library's success value and, on failure, prints the rank, host, file:line, the
  * call's text and the library's own message, then stops the job (MPI_Abort when MPI is up, so peers
- * do not hang; abort() otherwise). MOE_CHECK_MPI is the MPI instance; the CUDA backend adds
- * MOE_CHECK_CUDA / MOE_CHECK_CUBLAS / MOE_CHECK_NCCL with their error-string functions the same
- * way.
+ * do not hang; abort() otherwise). MOE_CHECK_MPI is the MPI instance; the engine's CUDA side adds
+ * MOE_CHECK_CUDA / MOE_CHECK_NCCL with their error-string functions the same way (cuBLAS calls
+ * live in kernels/cuda/, which has its own checks).
  *
  * These are for failures nobody can act on (a lost rank, a broken communicator). Anything a caller
  * can act on returns enum moe_status instead.
@@ -54,6 +54,16 @@ MOE_NORETURN void moe_eng_fatal(const char *file, int line, const char *fmt, ...
 
 /* MPI calls return MPI_SUCCESS (0) on success. */
 #define MOE_CHECK_MPI(call) MOE_CHECK_LIB(call, 0, moe_eng_mpi_errstr)
+
+/*
+ * CUDA runtime and NCCL calls of the engine (engine/device.c, engine/comm_nccl.c; only built with
+ * the CUDA backend): cudaSuccess and ncclSuccess are 0. The message functions are defined where
+ * those libraries are linked (cudaGetErrorString, ncclGetErrorString plus ncclGetLastError).
+ */
+void moe_eng_cuda_errstr(int code, char *buf, size_t len);
+void moe_eng_nccl_errstr(int code, char *buf, size_t len);
+#define MOE_CHECK_CUDA(call) MOE_CHECK_LIB(call, 0, moe_eng_cuda_errstr)
+#define MOE_CHECK_NCCL(call) MOE_CHECK_LIB(call, 0, moe_eng_nccl_errstr)
 
 #ifdef __cplusplus
 }

@@ -121,6 +121,11 @@ const struct moe_comm_backend *moe_comm_get_backend(const moe_comm_t *g)
     return g->be;
 }
 
+void *moe_comm_handle(const moe_comm_t *g)
+{
+    return g->h;
+}
+
 int moe_comm_tag_limit(const moe_comm_t *g)
 {
     return g->be->tag_limit(g->h);

@@ -213,6 +213,9 @@ int moe_comm_rank(const moe_comm_t *g);
 int moe_comm_size(const moe_comm_t *g);
 const char *moe_comm_name(const moe_comm_t *g);
 const struct moe_comm_backend *moe_comm_get_backend(const moe_comm_t *g);
+/* The backend's handle of g (a pointer to its MPI_Comm for the MPI backend), for backends that
+ * bootstrap from another group (NCCL over MPI). Borrowed. */
+void *moe_comm_handle(const moe_comm_t *g);
 int moe_comm_tag_limit(const moe_comm_t *g);
 size_t moe_comm_dtype_bytes(enum moe_comm_dtype dtype);
 

@@ -1,0 +1,477 @@
+/*
+ * The engine's device runtime (engine/device.h): host memcpy/memset when there is no device, the
+ * CUDA runtime API (C interface, cuda_runtime_api.h) on the engine's own streams when there is one.
+ * Every CUDA call is checked with MOE_CHECK_CUDA (STYLE.md §4). The CUDA half is compiled only
+ * where kernels/cuda/ is built (MOE_HAVE_CUDA_KERNELS); without it moe_eng_dev_create refuses and
+ * only the host half runs.
+ *
+ * Copies between host and device use pageable host memory on purpose: cudaMemcpyAsync from
+ * pageable memory to the device returns once the driver has staged the source, and to pageable
+ * memory from the device it returns once the copy is complete (CUDA Runtime API, "API
+ * synchronization behavior"), which is exactly the contract of moe_eng_copy_from_host and
+ * moe_eng_copy_to_host.
+ */
+#include "engine/device.h"
+
+#include "engine/check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(MOE_HAVE_CUDA_KERNELS)
+#include <cuda_runtime_api.h>
+#endif
+
+/* Phase boundaries recorded before the pending intervals are folded (a fold synchronises). */
+#define DEV_TIMER_EVENTS 4096
+/* Host bounce buffer of the failure-path scans, in floats (1 MiB). */
+#define DEV_BOUNCE_FLOATS (1u << 18)
+
+bool moe_eng_is_finite(const moe_eng_dev_t *dev, const float *x, size_t n)
+{
+    float v = 0.0f;
+    return moe_eng_first_nonfinite(dev, x, n, &v) == n;
+}
+
+#if defined(MOE_HAVE_CUDA_KERNELS)
+
+void moe_eng_cuda_errstr(int code, char *buf, size_t len)
+{
+    (void)snprintf(buf, len, "%s", cudaGetErrorString((cudaError_t)code));
+}
+
+struct moe_eng_dev {
+    int device;
+    char name[256];
+    cudaStream_t stream;      /* compute: kernels, blocking collectives, copies */
+    cudaStream_t comm_stream; /* non-blocking collectives (engine/comm_nccl.c) */
+    cudaEvent_t events[DEV_TIMER_EVENTS];
+    int event_phase[DEV_TIMER_EVENTS]; /* phase of the interval that ends at events[i] */
+    int num_events;                    /* recorded boundaries pending, events[0] the oldest */
+    bool is_paused;
+    float *bounce; /* [DEV_BOUNCE_FLOATS] host */
+};
+
+bool moe_eng_dev_is_built(void)
+{
+    return true;
+}
+
+int moe_eng_dev_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver or no device: not an error for the caller */
+        return 0;
+    }
+    return count;
+}
+
+enum moe_status moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct moe_diag *diag)
+{
+    *out = NULL;
+    int count = moe_eng_dev_count();
+    if (device_idx < 0 || device_idx >= count) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "CUDA device %d is not available (%d device(s) visible)", device_idx,
+                            count);
+    }
+    moe_eng_dev_t *dev = calloc(1, sizeof(*dev));
+    float *bounce = malloc(DEV_BOUNCE_FLOATS * sizeof(float));
+    if (dev == NULL || bounce == NULL) {
+        free(dev);
+        free(bounce);
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the device runtime");
+    }
+    dev->device = device_idx;
+    dev->bounce = bounce;
+    MOE_CHECK_CUDA(cudaSetDevice(device_idx));
+    struct cudaDeviceProp prop;
+    MOE_CHECK_CUDA(cudaGetDeviceProperties(&prop, device_idx));
+    (void)snprintf(dev->name, sizeof(dev->name), "%s", prop.name);
+    MOE_CHECK_CUDA(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking));
+    MOE_CHECK_CUDA(cudaStreamCreateWithFlags(&dev->comm_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < DEV_TIMER_EVENTS; i++) {
+        MOE_CHECK_CUDA(cudaEventCreate(&dev->events[i]));
+    }
+    *out = dev;
+    return MOE_OK;
+}
+
+void moe_eng_dev_destroy(moe_eng_dev_t *dev)
+{
+    if (dev == NULL) {
+        return;
+    }
+    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->comm_stream));
+    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
+    for (int i = 0; i < DEV_TIMER_EVENTS; i++) {
+        MOE_CHECK_CUDA(cudaEventDestroy(dev->events[i]));
+    }
+    MOE_CHECK_CUDA(cudaStreamDestroy(dev->comm_stream));
+    MOE_CHECK_CUDA(cudaStreamDestroy(dev->stream));
+    free(dev->bounce);
+    free(dev);
+}
+
+int moe_eng_dev_index(const moe_eng_dev_t *dev)
+{
+    return dev != NULL ? dev->device : -1;
+}
+
+struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev)
+{
+    return dev != NULL ? dev->stream : NULL;
+}
+
+struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev)
+{
+    return dev != NULL ? dev->comm_stream : NULL;
+}
+
+const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
+{
+    return dev != NULL ? dev->name : "";
+}
+
+enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)
+{
+    *out = NULL;
+    MOE_ASSERT(dev != NULL);
+    if (bytes == 0) {
+        return MOE_OK;
+    }
+    cudaError_t err = cudaMalloc(out, bytes);
+    if (err != cudaSuccess) {
+        *out = NULL;
+        (void)cudaGetLastError();
+        return err == cudaErrorMemoryAllocation ? MOE_ERR_NOMEM : MOE_ERR_UNSUPPORTED;
+    }
+    MOE_CHECK_CUDA(cudaMemsetAsync(*out, 0, bytes, dev->stream));
+    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
+    return MOE_OK;
+}
+
+void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    MOE_ASSERT(dev != NULL);
+    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->comm_stream));
+    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
+    MOE_CHECK_CUDA(cudaFree(ptr));
+}
+
+void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src) {
+        return;
+    }
+    if (dev == NULL) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->stream));
+}
+
+void moe_eng_copy_to_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src) {
+        return;
+    }
+    if (dev == NULL) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev->stream));
+    /* Pageable destinations already complete on return; pinned ones would not: wait for both. */
+    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
+}
+
+void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src) {
+        return;
+    }
+    if (dev == NULL) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev->stream));
+}
+
+void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
+{
+    if (bytes == 0) {
+        return;
+    }
+    if (dev == NULL) {
+        memset(dst, 0, bytes);
+        return;
+    }
+    MOE_CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, dev->stream));
+}
+
+void moe_eng_dev_sync(const moe_eng_dev_t *dev)
+{
+    if (dev != NULL) {
+        MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
+    }
+}
+
+void moe_eng_dev_mem_info(const moe_eng_dev_t *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    size_t f = 0;
+    size_t t = 0;
+    if (dev != NULL) {
+        MOE_CHECK_CUDA(cudaMemGetInfo(&f, &t));
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+}
+
+/* Host view of x[off, off + n) (n <= DEV_BOUNCE_FLOATS on a device). */
+static const float *host_view(const moe_eng_dev_t *dev, const float *x, size_t off, size_t n)
+{
+    if (dev == NULL) {
+        return x + off;
+    }
+    moe_eng_copy_to_host(dev, dev->bounce, x + off, n * sizeof(float));
+    return dev->bounce;
+}
+
+static size_t chunk_of(const moe_eng_dev_t *dev, size_t left)
+{
+    return dev == NULL || left < DEV_BOUNCE_FLOATS ? left : DEV_BOUNCE_FLOATS;
+}
+
+void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
+{
+    MOE_ASSERT(dev != NULL);
+    MOE_CHECK_CUDA(cudaEventRecord(dev->events[0], dev->stream));
+    dev->event_phase[0] = -1;
+    dev->num_events = 1;
+}
+
+void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
+{
+    MOE_ASSERT(dev != NULL);
+    int n = dev->num_events;
+    if (n < 2) {
+        return;
+    }
+    MOE_CHECK_CUDA(cudaEventSynchronize(dev->events[n - 1]));
+    for (int i = 1; i < n; i++) {
+        float ms = 0.0f;
+        MOE_CHECK_CUDA(cudaEventElapsedTime(&ms, dev->events[i - 1], dev->events[i]));
+        phase_s[dev->event_phase[i]] += (double)ms * 1e-3;
+    }
+    /* The last boundary starts the next interval. */
+    cudaEvent_t last = dev->events[n - 1];
+    dev->events[n - 1] = dev->events[0];
+    dev->events[0] = last;
+    dev->event_phase[0] = -1;
+    dev->num_events = 1;
+}
+
+void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
+{
+    MOE_ASSERT(dev != NULL && dev->num_events > 0);
+    if (dev->is_paused) {
+        return;
+    }
+    if (dev->num_events == DEV_TIMER_EVENTS) {
+        moe_eng_dev_timer_fold(dev, phase_s);
+    }
+    int i = dev->num_events++;
+    MOE_CHECK_CUDA(cudaEventRecord(dev->events[i], dev->stream));
+    dev->event_phase[i] = phase;
+}
+
+void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused)
+{
+    MOE_ASSERT(dev != NULL);
+    dev->is_paused = is_paused;
+}
+
+#else /* no CUDA backend: host memory only */
+
+struct moe_eng_dev {
+    int unused;
+};
+
+bool moe_eng_dev_is_built(void)
+{
+    return false;
+}
+
+int moe_eng_dev_count(void)
+{
+    return 0;
+}
+
+enum moe_status moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct moe_diag *diag)
+{
+    *out = NULL;
+    return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                        "CUDA device %d: this moefold was built without the CUDA backend (no nvcc, "
+                        "or NO_CUDA=1)",
+                        device_idx);
+}
+
+void moe_eng_dev_destroy(moe_eng_dev_t *dev)
+{
+    MOE_ASSERT(dev == NULL);
+}
+
+int moe_eng_dev_index(const moe_eng_dev_t *dev)
+{
+    (void)dev;
+    return -1;
+}
+
+struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev)
+{
+    (void)dev;
+    return NULL;
+}
+
+struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev)
+{
+    (void)dev;
+    return NULL;
+}
+
+const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
+{
+    (void)dev;
+    return "";
+}
+
+enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)
+{
+    (void)bytes;
+    MOE_ASSERT(dev != NULL);
+    *out = NULL;
+    return MOE_ERR_UNSUPPORTED;
+}
+
+void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr)
+{
+    (void)dev;
+    MOE_ASSERT(ptr == NULL);
+}
+
+void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
+{
+    MOE_ASSERT(dev == NULL);
+    if (bytes > 0 && dst != src) {
+        memcpy(dst, src, bytes);
+    }
+}
+
+void moe_eng_copy_to_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
+{
+    moe_eng_copy(dev, dst, src, bytes);
+}
+
+void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
+{
+    moe_eng_copy(dev, dst, src, bytes);
+}
+
+void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
+{
+    MOE_ASSERT(dev == NULL);
+    if (bytes > 0) {
+        memset(dst, 0, bytes);
+    }
+}
+
+void moe_eng_dev_sync(const moe_eng_dev_t *dev)
+{
+    MOE_ASSERT(dev == NULL);
+}
+
+void moe_eng_dev_mem_info(const moe_eng_dev_t *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    MOE_ASSERT(dev == NULL);
+    *free_bytes = 0;
+    *total_bytes = 0;
+}
+
+static const float *host_view(const moe_eng_dev_t *dev, const float *x, size_t off, size_t n)
+{
+    (void)n;
+    MOE_ASSERT(dev == NULL);
+    return x + off;
+}
+
+static size_t chunk_of(const moe_eng_dev_t *dev, size_t left)
+{
+    (void)dev;
+    return left;
+}
+
+void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
+{
+    MOE_ASSERT(dev != NULL);
+}
+
+void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
+{
+    (void)phase;
+    (void)phase_s;
+    MOE_ASSERT(dev != NULL);
+}
+
+void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
+{
+    (void)phase_s;
+    MOE_ASSERT(dev != NULL);
+}
+
+void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused)
+{
+    (void)is_paused;
+    MOE_ASSERT(dev != NULL);
+}
+
+#endif /* MOE_HAVE_CUDA_KERNELS */
+
+/* ---- Scans shared by both builds ----------------------------------------------------------- */
+
+size_t moe_eng_first_nonfinite(const moe_eng_dev_t *dev, const float *x, size_t n, float *value)
+{
+    size_t off = 0;
+    while (off < n) {
+        size_t c = chunk_of(dev, n - off);
+        const float *h = host_view(dev, x, off, c);
+        for (size_t i = 0; i < c; i++) {
+            if (!isfinite(h[i])) {
+                *value = h[i];
+                return off + i;
+            }
+        }
+        off += c;
+    }
+    return n;
+}
+
+double moe_eng_sumsq_double(const moe_eng_dev_t *dev, const float *x, size_t n)
+{
+    double s = 0.0;
+    size_t off = 0;
+    while (off < n) {
+        size_t c = chunk_of(dev, n - off);
+        const float *h = host_view(dev, x, off, c);
+        for (size_t i = 0; i < c; i++) {
+            s += (double)h[i] * (double)h[i];
+        }
+        off += c;
+    }
+    return s;
+}

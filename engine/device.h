@@ -1,0 +1,110 @@
+/*
+ * The engine's device runtime: where the engine's tensors live, and how bytes move between that
+ * memory and the host. On the CPU backend there is no device (dev == NULL): tensors are host
+ * memory, and every function below is plain memcpy/memset on it, so the CPU engine computes
+ * exactly what it did before this layer existed. On the CUDA backend (dev != NULL) tensors are
+ * device memory (plain cudaMalloc, never managed memory) and every copy runs in the order of the
+ * engine's compute stream, the stream its kernel context and its NCCL groups use.
+ *
+ * The rule this module serves (STYLE.md §7, issue 6): the engine touches tensor data on the host
+ * only through these calls. A host read of engine memory is moe_eng_copy_to_host (it returns once
+ * the bytes are there, so it synchronises the stream up to that point); a host write is
+ * moe_eng_copy_from_host (the host buffer may be reused as soon as it returns: pageable host
+ * memory is staged by the CUDA driver before the call returns).
+ *
+ * Also here: the engine's phase clock on CUDA events (one event per phase boundary, recorded on the
+ * compute stream from a pool created once; intervals are folded into seconds per phase when the
+ * pool fills and at the end of a step), device memory figures (cudaMemGetInfo), and host scans of
+ * engine memory for the failure paths (first non-finite element, sum of squares in double) that
+ * read device memory through a fixed host bounce buffer.
+ *
+ * What this is not: no kernels (kernels/), no communication (engine/comm*.c), no allocation inside
+ * a training step (buffers come from create; the engine allocates its categories once).
+ * Everything is defined in every build; without the CUDA build moe_eng_dev_create answers
+ * MOE_ERR_UNSUPPORTED and only dev == NULL is ever passed.
+ */
+#ifndef MOE_ENGINE_DEVICE_H
+#define MOE_ENGINE_DEVICE_H
+
+#include "model/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st; /* cudaStream_t's struct: streams are passed without CUDA headers */
+
+typedef struct moe_eng_dev moe_eng_dev_t;
+
+/* True when this binary was built with the CUDA backend (kernels/cuda and this runtime). */
+bool moe_eng_dev_is_built(void);
+/* CUDA devices visible to this process; 0 without the CUDA build or without a usable device. */
+int moe_eng_dev_count(void);
+
+/*
+ * Make the runtime on device device_idx (made current for this host thread): a compute stream and
+ * a communication stream (both non-blocking with respect to the legacy default stream), a pool of
+ * timing events and a host bounce buffer. Errors: MOE_ERR_UNSUPPORTED (no CUDA build, no device,
+ * index out of range; diag says which), MOE_ERR_NOMEM.
+ */
+MOE_NODISCARD enum moe_status
+moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct moe_diag *diag);
+/* Wait for both streams, then release everything. NULL does nothing. */
+void moe_eng_dev_destroy(moe_eng_dev_t *dev);
+
+int moe_eng_dev_index(const moe_eng_dev_t *dev);
+struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev);
+struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev);
+/* "NVIDIA H200" (cudaDeviceProp.name); "" on the host. */
+const char *moe_eng_dev_name(const moe_eng_dev_t *dev);
+
+/* ---- Engine memory (device with dev, host heap without) ------------------------------------- */
+
+/* *out = bytes of zero-filled device memory (dev != NULL). MOE_ERR_NOMEM when the device is full.
+ * bytes == 0 gives *out = NULL. */
+MOE_NODISCARD enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes);
+/* Release memory from moe_eng_dev_alloc (after waiting for the streams). NULL does nothing. */
+void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr);
+
+/* dst[bytes] = src[bytes], both engine memory, in stream order; they must not overlap. */
+void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes);
+/* Host dst[bytes] = engine src[bytes]; returns when the bytes are on the host. */
+void moe_eng_copy_to_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes);
+/* Engine dst[bytes] = host src[bytes], in stream order; src may be reused when this returns. */
+void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes);
+/* dst[bytes] = 0 (all bits), in stream order. */
+void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes);
+/* Wait until everything queued on the compute stream has finished (no-op on the host). */
+void moe_eng_dev_sync(const moe_eng_dev_t *dev);
+/* Free and total device memory in bytes (cudaMemGetInfo); both 0 on the host. */
+void moe_eng_dev_mem_info(const moe_eng_dev_t *dev, size_t *free_bytes, size_t *total_bytes);
+
+/* ---- Host scans of engine memory (failure paths: they synchronise) -------------------------- */
+
+/* Index of the first non-finite x[i] (n when every element is finite); *value = x[i] then. */
+size_t moe_eng_first_nonfinite(const moe_eng_dev_t *dev, const float *x, size_t n, float *value);
+/* True when every x[n] is finite. */
+bool moe_eng_is_finite(const moe_eng_dev_t *dev, const float *x, size_t n);
+/* sum x[i]^2 accumulated in double, in index order. */
+double moe_eng_sumsq_double(const moe_eng_dev_t *dev, const float *x, size_t n);
+
+/* ---- Phase clock on CUDA events (dev != NULL only) ------------------------------------------ */
+
+/* Forget pending boundaries and record the first one now (in stream order). */
+void moe_eng_dev_timer_start(moe_eng_dev_t *dev);
+/* Record a boundary that ends an interval of phase `phase` (index into phase_s); when the event
+ * pool is full, the pending intervals are folded into phase_s first (that synchronises). */
+void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s);
+/* Wait for the last boundary and add every pending interval's seconds to phase_s[its phase]. */
+void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s);
+/* While paused (stream capture of a CUDA graph), marks are ignored. */
+void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_ENGINE_DEVICE_H */
