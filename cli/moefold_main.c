@@ -21,6 +21,8 @@ static const struct subcommand subcommands[] = {
     {"models", moe_cli_models, "list built-in model presets with total and active parameters"},
     {"clusters", moe_cli_clusters, "list cluster files (topologies/*.json)"},
     {"predict", moe_cli_predict, "memory, step time and throughput of one layout"},
+    {"plan", moe_cli_plan, "search every layout and option for the fastest plan that fits"},
+    {"whatif", moe_cli_whatif, "best plan as GPU count, cluster, batch, precision... vary"},
     {"accuracy", moe_cli_accuracy, "predictions vs published training runs"},
     {"compare", moe_cli_compare, "predicted vs measured, per phase (plan.json run.json)"},
     {"calibrate", moe_cli_calibrate, "measure this host as a cluster file (runs moefold-bench)"},

@@ -189,6 +189,10 @@ struct worker {
     struct moe_plan_valid_cache *vc;
     struct vmemo vm;
     int gidx;                /* index of the current option group */
+    double leaf;             /* candidates one (recompute, offload) value pair stands for */
+    double xunit;            /* candidates one time-only value stands for */
+    double gsize;            /* candidates of one option group */
+    double fsize;            /* offload values other than the first (layer counts expanded) */
     int group_ri, group_gi;  /* its recipe and grouped-GEMM indices */
     const struct node *node; /* node of the current layout */
     long layout_serial;      /* counts layouts searched (invalidates per-layout caches) */
@@ -791,11 +795,11 @@ x_variants(struct worker *w, const struct moe_plan_okey *base, const struct moe_
             }
         }
         if (!valid(w, &k)) {
-            w->c.invalid++;
+            w->c.invalid += w->xunit;
             continue;
         }
         if (prune(w, lb, p->mem.total, &k)) {
-            w->c.pruned_time++;
+            w->c.pruned_time += w->xunit;
             continue;
         }
         struct moe_options opt;
@@ -816,11 +820,11 @@ static bool eval_candidate(struct worker *w,
                            struct moe_prediction *p)
 {
     if (!valid(w, k)) {
-        w->c.invalid++;
+        w->c.invalid += w->leaf;
         return false;
     }
     if (prune(w, lb, mem->total, k)) {
-        w->c.pruned_time++;
+        w->c.pruned_time += w->leaf;
         return false;
     }
     struct moe_options opt;
@@ -841,6 +845,27 @@ static int layer_choices(const struct worker *w, const struct moe_plan_okey *k, 
         return k->rc == MOE_RECOMPUTE_FULL && k->rc_layers == 0 ? cfg->num_layers / w->lay.pp : 0;
     }
     return k->off == 2 && k->off_layers == 0 ? cfg->num_layers - 1 : 0;
+}
+
+/* Values an entry of the recompute / offload list stands for ("every layer count" expanded). */
+static double rc_mult(const struct worker *w, int ri)
+{
+    const struct moe_plan_rc *r = &w->s->sp.rcs[ri];
+    return r->rc == MOE_RECOMPUTE_FULL && r->layers == 0
+               ? (double)(w->s->req->cfg->num_layers / w->lay.pp)
+               : 1.0;
+}
+
+static double off_mult(const struct worker *w, int fi)
+{
+    const struct moe_plan_off *f = &w->s->sp.offs[fi];
+    return f->off == 2 && f->layers == 0 ? (double)(w->s->req->cfg->num_layers - 1) : 1.0;
+}
+
+static double expansion_count(const struct worker *w, const struct moe_plan_okey *k)
+{
+    int n = layer_choices(w, k, true) + layer_choices(w, k, false);
+    return n > 0 ? (double)n : 1.0;
 }
 
 /* Better for the memory side: fitting first, then less memory (ties keep the earlier key). */
@@ -869,7 +894,7 @@ static bool eval_expanded(struct worker *w,
 {
     const struct moe_plan_space *sp = &w->s->sp;
     if (prune(w, lb, mst, k)) {
-        w->c.pruned_time++;
+        w->c.pruned_time += w->leaf * expansion_count(w, k);
         return false; /* k sorts before each of its layer counts */
     }
     int nrc = layer_choices(w, k, true);
@@ -895,7 +920,7 @@ static bool eval_expanded(struct worker *w,
             v.off_layers = (uint16_t)i;
         }
         if (!valid(w, &v)) {
-            w->c.invalid++;
+            w->c.invalid += w->leaf;
             continue;
         }
         moe_plan_okey_apply(sp, &v, &opt);
@@ -1009,12 +1034,12 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
     }
     double mst = pd.mem.weights + pd.mem.grads + pd.mem.optimizer + s->ctx_bytes;
     if (!s->req->exhaustive && mst > s->cap) {
-        w->c.pruned_memory++;
+        w->c.pruned_memory += w->gsize;
         return;
     }
     double lbg = pd.step_time_s - dominance_slack(w, &dom, &pd, GROW_ALL);
     if (prune(w, lbg, mst, &dom)) {
-        w->c.pruned_time++;
+        w->c.pruned_time += w->gsize;
         return;
     }
     /* Recompute values, no activation offload. */
@@ -1042,7 +1067,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 record(w, &k, &pd);
                 x_variants(w, &k, &pd);
             } else {
-                w->c.invalid++;
+                w->c.invalid += w->leaf;
             }
             pr_r[ri] = pd;
             has_r[ri] = true;
@@ -1065,7 +1090,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
         set_rc(&kmin, &sp->rcs[ri]);
         set_off(&kmin, &sp->offs[1]);
         if (prune(w, lb_r[ri], mst, &kmin)) {
-            w->c.pruned_time += sp->num_off - 1;
+            w->c.pruned_time += w->leaf * rc_mult(w, ri) * w->fsize;
             continue;
         }
         if (kmin.rc == MOE_RECOMPUTE_FULL && kmin.rc_method == MOE_RECOMPUTE_UNIFORM) {
@@ -1077,7 +1102,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
         if (!s->req->exhaustive && sp->fine_all != 0) {
             double lb_m = offload_memory_bound(w, &kmin);
             if (prune(w, lb_r[ri], lb_m, &kmin)) {
-                w->c.pruned_memory += sp->num_off - 1;
+                w->c.pruned_memory += w->leaf * rc_mult(w, ri) * w->fsize;
                 continue;
             }
         }
@@ -1089,7 +1114,9 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             struct moe_prediction p;
             struct memo m;
             if (k.off == 2 && (w->lay.pp > 1 || k.rc != MOE_RECOMPUTE_NONE)) {
-                w->c.invalid++; /* CPU offloading needs pp == 1 and no recompute (Megatron) */
+                w->c.invalid +=
+                    w->leaf * rc_mult(w, ri) *
+                    off_mult(w, fi); /* CPU offloading needs pp == 1 and no recompute (Megatron) */
                 continue;
             }
             if (k.off != 1 || layer_choices(w, &k, true) > 0) {
@@ -1097,7 +1124,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 continue;
             }
             if (prune(w, lb_r[ri], mst, &k)) {
-                w->c.pruned_time++;
+                w->c.pruned_time += w->leaf * rc_mult(w, ri);
                 continue;
             }
             /* A fine-grained set that leaves every activation total as an earlier valid set did
@@ -1112,7 +1139,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 continue;
             }
             if (!valid(w, &k)) {
-                w->c.invalid++;
+                w->c.invalid += w->leaf * rc_mult(w, ri);
                 continue;
             }
             memcpy(seen[num_seen++], m.act, sizeof(m.act));
@@ -1392,12 +1419,12 @@ static void search_options(struct worker *w)
                         w->group_ri = ri;
                         w->group_gi = gi;
                         if (k.ep_overlap && (!a2a_ok || disp[di] == MOE_DISPATCH_ALLGATHER)) {
-                            w->c.invalid++; /* Megatron refuses the EP overlap here */
+                            w->c.invalid += w->gsize; /* Megatron refuses the EP overlap here */
                             continue;
                         }
                         double mst = w->static_ps[ri][si];
                         if (!s->req->exhaustive && mst > s->cap) {
-                            w->c.pruned_memory++;
+                            w->c.pruned_memory += w->gsize;
                             continue;
                         }
                         if (!s->req->exhaustive) {
@@ -1406,7 +1433,7 @@ static void search_options(struct worker *w)
                                                  k.ep_overlap != 0, num_disp, &g);
                             double lb = moe_plan_bound_time(sp, &s->bm, &g, &w->lay);
                             if (prune(w, lb, mst, &k)) {
-                                w->c.pruned_time++;
+                                w->c.pruned_time += w->gsize;
                                 continue;
                             }
                         }
@@ -1446,6 +1473,22 @@ search_layout(struct worker *w, const struct moe_plan_lkey *lk, const struct moe
     }
     load_for_layout(w);
     x_list(w);
+    const struct moe_plan_space *sp = &s->sp;
+    double dom = (sp->fp8_param_gather_fixed ? 1.0 : 2.0) * (sp->overlap_grad_fixed ? 1.0 : 2.0) *
+                 (sp->overlap_param_fixed ? 1.0 : 2.0) *
+                 (moe_plan_space_fixed(sp, MOE_PK_EP_OVERLAP) ? 1.0 : 2.0);
+    w->xunit = dom;
+    w->leaf = dom * w->xl.n;
+    double nr = 0.0;
+    double nf = 0.0;
+    for (int i = 0; i < sp->num_rc; i++) {
+        nr += rc_mult(w, i);
+    }
+    for (int i = 0; i < sp->num_off; i++) {
+        nf += off_mult(w, i);
+    }
+    w->fsize = nf - off_mult(w, 0);
+    w->gsize = w->leaf * nr * nf;
     search_options(w);
     if (w->has_best) {
         offer_top(s, &w->best);
