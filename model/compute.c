@@ -329,14 +329,18 @@ static void moe_block(const struct cctx *c,
     double exp_b;
     struct fb fc1;
     struct fb fc2;
+    /* grouped_eff is the expert GEMMs' efficiency relative to a dense GEMM of the same size (the
+     * MoE-layer microbenchmark measures it through Megatron's expert path). The grouped kernel
+     * covers all local experts at once; without it each expert is its own, smaller GEMM (and its
+     * own launch, counted in host_kernels_moe), so the sequential path is never faster. */
+    double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
     if (opt->moe_grouped_gemm) {
-        double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
         double rows = m_pad * e_loc;
         fc1 = gemm_fb(c, rows, fe_loc * mats, h, e_loc, 1.0 / ge);
         fc2 = gemm_fb(c, rows, h, fe_loc, e_loc, 1.0 / ge);
     } else {
-        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0);
-        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0);
+        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0 / ge);
+        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0 / ge);
         fc1.f *= e_loc;
         fc1.b *= e_loc;
         fc2.f *= e_loc;
