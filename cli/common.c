@@ -374,6 +374,7 @@ cJSON *moe_cli_prediction_json(const struct moe_cli_problem *p, const struct moe
     add_num(o, "mfu", pred->mfu);
     cJSON_AddBoolToObject(o, "fits", pred->fits);
     add_num(o, "load_factor", pred->load_factor);
+    add_num(o, "load_factor_p99", pred->load_factor_p99);
     cJSON_AddStringToObject(o, "bottleneck", moe_phase_name(pred->bottleneck));
     add_num(o, "worst_stage", pred->worst_stage);
 

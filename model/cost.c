@@ -712,7 +712,14 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
 
     /* Memory: worst pipeline stage. */
     struct moe_mem_layer_set set;
-    moe_mem_layer_set_init(cfg, lay, opt, x.load, &set);
+    /* Peak memory comes from the worst step: with load statistics, the 99th-percentile busiest
+     * rank sizes the expert tensors (the mean sets the time). */
+    double mem_load = x.load;
+    if (load != NULL && !opt->force_load_balancing && is_moe) {
+        mem_load = replicated_load(cfg, lay, opt, load_factor(opt, load, 2));
+    }
+    out->load_factor_p99 = mem_load;
+    moe_mem_layer_set_init(cfg, lay, opt, mem_load, &set);
     out->mem.total = -1.0;
     for (int p = 0; p < lay->pp; p++) {
         if (stage_repeats(&x, p)) {

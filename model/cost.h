@@ -116,7 +116,8 @@ struct moe_prediction {
     struct moe_act_bytes act_layer; /* one MoE (or dense) layer, one micro-batch, as saved */
     struct moe_phase_times time;
     struct moe_comm_totals comm;
-    double load_factor;        /* expert max/mean load used */
+    double load_factor;        /* expert max/mean load used for time (mean over steps) */
+    double load_factor_p99;    /* the one memory is sized for (99th percentile step) */
     enum moe_phase bottleneck; /* largest phase */
     double stage_time_s[2];    /* fwd+bwd per micro-batch: slowest stage, first stage */
 };
