@@ -543,13 +543,17 @@ load_factor(const struct moe_options *opt, const struct moe_load_stats *load, in
     return opt->moe_imbalance >= 1.0 ? opt->moe_imbalance : 1.0;
 }
 
-/* Hot-expert replication lowers the busiest rank's load: the r hottest experts' excess is shared.
- */
+/* The busiest rank's load as used: a capacity factor caps it, and hot-expert replication lowers
+ * it (the r hottest experts' excess is shared). */
 static double replicated_load(const struct moe_model_cfg *cfg,
                               const struct moe_layout *lay,
                               const struct moe_options *opt,
                               double f)
 {
+    /* A capacity factor caps every expert at that multiple of the mean (excess tokens dropped). */
+    if (opt->capacity_factor > 0.0 && f > opt->capacity_factor) {
+        f = opt->capacity_factor >= 1.0 ? opt->capacity_factor : 1.0;
+    }
     if (opt->moe_hot_expert_replicas <= 0 || f <= 1.0 || lay->ep <= 1) {
         return f;
     }

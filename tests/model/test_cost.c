@@ -466,6 +466,16 @@ static void test_more_imbalance_slower(void **state)
     struct moe_prediction c = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
     assert_true(c.step_time_s < b.step_time_s);
     assert_true(c.mem.weights > b.mem.weights);
+    /* A capacity factor caps the busiest rank at that multiple of the mean (tokens dropped). */
+    opt.moe_hot_expert_replicas = 0;
+    opt.capacity_factor = 1.1;
+    struct moe_prediction d = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(fabs(d.load_factor - 1.1) < 1e-12);
+    assert_true(d.step_time_s < b.step_time_s);
+    opt.capacity_factor = 2.0; /* above the load: the load stands (only the dropless sync goes) */
+    struct moe_prediction e = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(fabs(e.load_factor - 1.3) < 1e-12);
+    assert_true(e.step_time_s > d.step_time_s && e.step_time_s <= b.step_time_s);
 }
 
 static void test_unresolved_layout_rejected(void **state)

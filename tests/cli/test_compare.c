@@ -1,0 +1,262 @@
+/*
+ * `moefold compare` end to end through the built binary. A plan comes from `moefold predict
+ * --emit`; the run file is written here from that plan's own prediction with known deviations
+ * (step time 25% longer, memory exact, expert load observed per layer), so the printed errors are
+ * known in advance: the summary line, the table, --json, --observed-load (prices the observed load
+ * and moves the prediction) and the errors for bad input are checked.
+ */
+#include "tests/test_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define OUT_LEN (1 << 16)
+
+struct files {
+    char dir[256];
+    char plan[300];
+    char run[300];
+    char run_noload[300];
+    char bad[300];
+    double pred_step_s;
+};
+
+static int run_cli(const char *args, char *out)
+{
+    char bin[1024];
+    char cmd[8192];
+    moe_test_bin_path("moefold", bin, sizeof(bin));
+    (void)snprintf(cmd, sizeof(cmd), "%s %s", bin, args);
+    return moe_test_run_capture(cmd, out, OUT_LEN);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+static cJSON *read_json(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *buf = malloc(1 << 20);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    assert_non_null(j);
+    return j;
+}
+
+/* A run file as moefold-train writes it, from the plan's prediction: every phase scaled by
+ * time_scale, memory as predicted, and the given per-layer expert loads (NULL: none recorded). */
+static void write_run(const cJSON *plan, const char *path, double time_scale, const char *loads)
+{
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(plan, "prediction");
+    cJSON *time = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(pred, "time_s"), 1);
+    cJSON *it = NULL;
+    cJSON_ArrayForEach(it, time)
+    {
+        cJSON_SetNumberValue(it, it->valuedouble * time_scale);
+    }
+    cJSON *mem = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(pred, "memory_gib"), 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(mem, "capacity");
+    double step = cJSON_GetObjectItemCaseSensitive(pred, "step_time_s")->valuedouble * time_scale;
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "format", "moefold-run");
+    cJSON_AddNumberToObject(r, "version", 1);
+    cJSON_AddStringToObject(r, "model", "mixtral-8x7b");
+    cJSON_AddStringToObject(r, "backend", "cpu+mpi");
+    cJSON_AddNumberToObject(r, "num_ranks", 8);
+    cJSON_AddNumberToObject(r, "steps", 4);
+    cJSON_AddNumberToObject(r, "measured_steps", 3);
+    cJSON_AddNumberToObject(r, "tokens_per_step", 64.0 * 4096.0);
+    cJSON_AddNumberToObject(r, "step_time_s", step);
+    cJSON_AddNumberToObject(r, "tokens_per_s", 64.0 * 4096.0 / step);
+    cJSON_AddItemToObject(r, "time_s", time);
+    cJSON_AddItemToObject(r, "memory_gib", mem);
+    cJSON *steps = cJSON_AddArrayToObject(r, "per_step");
+    for (int i = 0; i < 4; i++) {
+        cJSON *s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "loss", 6.0 - 0.25 * i);
+        cJSON_AddItemToArray(steps, s);
+    }
+    if (loads != NULL) {
+        cJSON_AddItemToObject(r, "expert_load_max_over_mean", cJSON_Parse(loads));
+    }
+    char *s = cJSON_Print(r);
+    write_text(path, s);
+    free(s);
+    cJSON_Delete(r);
+}
+
+static int setup(void **state)
+{
+    struct files *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    (void)snprintf(f->dir, sizeof(f->dir), "/tmp/moefold-test-compare-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    (void)snprintf(f->plan, sizeof(f->plan), "%s/plan.json", f->dir);
+    (void)snprintf(f->run, sizeof(f->run), "%s/run.json", f->dir);
+    (void)snprintf(f->run_noload, sizeof(f->run_noload), "%s/run-noload.json", f->dir);
+    (void)snprintf(f->bad, sizeof(f->bad), "%s/bad.json", f->dir);
+    char *out = malloc(OUT_LEN);
+    char args[2048];
+    (void)snprintf(args, sizeof(args),
+                   "predict --model mixtral-8x7b --cluster dgx-h100 --gpus 8 "
+                   "--expert-model-parallel-size 8 --global-batch-size 64 --micro-batch-size 1 "
+                   "--moe-imbalance 1.1 --emit %s 2>&1",
+                   f->plan);
+    int rc = run_cli(args, out);
+    if (rc != 0) {
+        fail_msg("predict --emit exited %d: %s", rc, out);
+    }
+    free(out);
+    cJSON *plan = read_json(f->plan);
+    f->pred_step_s = cJSON_GetObjectItemCaseSensitive(
+                         cJSON_GetObjectItemCaseSensitive(plan, "prediction"), "step_time_s")
+                         ->valuedouble;
+    write_run(plan, f->run, 1.25, "[1.3, 1.5]");
+    write_run(plan, f->run_noload, 1.25, NULL);
+    cJSON_Delete(plan);
+    write_text(f->bad, "{\"format\": \"moefold-run\", \"version\": 1, \"steps\": ");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct files *f = *state;
+    const char *names[] = {f->plan, f->run, f->run_noload, f->bad};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        (void)unlink(names[i]);
+    }
+    (void)rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* The number after `key` on the summary line. */
+static double summary_field(const char *out, const char *key)
+{
+    const char *s = strstr(out, "summary:");
+    assert_non_null(s);
+    const char *k = strstr(s, key);
+    if (k == NULL) {
+        fail_msg("summary line lacks %s: %s", key, s);
+    }
+    return strtod(k + strlen(key), NULL);
+}
+
+static void test_known_errors(void **state)
+{
+    struct files *f = *state;
+    char *out = malloc(OUT_LEN);
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, f->run);
+    int rc = run_cli(args, out);
+    if (rc != 0) {
+        fail_msg("compare exited %d: %s", rc, out);
+    }
+    /* Measured = 1.25 x predicted: the prediction is 20% short; memory is exact. */
+    assert_true(fabs(summary_field(out, "step_err_pct ") - (-20.0)) < 0.01);
+    assert_true(fabs(summary_field(out, "mem_err_pct ")) < 0.01);
+    assert_true(fabs(summary_field(out, "mem_worst_pct ")) < 0.01);
+    assert_true(fabs(summary_field(out, "step_pred_s ") - f->pred_step_s) < 1e-6);
+    assert_non_null(strstr(out, "-20.0%"));
+    /* Observed load is the mean over layers; the plan priced 1.1. */
+    assert_non_null(strstr(out, "predicted 1.100, observed 1.400"));
+    free(out);
+}
+
+static void test_observed_load(void **state)
+{
+    struct files *f = *state;
+    char *out = malloc(OUT_LEN);
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s --observed-load 2>&1", f->plan, f->run);
+    int rc = run_cli(args, out);
+    if (rc != 0) {
+        fail_msg("compare --observed-load exited %d: %s", rc, out);
+    }
+    assert_non_null(strstr(out, "predicted 1.400, observed 1.400"));
+    /* A busier expert rank costs time: the repriced step is longer than the plan's. */
+    assert_true(summary_field(out, "step_pred_s ") > f->pred_step_s * 1.001);
+    assert_true(summary_field(out, "step_err_pct ") > -20.0);
+    free(out);
+}
+
+static void test_json(void **state)
+{
+    struct files *f = *state;
+    char *out = malloc(OUT_LEN);
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s --json 2>/dev/null", f->plan, f->run);
+    assert_int_equal(run_cli(args, out), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step_time_s");
+    assert_true(fabs(cJSON_GetObjectItemCaseSensitive(st, "error_pct")->valuedouble + 20.0) < 0.01);
+    const cJSON *load = cJSON_GetObjectItemCaseSensitive(j, "expert_load");
+    assert_true(fabs(cJSON_GetObjectItemCaseSensitive(load, "observed")->valuedouble - 1.4) < 1e-9);
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j, "time_s");
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(ph, "expert_gemm"));
+    cJSON_Delete(j);
+    free(out);
+}
+
+static void expect_failure(const char *args, const char *needle)
+{
+    char *out = malloc(OUT_LEN);
+    int rc = run_cli(args, out);
+    if (rc == 0 || strstr(out, needle) == NULL) {
+        fail_msg("moefold %s: exit %d, expected non-zero and '%s' in: %s", args, rc, needle, out);
+    }
+    free(out);
+}
+
+static void test_bad_input(void **state)
+{
+    struct files *f = *state;
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, f->bad);
+    expect_failure(args, "bad.json");
+    (void)snprintf(args, sizeof(args), "compare %s %s/missing.json 2>&1", f->plan, f->dir);
+    expect_failure(args, "missing.json");
+    (void)snprintf(args, sizeof(args), "compare %s %s --observed-load 2>&1", f->plan,
+                   f->run_noload);
+    expect_failure(args, "records no expert load");
+    (void)snprintf(args, sizeof(args), "compare %s %s --bogus 2>&1", f->plan, f->run);
+    expect_failure(args, "--bogus");
+    (void)snprintf(args, sizeof(args), "compare %s 2>&1", f->plan);
+    expect_failure(args, "need a plan file and a run file");
+    /* The run file where the plan belongs: named as not a plan. */
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->run, f->run);
+    expect_failure(args, "run.json");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_known_errors),
+        cmocka_unit_test(test_observed_load),
+        cmocka_unit_test(test_json),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests_name("cli_compare", tests, setup, teardown);
+}
