@@ -26,7 +26,7 @@ section "1. DeepSeek-V3 on 1024 H100s, the layout of the published Megatron-Brid
 if "$moefold" --help | grep -q '^  plan '; then
     section "2. Search: DeepSeek-V3 on 256 GB200 (NVL72), GBS 2048, seq 4096"
     "$moefold" plan --model deepseek-v3 --cluster gb200-nvl72 --gpus 256 \
-        --global-batch-size 2048 --seq-length 4096 --top-k 5 --emit "$out/dsv3-gb200-plan.json"
+        --global-batch-size 2048 --seq-length 4096 --top 5 --pareto-window 0 --emit "$out/dsv3-gb200-plan.json"
 fi
 
 section "3. Predictions vs published training runs"

@@ -20,20 +20,8 @@ mkdir -p "$out"
 
 cores=$(nproc)
 np_max=$((cores < 2 ? cores : 2))
-host=$(hostname)
-
 # 1. Calibration: reuse a fresh one from this host, else measure.
-fresh=0
-if [ -f "$cluster" ] && [ -z "$(find "$cluster" -mmin +1440 2>/dev/null)" ] &&
-    grep -q "on $host " "$cluster" 2>/dev/null && [ "${VALIDATE_RECALIBRATE:-0}" != 1 ]; then
-    fresh=1
-fi
-if [ $fresh -eq 1 ]; then
-    echo "# reusing $cluster (calibrated on $host within the last day; VALIDATE_RECALIBRATE=1 redoes it)"
-else
-    echo "# calibrating this host with $np_max rank(s) (moefold calibrate)"
-    "$bin/moefold" calibrate --np "$np_max" --out "$cluster" || exit 1
-fi
+scripts/calibrate-host.sh "$build" "$cluster" "$np_max" || exit 1
 
 # 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan.
 common="--global-batch-size 8 --micro-batch-size 1 --use-distributed-optimizer --moe-grouped-gemm"

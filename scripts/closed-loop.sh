@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The closed loop on this host, as `make demo` shows it: calibrate this host as a cluster (or reuse
+# a fresh calibration), let the planner pick the fastest plan for a small MoE on its cores
+# (moefold plan --emit), train under that plan with mpirun (moefold-train --plan) and print
+# predicted vs measured per phase (moefold compare). Usage: scripts/closed-loop.sh BUILD OUT_DIR.
+# `make validate` runs a fixed suite of plans the same way and prints the error statistics.
+set -euo pipefail
+build=${1:-build}
+out=${2:-$build/demo}
+bin="$build/bin"
+model=tests/data/models/validate-moe.json
+cluster=topologies/local.json
+steps=${DEMO_STEPS:-6}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$out"
+cores=$(nproc)
+np=$((cores < 2 ? cores : 2))
+
+scripts/calibrate-host.sh "$build" "$cluster" "$np"
+
+echo
+echo "# plan: the fastest layout for $(basename "$model") on $np rank(s) of this host"
+"$bin/moefold" plan --model-config "$model" --cluster "$cluster" --gpus "$np" \
+    --global-batch-size 8 --fp32-training --top 5 --pareto-window 0 --emit "$out/local.plan.json"
+
+echo
+echo "# train: mpirun -np $np moefold-train --plan $out/local.plan.json --steps $steps"
+mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$out/local.plan.json" \
+    --steps "$steps" --synthetic --out "$out/local.run.json"
+
+echo
+echo "# compare: predicted vs measured"
+flags=()
+if grep -Eq '"ep":[[:space:]]*([2-9]|[1-9][0-9])' "$out/local.plan.json"; then
+    flags=(--observed-load) # price the routing the untrained router produced
+fi
+"$bin/moefold" compare "$out/local.plan.json" "$out/local.run.json" --cluster "$cluster" \
+    "${flags[@]}"
