@@ -149,15 +149,15 @@ static char *run_bench(const struct calib_opts *o)
     size_t cap = 1 << 16;
     size_t used = 0;
     char *buf = malloc(cap);
-    while (buf != NULL) {
+    bool oom = buf == NULL;
+    while (!oom) {
         if (used + 4096 > cap) {
             if (cap > (size_t)BENCH_MAX_BYTES) {
                 break;
             }
             char *nb = realloc(buf, cap * 2);
             if (nb == NULL) {
-                free(buf);
-                buf = NULL;
+                oom = true;
                 break;
             }
             buf = nb;
@@ -170,7 +170,8 @@ static char *run_bench(const struct calib_opts *o)
         used += got;
     }
     int rc = pclose(p);
-    if (buf == NULL) {
+    if (oom) {
+        free(buf);
         fprintf(stderr, "moefold calibrate: out of memory reading the bench output\n");
         return NULL;
     }

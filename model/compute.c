@@ -399,8 +399,8 @@ static void moe_block(const struct cctx *c,
     double comb = 0.0;
     double d_b = 0.0;
     if (lay->ep > 1) {
-        struct moe_ep_traffic tr_disp;
-        struct moe_ep_traffic tr_comb;
+        struct moe_ep_traffic tr_disp = {0};
+        struct moe_ep_traffic tr_comb = {0};
         if (opt->dispatcher == MOE_DISPATCH_ALLGATHER) {
             double gathered = t_sp * h * c->ab * lay->ep;
             d_f = moe_comm_allgather_s(cl, &g, gathered);

@@ -123,6 +123,8 @@ enum moe_status moe_sched_simulate(const struct moe_sched_input *in,
     double *done_b = done_f + cells;
     double *clock = done_b + cells;
     double *busy = clock + pp;
+    /* The ints follow the doubles (the workspace is double-aligned, so they are aligned too). */
+    // cppcheck-suppress invalidPointerCast
     int *cursor = (int *)(busy + pp);
     for (size_t i = 0; i < 2 * cells; i++) {
         done_f[i] = -1.0;

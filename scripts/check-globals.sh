@@ -17,7 +17,7 @@ while read -r obj; do
              if ((sec ~ /^\.(data|bss)(\.|$)/ && sec !~ /^\.data\.rel\.ro/) || sec == "*COM*") print name } }' |
         grep -vE "$allow")
     if [ -n "$out" ]; then
-        echo "globals: $obj defines writable data: $(echo $out)"
+        echo "globals: $obj defines writable data: $(echo "$out" | tr "\n" " ")"
         bad=1
     fi
 done < <(find "$objdir" -name '*.o')

@@ -4,7 +4,8 @@
 set -u
 build=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export MOEFOLD_BIN="$build/bin" MOEFOLD_ROOT="$(pwd)"
+MOEFOLD_ROOT=$(pwd)
+export MOEFOLD_BIN="$build/bin" MOEFOLD_ROOT
 rc=0
 for bin in $(find "$build/bin/bench" -type f -perm -u+x 2>/dev/null | sort); do
     name=$(basename "$bin")

@@ -7,7 +7,8 @@ set -u
 build=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
-export MOEFOLD_BIN="$build/bin" MOEFOLD_ROOT="$(pwd)"
+MOEFOLD_ROOT=$(pwd)
+export MOEFOLD_BIN="$build/bin" MOEFOLD_ROOT
 fail=0
 runs=0
 failed=()
