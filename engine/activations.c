@@ -24,7 +24,14 @@ struct placement {
     struct moe_eng_arena *slot;    /* activations */
     struct moe_eng_arena *scratch; /* recompute scratch */
     struct moe_eng_arena *stage;   /* offload staging half of this layer */
+    struct moe_eng_arena *mirror;  /* CUDA: host staging for host copies; NULL on the CPU */
 };
+
+/* Host copy of n ints of engine memory at x: x itself on the CPU backend (no mirror arena). */
+static int *mirror_ints(struct moe_eng_arena *mirror, int *x, size_t n)
+{
+    return mirror != NULL ? moe_eng_arena_ints(mirror, n) : x;
+}
 
 static void *take(struct placement *pl, enum moe_eng_store s, size_t bytes)
 {
@@ -121,10 +128,19 @@ static void carve_moe(const struct moe_eng_dims *d,
     a->slot_to_row = ti(pl, s, ms * K);
     a->row_to_slot = ti(pl, s, ms * K);
     size_t halves = d->ep_overlap ? 2 : 1; /* the EP overlap keeps counts per half */
-    a->tokens_per_expert = ti(pl, s, halves * E);
+    /* tokens_per_expert, recv_counts and gath_counts in one block (one copy to the host). */
+    size_t n_recv = halves * (size_t)d->ep * (size_t)d->experts_l;
+    size_t n_gath = halves * (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l;
+    size_t n_counts = halves * E + n_recv + n_gath;
+    int *counts = ti(pl, s, n_counts);
+    a->tokens_per_expert = counts;
+    a->recv_counts = counts != NULL ? counts + halves * E : NULL;
+    a->gath_counts = counts != NULL ? counts + halves * E + n_recv : NULL;
+    int *h_counts = mirror_ints(pl->mirror, counts, n_counts);
+    a->hc_tpe = h_counts;
+    a->hc_recv = h_counts != NULL ? h_counts + halves * E : NULL;
+    a->hc_gath = h_counts != NULL ? h_counts + halves * E + n_recv : NULL;
     a->counts_mb = ti(pl, s, E);
-    a->recv_counts = ti(pl, s, halves * (size_t)d->ep * (size_t)d->experts_l);
-    a->gath_counts = ti(pl, s, halves * (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l);
     a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
     a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * 2 * fel);
     a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
@@ -216,6 +232,8 @@ void moe_eng_acts_carve(struct moe_eng *e)
     struct moe_eng_arena *acts = &e->mem[MOE_ENG_MEM_ACTIVATIONS].arena;
     struct moe_eng_arena *bufs = &e->mem[MOE_ENG_MEM_BUFFERS].arena;
     struct moe_eng_arena *host = &e->mem[MOE_ENG_MEM_HOST].arena;
+    /* CUDA: host copies of device data (NULL on the CPU, where the data is host memory). */
+    struct moe_eng_arena *mirror = e->is_device ? &e->mem[MOE_ENG_MEM_STAGING].arena : NULL;
     bool sizing = acts->is_sizing;
     struct moe_eng_arena scratch;
     struct moe_eng_arena stage[2];
@@ -248,7 +266,8 @@ void moe_eng_acts_carve(struct moe_eng *e)
                     moe_eng_arena_reset(&scratch);
                 }
                 moe_eng_arena_reset(&stage[i % 2]);
-                struct placement pl = {.slot = acts, .scratch = &scratch, .stage = &stage[i % 2]};
+                struct placement pl = {
+                    .slot = acts, .scratch = &scratch, .stage = &stage[i % 2], .mirror = mirror};
                 struct moe_eng_layer_act *a = &sl->acts[i];
                 carve_layer(e, &e->layers[ch->first_layer + i], rc, i == 0, &pl, a);
                 if (i == 0) {
@@ -269,26 +288,45 @@ void moe_eng_acts_carve(struct moe_eng *e)
     size_t mt = (size_t)e->plan.layout.num_microbatches * (size_t)d->tokens;
     e->ids = moe_eng_arena_ints(bufs, mt);
     e->targets = moe_eng_arena_ints(bufs, mt);
-    e->positions = moe_eng_arena_ints(bufs, (size_t)d->tokens);
-    e->cp_chunk_rows = moe_eng_arena_ints(bufs, (size_t)d->cp * (size_t)d->mbs);
-    e->cp_chunk_order = moe_eng_arena_ints(bufs, (size_t)d->cp * (size_t)d->mbs);
+    e->h_ids = mirror_ints(mirror, e->ids, mt);
+    e->h_targets = mirror_ints(mirror, e->targets, mt);
+    size_t ncp = (size_t)d->cp * (size_t)d->mbs;
+    /* positions, cp_chunk_rows and cp_chunk_order: one block, uploaded once below. */
+    size_t n_tab = (size_t)d->tokens + 2 * ncp;
+    int *tab = moe_eng_arena_ints(bufs, n_tab);
+    int *h_tab = mirror_ints(mirror, tab, n_tab);
+    e->positions = tab;
+    e->cp_chunk_rows = tab != NULL ? tab + d->tokens : NULL;
+    e->cp_chunk_order = tab != NULL ? tab + (size_t)d->tokens + ncp : NULL;
+    /* Host-only statistics: with the engine's buffers on the CPU, in host staging on CUDA. */
     e->step_counts = moe_eng_arena_take(
-        bufs, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1) * sizeof(long));
+        mirror != NULL ? mirror : bufs,
+        (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1) * sizeof(long));
+    /* Scalar slots of a step and the buckets' sums of squares, with their host copies. */
+    e->scal = moe_eng_arena_floats(bufs, (size_t)e->cap_scal);
+    e->h_scal = mirror != NULL ? moe_eng_arena_floats(mirror, (size_t)e->cap_scal) : e->scal;
+    size_t nb = (size_t)(e->num_buckets > 0 ? e->num_buckets : 1);
+    e->bucket_ss = moe_eng_arena_floats(bufs, nb);
+    e->h_bucket_ss = mirror != NULL ? moe_eng_arena_floats(mirror, nb) : e->bucket_ss;
     if (!sizing) {
+        int *pos = h_tab;
+        int *rows = h_tab + d->tokens;
+        int *order = h_tab + (size_t)d->tokens + ncp;
         for (int b = 0; b < d->mbs; b++) {
             for (int t = 0; t < d->seq_l; t++) {
-                e->positions[b * d->seq_l + t] = d->pos0 + t;
+                pos[b * d->seq_l + t] = d->pos0 + t;
             }
         }
         /* All-gathered K/V arrive as [CP][B][Tl]; attention wants [B][CP][Tl]. */
         for (int i = 0; i < d->cp * d->mbs; i++) {
-            e->cp_chunk_rows[i] = d->seq_l;
+            rows[i] = d->seq_l;
         }
         for (int b = 0; b < d->mbs; b++) {
             for (int c = 0; c < d->cp; c++) {
-                e->cp_chunk_order[b * d->cp + c] = c * d->mbs + b;
+                order[b * d->cp + c] = c * d->mbs + b;
             }
         }
+        moe_eng_copy_from_host(e->ctx.dev, tab, h_tab, n_tab * sizeof(int));
     }
 }
 
@@ -338,17 +376,20 @@ static void qdq_reserve(const struct moe_eng *e, struct tsim *s)
     tf_(s, wmax);
 }
 
-static void sim_ep_plan(const struct moe_eng_dims *d, struct tsim *s)
+/* ep_plan_from (engine/moe_block.c): host arrays (in the temp arena on the CPU backend), and on
+ * CUDA the kernels' block uploaded to the temp arena. */
+static void sim_ep_plan(const struct moe_eng *e, struct tsim *s)
 {
-    for (int i = 0; i < 4; i++) {
-        ti_(s, (size_t)d->ep);
-    }
-    ti_(s, (size_t)d->etp);
-    ti_(s, (size_t)d->etp);
+    const struct moe_eng_dims *d = &e->d;
     size_t nch = (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l;
-    ti_(s, nch);
-    ti_(s, nch);
-    ti_(s, (size_t)d->experts_l);
+    if (!e->is_device) {
+        for (int i = 0; i < 4; i++) {
+            ti_(s, (size_t)d->ep);
+        }
+        ti_(s, (size_t)d->etp);
+        ti_(s, (size_t)d->etp);
+    }
+    ti_(s, 2 * nch + (size_t)d->experts_l);
 }
 
 static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
@@ -459,12 +500,12 @@ static void sim_moe_overlap(const struct moe_eng *e, struct tsim *s, bool bwd)
         tf_(s, (size_t)d->rows_recv * C);
         tf_(s, (size_t)d->rows_exp * C);
         ti_(s, (size_t)d->ep);
-        sim_ep_plan(d, s);
-        sim_ep_plan(d, s);
+        sim_ep_plan(e, s);
+        sim_ep_plan(e, s);
     } else {
         tf_(s, (size_t)d->tokens_sp * (size_t)d->topk);
-        sim_ep_plan(d, s);
-        sim_ep_plan(d, s);
+        sim_ep_plan(e, s);
+        sim_ep_plan(e, s);
         tf_(s, (size_t)d->rows_send * C);
         tf_(s, (size_t)d->rows_recv * C);
         tf_(s, (size_t)d->rows_exp * C);
@@ -493,7 +534,7 @@ static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
         tf_(s, (size_t)d->rows_recv * C);
         tf_(s, (size_t)d->rows_exp * C);
     }
-    sim_ep_plan(d, s);
+    sim_ep_plan(e, s);
     tf_(s, (size_t)d->rows_exp * C);
     qdq_reserve(e, s);
     if (e->is_hierarchical) {
@@ -517,7 +558,7 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     }
     tf_(s, ms * (size_t)d->topk);
     size_t mark = moe_eng_arena_mark(&s->a);
-    sim_ep_plan(d, s);
+    sim_ep_plan(e, s);
     tf_(s, (size_t)d->rows_exp * C);
     if (e->is_hierarchical) {
         sim_hier(e, s);
@@ -573,7 +614,8 @@ size_t moe_eng_temp_bytes(const struct moe_eng *e)
     moe_eng_arena_release(&s.a, m0);
     tf_(&s, (size_t)d->tokens * (size_t)d->hidden); /* embedding forward / backward */
     moe_eng_arena_release(&s.a, m0);
-    ti_(&s, (size_t)(d->experts > 0 ? d->experts : 1)); /* optimizer expert counts */
+    /* optimizer expert counts of every layer */
+    ti_(&s, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1));
     moe_eng_arena_release(&s.a, m0);
     if (d->ffn_l > 0) {
         sim_mlp_fwd(e, &s);

@@ -89,16 +89,18 @@ static size_t payload_bytes(const struct moe_eng *e)
     return n;
 }
 
-/* Walk the payload: copy to (save) or from (load) buf. */
+/* Walk the payload: copy to (save) or from (load) buf (host). The tensors are engine memory:
+ * explicit copies (engine/device.h), plain memcpy on the CPU backend. */
 static void walk(struct moe_eng *e, unsigned char *buf, bool is_save)
 {
     size_t off = 0;
+    const moe_eng_dev_t *dev = e->ctx.dev;
 #define MOVE(ptr, bytes)                                                                           \
     do {                                                                                           \
         if (is_save) {                                                                             \
-            memcpy(buf + off, (ptr), (bytes));                                                     \
+            moe_eng_copy_to_host(dev, buf + off, (ptr), (bytes));                                  \
         } else {                                                                                   \
-            memcpy((ptr), buf + off, (bytes));                                                     \
+            moe_eng_copy_from_host(dev, (ptr), buf + off, (bytes));                                \
         }                                                                                          \
         off += (bytes);                                                                            \
     } while (0)
@@ -115,6 +117,7 @@ static void walk(struct moe_eng *e, unsigned char *buf, bool is_save)
         }
     }
 #undef MOVE
+    moe_eng_dev_sync(dev);
 }
 
 static enum moe_status make_dir(const char *path, struct moe_diag *diag)

@@ -127,15 +127,22 @@ void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start)
     memset(t->phase_s, 0, sizeof(t->phase_s));
     t->current = start;
     t->t_last = moe_eng_now();
+    if (t->dev != NULL) {
+        moe_eng_dev_timer_start(t->dev);
+    }
 }
 
 enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p)
 {
     enum moe_phase prev = t->current;
     if (p != prev) {
-        double now = moe_eng_now();
-        t->phase_s[prev] += now - t->t_last;
-        t->t_last = now;
+        if (t->dev != NULL) {
+            moe_eng_dev_timer_mark(t->dev, (int)prev, t->phase_s);
+        } else {
+            double now = moe_eng_now();
+            t->phase_s[prev] += now - t->t_last;
+            t->t_last = now;
+        }
         t->current = p;
     }
     return prev;
@@ -143,13 +150,63 @@ enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p)
 
 void moe_eng_timer_flush(struct moe_eng_timer *t)
 {
+    if (t->dev != NULL) {
+        moe_eng_dev_timer_mark(t->dev, (int)t->current, t->phase_s);
+        moe_eng_dev_timer_fold(t->dev, t->phase_s);
+        return;
+    }
     double now = moe_eng_now();
     t->phase_s[t->current] += now - t->t_last;
     t->t_last = now;
 }
 
-enum moe_status moe_eng_ctx_init(
-    struct moe_eng_ctx *ctx, moe_comm_t *world, uint64_t seed, FILE *log_stream, int verbosity)
+/* Rank and size among the members of world that share this host (collective over world). */
+static enum moe_status node_rank(moe_comm_t *world, int *rank, int *size)
+{
+    moe_comm_t *node = NULL;
+    MOE_TRY(moe_comm_split_shared(world, "node", &node));
+    *rank = moe_comm_rank(node);
+    *size = moe_comm_size(node);
+    moe_comm_destroy(node);
+    return MOE_OK;
+}
+
+/* The device runtime and the CUDA kernel context of this rank: one GPU per rank of the node. */
+static enum moe_status cuda_init(struct moe_eng_ctx *ctx, int gemm_math, struct moe_diag *diag)
+{
+    int local = 0;
+    int local_size = 1;
+    MOE_TRY(node_rank(ctx->world, &local, &local_size));
+    int count = moe_eng_dev_count();
+    if (count <= 0) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED, "no CUDA device on %s", ctx->host);
+    }
+    if (local_size > count) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "%d ranks run on %s but it has %d GPU(s): the CUDA backend needs one "
+                            "GPU per rank (NCCL cannot put two ranks on one GPU); start at most %d "
+                            "ranks per node",
+                            local_size, ctx->host, count, count);
+    }
+    MOE_TRY(moe_eng_dev_create(local % count, &ctx->dev, diag));
+    enum moe_status st = moe_eng_dev_kernel_ctx(ctx->dev, gemm_math, &ctx->kctx);
+    if (st != MOE_OK) {
+        return moe_diag_set(diag, st, "cannot create the CUDA kernel context on device %d",
+                            local % count);
+    }
+    ctx->timer.dev = ctx->dev;
+    moe_eng_timer_reset(&ctx->timer, MOE_PHASE_HOST_OVERHEAD);
+    return MOE_OK;
+}
+
+enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
+                                 moe_comm_t *world,
+                                 uint64_t seed,
+                                 FILE *log_stream,
+                                 int verbosity,
+                                 enum moe_k_backend backend,
+                                 int gemm_math,
+                                 struct moe_diag *diag)
 {
     memset(ctx, 0, sizeof(*ctx));
     ctx->world = world;
@@ -162,8 +219,15 @@ enum moe_status moe_eng_ctx_init(
         .stream = log_stream, .rank = ctx->rank, .verbosity = verbosity, .is_all_ranks = false};
     moe_eng_rng_seed(&ctx->rng, seed);
     moe_eng_timer_reset(&ctx->timer, MOE_PHASE_HOST_OVERHEAD);
-    struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
-    MOE_TRY(moe_k_ctx_create(&desc, &ctx->kctx));
+    if (backend == MOE_K_BACKEND_CUDA) {
+        MOE_TRY(cuda_init(ctx, gemm_math, diag));
+    } else {
+        struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
+        enum moe_status st = moe_k_ctx_create(&desc, &ctx->kctx);
+        if (st != MOE_OK) {
+            return moe_diag_set(diag, st, "cannot create the CPU kernel context");
+        }
+    }
     ctx->k = moe_k_ctx_ops(ctx->kctx);
     return MOE_OK;
 }
@@ -172,4 +236,7 @@ void moe_eng_ctx_fini(struct moe_eng_ctx *ctx)
 {
     moe_k_ctx_destroy(ctx->kctx);
     ctx->kctx = NULL;
+    moe_eng_dev_destroy(ctx->dev);
+    ctx->dev = NULL;
+    ctx->timer.dev = NULL;
 }

@@ -7,13 +7,18 @@
  *
  * Phase timing: exactly one phase is current at any time; moe_eng_phase_enter switches and adds the
  * elapsed wall time to the phase being left, so the phases of a step partition its wall time and
- * sum to the step time by construction. Phase names are the cost model's (model/cost.h).
+ * sum to the step time by construction. Phase names are the cost model's (model/cost.h). On the
+ * CUDA backend the clock is the compute stream's: each switch records a CUDA event there
+ * (engine/device.h) and the intervals between consecutive events are added to the phase they
+ * close when the event pool fills and at moe_eng_timer_flush, so the phases partition the GPU
+ * time line of the step instead of the host's (the host runs ahead of the GPU).
  */
 #ifndef MOE_ENGINE_CONTEXT_H
 #define MOE_ENGINE_CONTEXT_H
 
 #include "engine/arena.h"
 #include "engine/comm.h"
+#include "engine/device.h"
 #include "kernels/kernels.h"
 #include "model/cost.h"
 
@@ -61,7 +66,8 @@ double moe_eng_now(void);
 struct moe_eng_timer {
     double phase_s[MOE_NUM_PHASES]; /* seconds per phase since the last reset */
     enum moe_phase current;         /* phase being timed now */
-    double t_last;                  /* when `current` was entered */
+    double t_last;                  /* when `current` was entered (host clock) */
+    moe_eng_dev_t *dev;             /* CUDA: time on the compute stream's events; NULL: host */
 };
 /* Zero the phases and start timing `start` now. */
 void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start);
@@ -81,11 +87,23 @@ struct moe_eng_ctx {
     struct moe_eng_timer timer;
     moe_k_ctx_t *kctx;         /* kernel context (owned) */
     const struct moe_k_ops *k; /* its ops table */
+    moe_eng_dev_t *dev;        /* CUDA: device runtime (owned); NULL on the CPU backend */
 };
 
-/* Fill ctx for the root group world (borrowed); creates the CPU kernel context (1 thread). */
-MOE_NODISCARD enum moe_status moe_eng_ctx_init(
-    struct moe_eng_ctx *ctx, moe_comm_t *world, uint64_t seed, FILE *log_stream, int verbosity);
+/*
+ * Fill ctx for the root group world (borrowed, MPI; collective over it): the CPU kernel context (1
+ * thread), or with backend CUDA the device runtime on GPU (node-local rank mod GPUs on the node)
+ * and the CUDA kernel context on its stream with GEMM math gemm_math (enum moe_eng_gemm_math).
+ * MOE_ERR_UNSUPPORTED (no CUDA build or device: diag says why), MOE_ERR_NOMEM.
+ */
+MOE_NODISCARD enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
+                                               moe_comm_t *world,
+                                               uint64_t seed,
+                                               FILE *log_stream,
+                                               int verbosity,
+                                               enum moe_k_backend backend,
+                                               int gemm_math,
+                                               struct moe_diag *diag);
 void moe_eng_ctx_fini(struct moe_eng_ctx *ctx);
 
 #ifdef __cplusplus

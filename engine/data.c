@@ -197,7 +197,11 @@ void moe_eng_data_next_batch(struct moe_eng *e)
         int mb = j / lay->dp;
         int b = g % lay->mbs;
         size_t off = (size_t)mb * (size_t)d->tokens + (size_t)b * (size_t)d->seq_l;
-        fill_sequence(e, draw, d->pos0, d->seq_l, e->ids + off, e->targets + off);
+        fill_sequence(e, draw, d->pos0, d->seq_l, e->h_ids + off, e->h_targets + off);
     }
     e->data.next_seq += (uint64_t)lay->gbs;
+    /* CUDA: the batch to the device (no-op on the CPU, where h_ids is ids). */
+    size_t bytes = (size_t)lay->num_microbatches * (size_t)d->tokens * sizeof(int);
+    moe_eng_copy_from_host(e->ctx.dev, e->ids, e->h_ids, bytes);
+    moe_eng_copy_from_host(e->ctx.dev, e->targets, e->h_targets, bytes);
 }

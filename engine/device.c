@@ -21,6 +21,8 @@
 #include <string.h>
 
 #if defined(MOE_HAVE_CUDA_KERNELS)
+#include "kernels/cuda/cuda_backend.h"
+
 #include <cuda_runtime_api.h>
 #endif
 
@@ -67,6 +69,24 @@ int moe_eng_dev_count(void)
         return 0;
     }
     return count;
+}
+
+bool moe_eng_dev_available(char *why, size_t len)
+{
+#if !defined(MOE_HAVE_NCCL)
+    (void)snprintf(why, len, "this build has the CUDA kernels but no NCCL (nccl.h not found)");
+    return false;
+#else
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaSuccess && count > 0) {
+        return true;
+    }
+    (void)snprintf(why, len, "cudaGetDeviceCount: %s",
+                   err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    (void)cudaGetLastError();
+    return false;
+#endif
 }
 
 enum moe_status moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct moe_diag *diag)
@@ -134,6 +154,26 @@ struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev)
 const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
 {
     return dev != NULL ? dev->name : "";
+}
+
+enum moe_status moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_ctx_t **out)
+{
+    MOE_ASSERT(dev != NULL);
+    struct moe_k_ctx_desc desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.backend = MOE_K_BACKEND_CUDA;
+    desc.num_threads = 1;
+    desc.device_idx = dev->device;
+    desc.stream = dev->stream;
+    MOE_TRY(moe_k_ctx_create(&desc, out));
+    enum moe_k_cuda_gemm_math m = MOE_K_CUDA_GEMM_FP32;
+    if (gemm_math == 1) {
+        m = MOE_K_CUDA_GEMM_TF32;
+    } else if (gemm_math == 2) {
+        m = MOE_K_CUDA_GEMM_BF16;
+    }
+    moe_k_cuda_set_gemm_math(*out, m);
+    return MOE_OK;
 }
 
 enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)
@@ -313,6 +353,12 @@ int moe_eng_dev_count(void)
     return 0;
 }
 
+bool moe_eng_dev_available(char *why, size_t len)
+{
+    (void)snprintf(why, len, "this build has no CUDA backend (no nvcc, or NO_CUDA=1)");
+    return false;
+}
+
 enum moe_status moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct moe_diag *diag)
 {
     *out = NULL;
@@ -349,6 +395,14 @@ const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
 {
     (void)dev;
     return "";
+}
+
+enum moe_status moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_ctx_t **out)
+{
+    (void)dev;
+    (void)gemm_math;
+    *out = NULL;
+    return MOE_ERR_UNSUPPORTED;
 }
 
 enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)

@@ -26,6 +26,7 @@
 #ifndef MOE_ENGINE_DEVICE_H
 #define MOE_ENGINE_DEVICE_H
 
+#include "kernels/kernels.h"
 #include "model/status.h"
 
 #include <stdbool.h>
@@ -43,6 +44,10 @@ typedef struct moe_eng_dev moe_eng_dev_t;
 bool moe_eng_dev_is_built(void);
 /* CUDA devices visible to this process; 0 without the CUDA build or without a usable device. */
 int moe_eng_dev_count(void);
+/* True when the CUDA backend can run here (CUDA and NCCL built, a device visible); otherwise
+ * false with the reason in why[len] ("this build has no CUDA backend", "cudaGetDeviceCount: no
+ * CUDA-capable device is detected", ...), for a one-line note before falling back to the CPU. */
+bool moe_eng_dev_available(char *why, size_t len);
 
 /*
  * Make the runtime on device device_idx (made current for this host thread): a compute stream and
@@ -60,6 +65,14 @@ struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev);
 struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev);
 /* "NVIDIA H200" (cudaDeviceProp.name); "" on the host. */
 const char *moe_eng_dev_name(const moe_eng_dev_t *dev);
+
+/*
+ * The CUDA kernel context (kernels/cuda) on dev's compute stream, its GEMMs computing in
+ * gemm_math (enum moe_eng_gemm_math of engine/engine.h: 0 FP32, 1 TF32, 2 BF16). The caller owns
+ * *out (moe_k_ctx_destroy). Errors as moe_k_ctx_create's.
+ */
+MOE_NODISCARD enum moe_status
+moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_ctx_t **out);
 
 /* ---- Engine memory (device with dev, host heap without) ------------------------------------- */
 

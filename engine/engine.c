@@ -100,10 +100,19 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                             "precision-aware optimizer dtypes");
     }
 
+    if (e->opts.use_cuda_graphs && e->is_device) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED, "--cuda-graphs is not implemented yet");
+    }
     bool hier = e->opts.has_dispatcher_override ? e->opts.is_hierarchical
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
     e->is_hierarchical = hier && e->d.experts > 0;
+    if (e->is_hierarchical && e->is_device) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "the hierarchical dispatcher is not implemented on the CUDA backend "
+                            "(its per-token routing bookkeeping runs on the host); use "
+                            "--dispatcher flat, or --backend cpu");
+    }
     if (o->overlap_moe_ep_comm && e->d.experts > 0) {
         if (e->is_hierarchical || e->d.etp > 1 || e->d.capacity > 0) {
             return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
@@ -114,6 +123,17 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
         e->d.ep_overlap = true;
     }
     return e->is_hierarchical ? setup_hierarchical(e, diag) : MOE_OK;
+}
+
+/* Scalar slots a schedule may take: per forward of a layer (not recomputed), two router losses
+ * and two sums for the finite check. */
+static int scal_capacity(const struct moe_eng *e)
+{
+    long layers = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        layers += e->chunks[v].num_layers;
+    }
+    return (int)(4L * layers * e->plan.layout.num_microbatches + 4);
 }
 
 static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
@@ -131,9 +151,15 @@ static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
     e->stats.cap_steps = e->opts.num_steps > 0 ? e->opts.num_steps : 1;
     e->stats.step_s = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
     e->stats.loss = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
+    e->cap_scal = scal_capacity(e);
+    size_t sb = (size_t)e->cap_scal * sizeof(int);
+    e->scal_kind = moe_eng_heap_alloc(h, sb);
+    e->scal_layer = moe_eng_heap_alloc(h, sb);
+    e->scal_seq = moe_eng_heap_alloc(h, sb);
     if (e->params == NULL || e->buckets == NULL || e->layers == NULL ||
         e->stats.expert_tokens == NULL || e->stats.phase_sum == NULL || e->stats.step_s == NULL ||
-        e->stats.loss == NULL) {
+        e->stats.loss == NULL || e->scal_kind == NULL || e->scal_layer == NULL ||
+        e->scal_seq == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the parameter registry");
     }
     return MOE_OK;
@@ -146,6 +172,51 @@ static void carve_all(struct moe_eng *e)
     moe_eng_acts_carve(e);
 }
 
+/* Categories that live in engine memory (device memory on the CUDA backend). */
+static bool is_engine_memory(int c)
+{
+    return c != MOE_ENG_MEM_HOST && c != MOE_ENG_MEM_STAGING;
+}
+
+/* One block for category c: device memory for engine categories on CUDA, else the host heap. */
+static enum moe_status alloc_category(struct moe_eng *e, int c, struct moe_diag *diag)
+{
+    size_t bytes = e->mem[c].bytes;
+    e->mem[c].block = NULL;
+    if (bytes == 0) {
+        return MOE_OK;
+    }
+    if (e->is_device && is_engine_memory(c)) {
+        enum moe_status st = moe_eng_dev_alloc(e->ctx.dev, &e->mem[c].block, bytes);
+        if (st != MOE_OK) {
+            size_t fr = 0, tot = 0;
+            moe_eng_dev_mem_info(e->ctx.dev, &fr, &tot);
+            return moe_diag_set(diag, MOE_ERR_NOMEM,
+                                "out of device memory: %.2f GiB for memory category %d (%.2f of "
+                                "%.2f GiB free); lower mbs, recompute or raise parallelism",
+                                (double)bytes / 1073741824.0, c, (double)fr / 1073741824.0,
+                                (double)tot / 1073741824.0);
+        }
+        return MOE_OK;
+    }
+    e->mem[c].block = moe_eng_heap_alloc(&e->ctx.heap, bytes);
+    if (e->mem[c].block == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory: %zu bytes for memory category %d",
+                            bytes, c);
+    }
+    return MOE_OK;
+}
+
+static void free_category(struct moe_eng *e, int c)
+{
+    if (e->is_device && is_engine_memory(c)) {
+        moe_eng_dev_free(e->ctx.dev, e->mem[c].block);
+    } else {
+        moe_eng_heap_free(&e->ctx.heap, e->mem[c].block, e->mem[c].bytes);
+    }
+    e->mem[c].block = NULL;
+}
+
 static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
 {
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
@@ -155,19 +226,17 @@ static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
     e->staging_bytes = 0;
     carve_all(e);
     size_t temp = moe_eng_temp_bytes(e);
+    size_t htemp = e->is_device ? moe_eng_host_temp_bytes(e) : 0;
     size_t sizes[MOE_ENG_NUM_MEM];
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
         sizes[c] = e->mem[c].arena.used;
     }
     sizes[MOE_ENG_MEM_BUFFERS] +=
         moe_eng_align(e->rc_scratch_bytes) + moe_eng_align(e->staging_bytes) + moe_eng_align(temp);
+    sizes[MOE_ENG_MEM_STAGING] += moe_eng_align(htemp);
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
         e->mem[c].bytes = sizes[c];
-        e->mem[c].block = sizes[c] > 0 ? moe_eng_heap_alloc(&e->ctx.heap, sizes[c]) : NULL;
-        if (sizes[c] > 0 && e->mem[c].block == NULL) {
-            return moe_diag_set(diag, MOE_ERR_NOMEM,
-                                "out of memory: %zu bytes for memory category %d", sizes[c], c);
-        }
+        MOE_TRY(alloc_category(e, c, diag));
         moe_eng_arena_init(&e->mem[c].arena, e->mem[c].block, sizes[c]);
     }
     struct moe_eng_arena *bufs = &e->mem[MOE_ENG_MEM_BUFFERS].arena;
@@ -175,6 +244,11 @@ static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
     e->staging = moe_eng_arena_take(bufs, e->staging_bytes);
     void *temp_block = moe_eng_arena_take(bufs, temp);
     moe_eng_arena_init(&e->temp, temp_block, moe_eng_align(temp));
+    if (e->is_device) {
+        void *ht = moe_eng_arena_take(&e->mem[MOE_ENG_MEM_STAGING].arena, htemp);
+        moe_eng_arena_init(&e->htemp_arena, ht, moe_eng_align(htemp));
+        e->htemp = &e->htemp_arena;
+    }
     carve_all(e);
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
         MOE_ASSERT(e->mem[c].arena.used == e->mem[c].bytes);
@@ -199,14 +273,18 @@ static enum moe_status create_body(struct moe_eng *e, struct moe_diag *diag)
 {
     MOE_TRY(moe_eng_groups_create(e->ctx.world, &e->plan.layout, e->opts.ranks_per_node, &e->groups,
                                   diag));
+    if (e->is_device) {
+        /* Every group of the folding on NCCL (device buffers); the world stays MPI (host data). */
+        MOE_TRY(moe_eng_groups_to_nccl(&e->groups, moe_eng_dev_stream(e->ctx.dev),
+                                       moe_eng_dev_comm_stream(e->ctx.dev), diag));
+    }
     MOE_TRY(moe_eng_dims_init(e, diag));
     e->global_mbs = e->plan.layout.gbs / e->plan.layout.mbs; /* resolve checked divisibility */
     MOE_TRY(check_options(e, diag));
     MOE_TRY(moe_eng_schedule_build(e, diag));
     MOE_TRY(alloc_registry(e, diag));
     MOE_TRY(allocate_memory(e, diag));
-    moe_eng_params_init(e);
-    return MOE_OK;
+    return moe_eng_params_init(e, diag);
 }
 
 enum moe_status moe_eng_create(const struct moe_plan *plan,
@@ -221,17 +299,21 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     if (e == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the engine");
     }
-    enum moe_status st = moe_eng_ctx_init(&e->ctx, world, opts->seed, opts->log, opts->verbosity);
+    enum moe_status st = moe_eng_ctx_init(&e->ctx, world, opts->seed, opts->log, opts->verbosity,
+                                          opts->backend, (int)opts->gemm_math, diag);
     if (st != MOE_OK) {
+        moe_eng_ctx_fini(&e->ctx);
         moe_eng_heap_free(&boot, e, sizeof(*e));
-        return moe_diag_set(diag, st, "cannot create the CPU kernel context");
+        return st;
     }
     e->ctx.heap = boot;
     e->plan = *plan;
-    e->plan.options.is_fp32_training = true; /* the CPU engine stores everything in fp32 */
+    e->plan.options.is_fp32_training = true; /* the engine stores everything in fp32 */
     e->opts = *opts;
     e->k = e->ctx.k;
     e->kc = e->ctx.kctx;
+    e->is_device = e->ctx.dev != NULL;
+    e->htemp = &e->temp; /* the CUDA backend's host arena is set up with the memory */
     st = resolve_layout(e, diag);
     if (st == MOE_OK) {
         st = create_body(e, diag);
@@ -247,10 +329,10 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     }
     if (st == MOE_OK) {
         /* Count only the training's traffic, not the set-up's. */
-        moe_comm_t *all[] = {e->groups.tp,      e->groups.cp,    e->groups.dp,    e->groups.dpcp,
-                             e->groups.tpcp,    e->groups.pp,    e->groups.ep,    e->groups.etp,
-                             e->groups.edp,     e->groups.stage, e->groups.embed, e->groups.ep_node,
-                             e->groups.ep_cross};
+        moe_comm_t *all[] = {
+            e->groups.tp,    e->groups.cp,     e->groups.dp,      e->groups.dpcp,    e->groups.tpcp,
+            e->groups.pp,    e->groups.pp_bwd, e->groups.ep,      e->groups.etp,     e->groups.edp,
+            e->groups.stage, e->groups.embed,  e->groups.ep_node, e->groups.ep_cross};
         for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
             if (all[i] != NULL) {
                 moe_comm_reset_stats(all[i]);
@@ -289,7 +371,7 @@ void moe_eng_destroy(moe_eng_t *e)
     struct moe_eng_heap *h = &e->ctx.heap;
     moe_eng_data_fini(e);
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
-        moe_eng_heap_free(h, e->mem[c].block, e->mem[c].bytes);
+        free_category(e, c);
     }
     if (e->chunks != NULL) {
         int m = e->plan.layout.num_microbatches;
@@ -315,6 +397,10 @@ void moe_eng_destroy(moe_eng_t *e)
     moe_eng_heap_free(h, e->stats.phase_sum, MOE_NUM_PHASES * sizeof(double));
     moe_eng_heap_free(h, e->stats.step_s, (size_t)e->stats.cap_steps * sizeof(double));
     moe_eng_heap_free(h, e->stats.loss, (size_t)e->stats.cap_steps * sizeof(double));
+    size_t sb = (size_t)e->cap_scal * sizeof(int);
+    moe_eng_heap_free(h, e->scal_kind, sb);
+    moe_eng_heap_free(h, e->scal_layer, sb);
+    moe_eng_heap_free(h, e->scal_seq, sb);
     moe_eng_groups_destroy(&e->groups);
     moe_eng_ctx_fini(&e->ctx);
     struct moe_eng_heap last = *h;
@@ -326,6 +412,10 @@ void moe_eng_destroy(moe_eng_t *e)
 static void begin_step(struct moe_eng *e)
 {
     moe_eng_arena_reset(&e->temp);
+    moe_eng_arena_reset(e->htemp);
+    e->num_scal = 0;
+    e->check_seq = 0;
+    e->nan_seq = 0;
     e->loss_sum = 0.0;
     e->aux_sum = 0.0;
     e->dropped = 0.0;
@@ -346,8 +436,14 @@ moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_dia
     moe_eng_run_schedule(e);
     double gnorm = 0.0;
     enum moe_status st = moe_eng_optimizer_step(e, &gnorm, diag);
-    moe_eng_timer_flush(&e->ctx.timer);
+    moe_eng_timer_flush(&e->ctx.timer); /* CUDA: waits for the step's last event */
     double dt = moe_eng_now() - t0;
+    if (e->is_device) {
+        size_t fr = 0, tot = 0;
+        moe_eng_dev_mem_info(e->ctx.dev, &fr, &tot);
+        double used = (double)(tot - fr);
+        e->device_used_max = used > e->device_used_max ? used : e->device_used_max;
+    }
     memset(res, 0, sizeof(*res));
     res->step = e->step + 1;
     res->loss = e->loss_sum;
@@ -446,6 +542,13 @@ void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out)
     out->host_offload = (double)e->mem[MOE_ENG_MEM_HOST].bytes;
     out->data = (double)e->data.text_bytes_alloc;
     out->peak_rss = peak_rss_bytes();
+    if (e->is_device) {
+        size_t fr = 0, tot = 0;
+        moe_eng_dev_mem_info(e->ctx.dev, &fr, &tot);
+        double now = (double)(tot - fr);
+        out->device_total = (double)tot;
+        out->device_used = now > e->device_used_max ? now : e->device_used_max;
+    }
     long np = 0;
     for (int p = 0; p < e->num_params; p++) {
         np += (long)e->params[p].numel;
@@ -462,6 +565,11 @@ const struct moe_layout *moe_eng_layout(const moe_eng_t *e)
     return &e->plan.layout;
 }
 
+const char *moe_eng_backend_name(const moe_eng_t *e)
+{
+    return e->is_device ? "cuda+nccl" : "cpu+mpi";
+}
+
 int moe_eng_num_params(const moe_eng_t *e)
 {
     return e->num_params;
@@ -475,6 +583,25 @@ void moe_eng_param(const moe_eng_t *e, int idx, struct moe_eng_param_view *out)
     out->grad = p->g;
     out->numel = p->numel;
     out->layer = p->layer;
+}
+
+void moe_eng_param_read(
+    const moe_eng_t *e, int idx, bool is_grad, size_t offset, float *dst, size_t n)
+{
+    const struct moe_eng_param *p = &e->params[idx];
+    MOE_ASSERT(offset + n <= p->numel);
+    const float *src = (is_grad ? p->g : p->w) + offset;
+    moe_eng_copy_to_host(e->ctx.dev, dst, src, n * sizeof(float));
+}
+
+void moe_eng_param_write(
+    moe_eng_t *e, int idx, bool is_grad, size_t offset, const float *src, size_t n)
+{
+    const struct moe_eng_param *p = &e->params[idx];
+    MOE_ASSERT(offset + n <= p->numel);
+    float *dst = (is_grad ? p->g : p->w) + offset;
+    moe_eng_copy_from_host(e->ctx.dev, dst, src, n * sizeof(float));
+    moe_eng_dev_sync(e->ctx.dev);
 }
 
 size_t moe_eng_num_allocs(const moe_eng_t *e)

@@ -9,7 +9,15 @@
  * SwiGLU MLP or MoE block (router: softmax, or sigmoid with expert bias and group-limited top-k;
  * routed SwiGLU experts via grouped GEMM; optional shared expert) -> residual; vocab embedding,
  * final RMSNorm, output layer, cross-entropy. fp32 storage throughout (the CPU reference);
- * precision recipes are emulated by quantise->dequantise of GEMM inputs when asked. Not supported
+ * precision recipes are emulated by quantise->dequantise of GEMM inputs when asked.
+ *
+ * Backends (run option `backend`): CPU (host memory, kernels/cpu on OpenBLAS, MPI for every
+ * group) or CUDA (one GPU per rank: every memory category but the offload pool in device memory,
+ * kernels/cuda on cuBLAS, NCCL for every group of the folding, the MPI world only for host-side
+ * agreement and reports). The engine reads device data on the host only through explicit copies
+ * (engine/device.h, engine/staging.c): token losses per micro-batch, expert counts of the
+ * dropless dispatch, gradient sums of squares, router losses and finite checks once per step.
+ * Refused on CUDA: the hierarchical dispatcher. Not supported
  * (refused with a message): MLA, MTP layers, sliding-window attention, q/k norm, linear biases,
  * non-gated MLPs, the allgather dispatcher, optimizer CPU offload, reduced-precision optimizer
  * state. Options a plan sets are honoured: recompute (selective modules, full uniform/block),
@@ -27,6 +35,7 @@
 #define MOE_ENGINE_ENGINE_H
 
 #include "engine/comm.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/cost.h"
 #include "model/layout.h"
@@ -46,6 +55,13 @@ extern "C" {
 enum moe_eng_data_kind {
     MOE_ENG_DATA_TEXT = 0,      /* byte-level tokens of a text file (or the default corpus) */
     MOE_ENG_DATA_SYNTHETIC = 1, /* seeded Markov corpus with learnable structure (tests) */
+};
+
+/* How the CUDA backend's fp32-storage GEMMs compute (kernels/cuda/cuda_backend.h). */
+enum moe_eng_gemm_math {
+    MOE_ENG_GEMM_FP32 = 0, /* IEEE fp32 products and sums: matches the CPU up to summation order */
+    MOE_ENG_GEMM_TF32 = 1, /* TF32 tensor-core inputs, fp32 accumulation */
+    MOE_ENG_GEMM_BF16 = 2, /* BF16 tensor-core inputs, fp32 accumulation ("BF16 in, FP32 acc") */
 };
 
 /* Run options (command line of moefold-train). moe_eng_run_opts_init sets the defaults. */
@@ -77,6 +93,14 @@ struct moe_eng_run_opts {
     bool is_hierarchical;         /* hierarchical dispatcher (when has_dispatcher_override) */
     bool has_dispatcher_override; /* false: hierarchical for the plan's deepep/hybridep */
 
+    /* Backend: MOE_K_BACKEND_CPU (default; host memory, kernels/cpu, MPI) or MOE_K_BACKEND_CUDA
+     * (device memory, kernels/cuda on cuBLAS, NCCL for every group of the folding; one GPU per
+     * rank, picked by the rank's index on its node). moe_eng_create answers MOE_ERR_UNSUPPORTED
+     * for CUDA when this build or this machine has no usable GPU (the caller may fall back). */
+    enum moe_k_backend backend;
+    enum moe_eng_gemm_math gemm_math; /* CUDA: GEMM math (default FP32) */
+    bool use_cuda_graphs; /* CUDA: capture each dense layer's forward once, replay it after */
+
     const char *save_dir; /* checkpoint directory written after the run (and every save_every) */
     int save_every;       /* steps between checkpoints; 0 = only at the end */
     const char *load_dir; /* checkpoint to resume from */
@@ -107,6 +131,8 @@ struct moe_eng_mem_report {
     double host_offload; /* activation bytes kept in the host pool (offload) */
     double data;         /* corpus held in memory (not in total) */
     double peak_rss;     /* process peak resident set (getrusage), bytes */
+    double device_total; /* CUDA: device memory (cudaMemGetInfo total), bytes; 0 on the CPU */
+    double device_used;  /* CUDA: total - free at the fullest point seen (step ends), bytes */
     long num_params;     /* parameters held by this rank (elements) */
     int num_slots_max;   /* activation slots of the busiest chunk (micro-batches in flight) */
 };
@@ -148,6 +174,8 @@ MOE_NODISCARD enum moe_status moe_eng_load(moe_eng_t *e, const char *dir, struct
 void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out);
 /* The resolved layout the engine runs. */
 const struct moe_layout *moe_eng_layout(const moe_eng_t *e);
+/* "cpu+mpi" or "cuda+nccl": the kernels and the communicator the engine runs on. */
+const char *moe_eng_backend_name(const moe_eng_t *e);
 
 /*
  * Write run.json ("format": "moefold-run", "version": 1) on rank 0: per-step losses and times,
@@ -165,7 +193,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
 MOE_NODISCARD enum moe_status
 moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_diag *diag);
 
-/* Parameter tensors held by this rank. */
+/* Parameter tensors held by this rank (engine memory: device pointers on the CUDA backend). */
 struct moe_eng_param_view {
     const char *name; /* "layer3.w_qkv", "embedding", ... */
     float *weight;    /* [numel] as used by the forward pass */
@@ -175,6 +203,13 @@ struct moe_eng_param_view {
 };
 int moe_eng_num_params(const moe_eng_t *e);
 void moe_eng_param(const moe_eng_t *e, int idx, struct moe_eng_param_view *out);
+
+/* Copy n elements (from element offset) of parameter idx's weights, or gradients when is_grad,
+ * to the host buffer dst / from the host buffer src: engine memory may be device memory. */
+void moe_eng_param_read(
+    const moe_eng_t *e, int idx, bool is_grad, size_t offset, float *dst, size_t n);
+void moe_eng_param_write(
+    moe_eng_t *e, int idx, bool is_grad, size_t offset, const float *src, size_t n);
 
 /* Heap allocations made so far (tests check that steps allocate nothing). */
 size_t moe_eng_num_allocs(const moe_eng_t *e);

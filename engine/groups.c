@@ -5,6 +5,8 @@
  */
 #include "engine/groups.h"
 
+#include "engine/comm_nccl.h"
+
 #include <string.h>
 
 static enum moe_status split(moe_comm_t *world, int color, const char *name, moe_comm_t **out)
@@ -97,6 +99,7 @@ enum moe_status moe_eng_groups_create(moe_comm_t *world,
     MOE_TRY(split(world, c.stage * lay->tp + c.tp, "dpcp", &out->dpcp));
     MOE_TRY(split(world, c.stage * lay->dp + c.dp, "tpcp", &out->tpcp));
     MOE_TRY(split(world, out->local_idx, "pp", &out->pp));
+    MOE_TRY(split(world, out->local_idx, "pp_bwd", &out->pp_bwd));
     int ep_color = (c.stage * lay->etp + c.etp) * lay->edp + c.edp;
     MOE_TRY(split(world, ep_color, "ep", &out->ep));
     MOE_TRY(split(world, (c.stage * lay->ep + c.ep) * lay->edp + c.edp, "etp", &out->etp));
@@ -110,10 +113,36 @@ enum moe_status moe_eng_groups_create(moe_comm_t *world,
 
 void moe_eng_groups_destroy(struct moe_eng_groups *g)
 {
-    moe_comm_t **all[] = {&g->tp,  &g->cp,  &g->dp,    &g->dpcp,  &g->tpcp,    &g->pp,      &g->ep,
-                          &g->etp, &g->edp, &g->stage, &g->embed, &g->ep_node, &g->ep_cross};
+    moe_comm_t **all[] = {&g->tp,    &g->cp,     &g->dp,      &g->dpcp,    &g->tpcp,
+                          &g->pp,    &g->pp_bwd, &g->ep,      &g->etp,     &g->edp,
+                          &g->stage, &g->embed,  &g->ep_node, &g->ep_cross};
     for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
         moe_comm_destroy(*all[i]);
         *all[i] = NULL;
     }
+}
+
+enum moe_status moe_eng_groups_to_nccl(struct moe_eng_groups *g,
+                                       struct CUstream_st *stream,
+                                       struct CUstream_st *comm_stream,
+                                       struct moe_diag *diag)
+{
+    if (!moe_comm_nccl_is_built()) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "this moefold was built without NCCL (nccl.h not found under "
+                            "NCCL_HOME or CUDA_HOME): the CUDA backend needs it");
+    }
+    /* Same order on every rank; embed (not every rank is a member) last. */
+    moe_comm_t **all[] = {&g->tp,     &g->cp, &g->dp,  &g->dpcp, &g->tpcp,  &g->pp,
+                          &g->pp_bwd, &g->ep, &g->etp, &g->edp,  &g->stage, &g->embed};
+    for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
+        if (*all[i] == NULL) {
+            continue;
+        }
+        moe_comm_t *twin = NULL;
+        MOE_TRY(moe_comm_nccl_from_mpi(*all[i], stream, comm_stream, &twin));
+        moe_comm_destroy(*all[i]);
+        *all[i] = twin;
+    }
+    return MOE_OK;
 }

@@ -26,17 +26,20 @@ struct moe_eng_groups {
     int world_size;
     int local_idx; /* index inside the stage: tp + TP*(cp + CP*dp) */
 
-    moe_comm_t *tp;    /* same stage, cp, dp */
-    moe_comm_t *cp;    /* same stage, tp, dp */
-    moe_comm_t *dp;    /* same stage, tp, cp */
-    moe_comm_t *dpcp;  /* same stage, tp: dense-gradient reduction (DP x CP) */
-    moe_comm_t *tpcp;  /* same stage, dp: the ranks that share one micro-batch */
-    moe_comm_t *pp;    /* same local index, all stages */
-    moe_comm_t *ep;    /* same stage, etp, edp */
-    moe_comm_t *etp;   /* same stage, ep, edp */
-    moe_comm_t *edp;   /* same stage, etp, ep: expert-gradient reduction */
-    moe_comm_t *stage; /* every rank of this stage (expert load statistics) */
-    moe_comm_t *embed; /* first + last stage, same local index (pp > 1 only; else NULL) */
+    moe_comm_t *tp;     /* same stage, cp, dp */
+    moe_comm_t *cp;     /* same stage, tp, dp */
+    moe_comm_t *dp;     /* same stage, tp, cp */
+    moe_comm_t *dpcp;   /* same stage, tp: dense-gradient reduction (DP x CP) */
+    moe_comm_t *tpcp;   /* same stage, dp: the ranks that share one micro-batch */
+    moe_comm_t *pp;     /* same local index, all stages: activations (forward sends) */
+    moe_comm_t *pp_bwd; /* the same members: gradients (backward sends). Two communicators keep
+                           each direction's sends and receives in one order per peer, which
+                           NCCL (matching in issue order, no tags) needs */
+    moe_comm_t *ep;     /* same stage, etp, edp */
+    moe_comm_t *etp;    /* same stage, ep, edp */
+    moe_comm_t *edp;    /* same stage, etp, ep: expert-gradient reduction */
+    moe_comm_t *stage;  /* every rank of this stage (expert load statistics) */
+    moe_comm_t *embed;  /* first + last stage, same local index (pp > 1 only; else NULL) */
 
     /* Hierarchical dispatch: nodes among the EP group's members. */
     int node_id;          /* smallest world rank of this rank's node */
@@ -59,6 +62,18 @@ MOE_NODISCARD enum moe_status moe_eng_groups_create(moe_comm_t *world,
                                                     struct moe_diag *diag);
 /* Release every group. */
 void moe_eng_groups_destroy(struct moe_eng_groups *g);
+
+struct CUstream_st;
+/*
+ * Replace every group that carries device data (all but the hierarchical dispatcher's ep_node and
+ * ep_cross) by its NCCL twin (engine/comm_nccl.h), blocking calls on stream and non-blocking ones
+ * on comm_stream. Collective over the world the groups came from. MOE_ERR_UNSUPPORTED when this
+ * build has no NCCL backend.
+ */
+MOE_NODISCARD enum moe_status moe_eng_groups_to_nccl(struct moe_eng_groups *g,
+                                                     struct CUstream_st *stream,
+                                                     struct CUstream_st *comm_stream,
+                                                     struct moe_diag *diag);
 
 #ifdef __cplusplus
 }

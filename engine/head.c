@@ -82,27 +82,34 @@ void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets,
     }
     k->xent_loss(loss, gmax, stats, stats + M, targets, M, e->kc);
     double n_global = (double)e->plan.layout.gbs * (double)d->seq;
+    /* The token losses on the host (CUDA: one copy per micro-batch, which waits for the head). */
+    size_t hmark = moe_eng_arena_mark(e->htemp);
+    const float *hloss = moe_eng_host_floats(e, loss, (size_t)M);
     double s = 0.0;
     for (int i = 0; i < M; i++) {
-        s += (double)loss[i];
+        s += (double)hloss[i];
     }
+    moe_eng_arena_release(e->htemp, hmark);
     if (e->groups.me.tp == 0) {
         e->loss_sum += s / n_global;
     }
     if (!isfinite(s) && e->nan_origin[0] == '\0') {
+        const moe_eng_dev_t *dev = e->ctx.dev;
         const char *what = "logits";
         e->nan_priority = 0;
-        if (!moe_eng_all_finite(x, (size_t)Ms * (size_t)C)) {
+        if (!moe_eng_is_finite(dev, x, (size_t)Ms * (size_t)C)) {
             what = "input of the final norm";
             e->nan_priority = 1;
         }
-        if (!moe_eng_all_finite(e->final_norm.w, e->final_norm.numel)) {
+        if (!moe_eng_is_finite(dev, e->final_norm.w, e->final_norm.numel)) {
             what = "final_norm";
-        } else if (!moe_eng_all_finite(e->output.w, e->output.numel)) {
+        } else if (!moe_eng_is_finite(dev, e->output.w, e->output.numel)) {
             what = e->params[e->output.param].name;
         }
         (void)snprintf(e->nan_origin, sizeof(e->nan_origin), "the loss head, %s", what);
+        e->nan_seq = e->check_seq;
     }
+    e->check_seq++;
     float *dlogits = moe_eng_arena_floats(t, (size_t)M * (size_t)Vl);
     k->xent_bwd(dlogits, logits, targets, gmax, stats, M, Vl, d->vocab0, (float)(1.0 / n_global),
                 e->kc);

@@ -170,15 +170,21 @@ struct moe_eng_layer_act {
     int *slot_to_row;       /* [Ms K] */
     int *row_to_slot;       /* [Ms K] */
     int *tokens_per_expert; /* [E] kept rows per expert (this rank's tokens) */
-    int *counts_mb;         /* [E] routed slots per expert over the micro-batch (aux loss)
-                             */
-    int *recv_counts;       /* [EP, El] rows received per (source, local expert) */
-    int *gath_counts;       /* [ETP, EP, El] rows after the ETP gather */
-    float *xe;              /* [R, C] expert input rows, expert-major */
-    float *e_fc1;           /* [R, 2 Fel] */
-    float *e_act;           /* [R, Fel] */
-    float *y_rows; /* [Ms K, C] expert outputs back at the source (permuted order); hierarchical:
-                      [hier_rows, C] expert outputs back at the proxy */
+    /* Host copies of the three count arrays (tokens_per_expert, recv_counts, gath_counts) the
+     * dispatch plan is computed from (hc_*): the same pointers on the CPU backend, host staging on
+     * the CUDA backend, refreshed after every counts exchange (moe_block.c). */
+    int *hc_tpe;
+    int *hc_recv;
+    int *hc_gath;
+    int *counts_mb;   /* [E] routed slots per expert over the micro-batch (aux loss)
+                       */
+    int *recv_counts; /* [EP, El] rows received per (source, local expert) */
+    int *gath_counts; /* [ETP, EP, El] rows after the ETP gather */
+    float *xe;        /* [R, C] expert input rows, expert-major */
+    float *e_fc1;     /* [R, 2 Fel] */
+    float *e_act;     /* [R, Fel] */
+    float *y_rows;    /* [Ms K, C] expert outputs back at the source (permuted order); hierarchical:
+                         [hier_rows, C] expert outputs back at the proxy */
     /* Hierarchical dispatcher only (NULL when flat). */
     int *h_sent; /* [nodes] token copies sent to each node's proxy */
     int *h_recv; /* [nodes] copies this proxy received from each node */
@@ -254,8 +260,18 @@ enum moe_eng_mem_cat {
     MOE_ENG_MEM_OPTIMIZER = 2,
     MOE_ENG_MEM_ACTIVATIONS = 3,
     MOE_ENG_MEM_BUFFERS = 4,
-    MOE_ENG_MEM_HOST = 5, /* activation offload pool */
-    MOE_ENG_NUM_MEM = 6,
+    MOE_ENG_MEM_HOST = 5,    /* activation offload pool */
+    MOE_ENG_MEM_STAGING = 6, /* CUDA: host copies of device data the engine reads or writes on the
+                                host (token ids, counts, losses) and host temporaries; empty on
+                                the CPU backend, where those are the engine memory itself */
+    MOE_ENG_NUM_MEM = 7,
+};
+
+/* What a device scalar slot holds (see moe_eng_scal_take). */
+enum moe_eng_scal_kind {
+    MOE_ENG_SCAL_ROUTER_LOSS = 0, /* an aux or z loss: summed into aux_sum in slot order */
+    MOE_ENG_SCAL_SUM_X2 = 1,      /* CUDA: sum of a layer's attention residual x2 (finite check) */
+    MOE_ENG_SCAL_SUM_OUT = 2,     /* CUDA: sum of a layer's output (finite check) */
 };
 
 struct moe_eng_pool {
@@ -337,6 +353,26 @@ struct moe_eng {
     bool is_ep_overlap; /* expert dispatch/combine of one half behind the other's compute */
     int tag_base_fwd;
     int tag_base_bwd;
+
+    /* Device side (CUDA backend; on the CPU backend the host views alias engine memory). */
+    bool is_device;              /* engine memory is device memory (ctx.dev != NULL) */
+    struct moe_eng_arena *htemp; /* host temporaries: &temp on the CPU, &htemp_arena on CUDA */
+    struct moe_eng_arena htemp_arena;
+    int *h_ids;             /* [m, M] host copies of ids / targets (filled by data.c) */
+    int *h_targets;         /* [m, M] */
+    float *scal;            /* [cap_scal] scalars kernels write in a step (engine memory) */
+    float *h_scal;          /* [cap_scal] host copy */
+    int *scal_kind;         /* [cap_scal] enum moe_eng_scal_kind (heap) */
+    int *scal_layer;        /* [cap_scal] decoder layer of the slot (heap) */
+    int *scal_seq;          /* [cap_scal] check sequence number of the slot (heap) */
+    int num_scal;           /* slots taken this step */
+    int cap_scal;           /* slots a step may take */
+    int check_seq;          /* non-finite checks so far this step (layer outputs, loss head) */
+    int nan_seq;            /* check_seq of the check that set nan_origin */
+    float *bucket_ss;       /* [num_buckets] sum of squares of each reduced shard */
+    float *h_bucket_ss;     /* [num_buckets] host copy */
+    float *init_host;       /* CUDA, during creation only: host image of the weights block */
+    double device_used_max; /* CUDA: largest total - free seen at step ends, bytes */
 };
 
 /* ---- model.c: dimensions, parameters, buckets, initialisation -------------------------------- */
@@ -344,8 +380,8 @@ struct moe_eng {
 MOE_NODISCARD enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag);
 /* Register parameters and carve weights/grads/optimizer (sizing or real arenas). */
 void moe_eng_params_carve(struct moe_eng *e);
-/* Deterministic, layout-independent initial values (and master copies). */
-void moe_eng_params_init(struct moe_eng *e);
+/* Deterministic, layout-independent initial values (and master copies). MOE_ERR_NOMEM. */
+MOE_NODISCARD enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_diag *diag);
 
 /* ---- activations.c: saved-activation layout, slots, recompute/offload placement ---------- */
 
@@ -366,6 +402,9 @@ void moe_eng_layer_bwd(struct moe_eng *e,
                        struct moe_eng_layer_act *a,
                        const struct moe_eng_rc *rc,
                        float *d);
+/* Name of the first parameter of layer w with a non-finite weight, or NULL (scans engine memory:
+ * a failure path). */
+const char *moe_eng_nonfinite_weight(struct moe_eng *e, const struct moe_eng_layer_w *w);
 /* Linear layer helpers with optional precision emulation (qdq of GEMM inputs).
  */
 void moe_eng_linear_fwd(
@@ -463,6 +502,33 @@ MOE_NODISCARD enum moe_status moe_eng_data_init(struct moe_eng *e, struct moe_di
 void moe_eng_data_fini(struct moe_eng *e);
 /* Fill e->ids / e->targets for the next global batch and advance the data position. */
 void moe_eng_data_next_batch(struct moe_eng *e);
+
+/* ---- staging.c: host views of engine memory, device scalars -------------------------------- */
+
+/* Host view of engine ints/floats x[n]: x itself on the CPU backend; on CUDA a host-temporary copy
+ * (e->htemp, released with the caller's mark), which synchronises the stream. */
+const int *moe_eng_host_ints(struct moe_eng *e, const int *x, size_t n);
+const float *moe_eng_host_floats(struct moe_eng *e, const float *x, size_t n);
+/* A mark of both temporary arenas (engine memory and host), released together, innermost first. */
+struct moe_eng_tmark {
+    size_t temp;
+    size_t host;
+};
+struct moe_eng_tmark moe_eng_tmark_take(const struct moe_eng *e);
+void moe_eng_tmark_release(struct moe_eng *e, struct moe_eng_tmark m);
+/* Engine-memory view of host ints h[n]: h itself on the CPU backend (h must then be engine
+ * memory, e.g. from e->htemp == &e->temp); on CUDA a copy in e->temp, in stream order. */
+int *moe_eng_dev_ints(struct moe_eng *e, int *h, size_t n);
+/* A scalar slot for a kernel to write this step (engine memory), read back in slot order by
+ * moe_eng_scal_flush. */
+float *moe_eng_scal_take(struct moe_eng *e, enum moe_eng_scal_kind kind, int layer);
+/* End of a schedule: router losses into aux_sum (slot order, as if summed when written) and, on
+ * CUDA, the deferred finite checks of layer outputs into nan_origin. Resets the slots. */
+void moe_eng_scal_flush(struct moe_eng *e);
+/* CUDA: record the sums of a layer's x2 and output for the deferred finite check. */
+void moe_eng_note_layer_sums(struct moe_eng *e, int layer, const float *x2, const float *out);
+/* Bytes of host temporaries the CUDA backend needs at most at once (e->htemp). */
+size_t moe_eng_host_temp_bytes(const struct moe_eng *e);
 
 /* ---- checkpoint.c / report.c ----------------------------------------------------------------- */
 

@@ -115,9 +115,7 @@ const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, in
 void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols)
 {
     if (e->d.tp == 1) {
-        if (out != partial) {
-            memcpy(out, partial, (size_t)e->d.tokens * (size_t)cols * sizeof(float));
-        }
+        moe_eng_copy(e->ctx.dev, out, partial, (size_t)e->d.tokens * (size_t)cols * sizeof(float));
         return;
     }
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
@@ -126,9 +124,7 @@ void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols)
         moe_comm_reducescatter(e->groups.tp, partial, out, n, MOE_COMM_F32, MOE_COMM_SUM);
     } else {
         moe_comm_allreduce(e->groups.tp, partial, partial, n, MOE_COMM_F32, MOE_COMM_SUM);
-        if (out != partial) {
-            memcpy(out, partial, n * sizeof(float));
-        }
+        moe_eng_copy(e->ctx.dev, out, partial, n * sizeof(float));
     }
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
@@ -203,7 +199,7 @@ void moe_eng_mlp_bwd(struct moe_eng *e,
     if (accumulate) {
         e->k->axpy(dh, red, n, 1.0f, e->kc);
     } else {
-        memcpy(dh, red, n * sizeof(float));
+        moe_eng_copy(e->ctx.dev, dh, red, n * sizeof(float));
     }
     moe_eng_arena_release(&e->temp, mark);
 }
@@ -365,30 +361,41 @@ static void attention_bwd(struct moe_eng *e,
 
 /* ---- Layer ------------------------------------------------------------------------------ */
 
+const char *moe_eng_nonfinite_weight(struct moe_eng *e, const struct moe_eng_layer_w *w)
+{
+    const struct moe_eng_tensor *ts[] = {&w->attn_norm, &w->qkv,   &w->proj,   &w->mlp_norm,
+                                         &w->fc1,       &w->fc2,   &w->router, &w->e_fc1,
+                                         &w->e_fc2,     &w->s_fc1, &w->s_fc2};
+    for (size_t i = 0; i < MOE_ARRAY_LEN(ts); i++) {
+        if (ts[i]->w != NULL && !moe_eng_is_finite(e->ctx.dev, ts[i]->w, ts[i]->numel)) {
+            return e->params[ts[i]->param].name;
+        }
+    }
+    return NULL;
+}
+
 /* Record where a non-finite value first appeared in this step's forward: the layer, and its first
- * non-finite weight if it has one (else the block whose output went bad). */
+ * non-finite weight if it has one (else the block whose output went bad). The CPU checks every
+ * element now; the CUDA backend records two sums and checks them at the end of the schedule
+ * (engine/staging.c), so the forward never waits for the host. */
 static void note_nonfinite(struct moe_eng *e,
                            const struct moe_eng_layer_w *w,
                            const struct moe_eng_layer_act *a,
                            const float *out)
 {
+    if (e->is_device) {
+        moe_eng_note_layer_sums(e, w->idx, a->x2, out);
+        return;
+    }
     size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
     if (e->nan_origin[0] != '\0' || e->is_recomputing || moe_eng_all_finite(out, n)) {
         return;
     }
-    const struct moe_eng_tensor *ts[] = {&w->attn_norm, &w->qkv,   &w->proj,   &w->mlp_norm,
-                                         &w->fc1,       &w->fc2,   &w->router, &w->e_fc1,
-                                         &w->e_fc2,     &w->s_fc1, &w->s_fc2};
     const char *what = moe_eng_all_finite(a->x2, n) ? "MLP/MoE block output" : "attention output";
-    e->nan_priority = 1;
-    for (size_t i = 0; i < MOE_ARRAY_LEN(ts); i++) {
-        if (ts[i]->w != NULL && !moe_eng_all_finite(ts[i]->w, ts[i]->numel)) {
-            what = e->params[ts[i]->param].name;
-            e->nan_priority = 0;
-            break;
-        }
-    }
-    (void)snprintf(e->nan_origin, sizeof(e->nan_origin), "layer %d, %s", w->idx, what);
+    const char *weight = moe_eng_nonfinite_weight(e, w);
+    e->nan_priority = weight != NULL ? 0 : 1;
+    (void)snprintf(e->nan_origin, sizeof(e->nan_origin), "layer %d, %s", w->idx,
+                   weight != NULL ? weight : what);
 }
 
 void moe_eng_layer_fwd(struct moe_eng *e,
@@ -456,7 +463,7 @@ void moe_eng_layer_bwd(struct moe_eng *e,
             moe_eng_mlp_bwd(e, &w->s_fc1, &w->s_fc2, d->shared_ffn_l, a->h2, a->fc1, a->act, rcmp,
                             d_, dh2, false, MOE_PHASE_EXPERT_GEMM);
         } else {
-            memset(dh2, 0, n * sizeof(float));
+            moe_eng_memzero(e->ctx.dev, dh2, n * sizeof(float));
         }
         moe_eng_moe_bwd(e, w, a, a->h2, d_, dh2);
     }

@@ -427,6 +427,17 @@ static void init_gate_up(float *w,
     init_block(w + (size_t)fl * (size_t)C, fl, C, seed, uid_up, (long)part * fl, 0, C, std);
 }
 
+/* Where initial values of the weight at w are written: w itself on the CPU backend, its place in
+ * the host image of the weights block on CUDA (copied to the device once, at the end). */
+static float *init_at(const struct moe_eng *e, float *w)
+{
+    if (e->init_host == NULL || w == NULL) {
+        return w;
+    }
+    const char *base = e->mem[MOE_ENG_MEM_WEIGHTS].block;
+    return e->init_host + ((const char *)w - base) / (ptrdiff_t)sizeof(float);
+}
+
 static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
 {
     const struct moe_eng_dims *d = &e->d;
@@ -437,9 +448,9 @@ static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
     double std = INIT_STD;
     double out_std = INIT_STD / sqrt(2.0 * (double)d->num_layers);
     int hd = d->head_dim;
-    init_ones(w->attn_norm.w, w->attn_norm.numel);
-    init_ones(w->mlp_norm.w, w->mlp_norm.numel);
-    float *q = w->qkv.w;
+    init_ones(init_at(e, w->attn_norm.w), w->attn_norm.numel);
+    init_ones(init_at(e, w->mlp_norm.w), w->mlp_norm.numel);
+    float *q = init_at(e, w->qkv.w);
     float *k = q + (size_t)d->heads_l * (size_t)hd * (size_t)C;
     float *v = k + (size_t)d->kv_heads_l * (size_t)hd * (size_t)C;
     init_block(q, d->heads_l * hd, C, s, uid_of(l, CODE_WQ, 0), (long)tp * d->heads_l * hd, 0, C,
@@ -448,31 +459,31 @@ static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
                C, std);
     init_block(v, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WV, 0), (long)tp * d->kv_heads_l * hd, 0,
                C, std);
-    init_block(w->proj.w, C, d->heads_l * hd, s, uid_of(l, CODE_WO, 0), 0,
+    init_block(init_at(e, w->proj.w), C, d->heads_l * hd, s, uid_of(l, CODE_WO, 0), 0,
                (long)tp * d->heads_l * hd, (long)d->heads * hd, out_std);
     if (!w->is_moe) {
-        init_gate_up(w->fc1.w, d->ffn_l, tp, C, s, uid_of(l, CODE_FC1_GATE, 0),
+        init_gate_up(init_at(e, w->fc1.w), d->ffn_l, tp, C, s, uid_of(l, CODE_FC1_GATE, 0),
                      uid_of(l, CODE_FC1_UP, 0), std);
-        init_block(w->fc2.w, C, d->ffn_l, s, uid_of(l, CODE_FC2, 0), 0, (long)tp * d->ffn_l, d->ffn,
-                   out_std);
+        init_block(init_at(e, w->fc2.w), C, d->ffn_l, s, uid_of(l, CODE_FC2, 0), 0,
+                   (long)tp * d->ffn_l, d->ffn, out_std);
         return;
     }
-    init_block(w->router.w, d->experts, C, s, uid_of(l, CODE_ROUTER, 0), 0, 0, C, std);
+    init_block(init_at(e, w->router.w), d->experts, C, s, uid_of(l, CODE_ROUTER, 0), 0, 0, C, std);
     if (w->expert_bias != NULL) {
-        memset(w->expert_bias, 0, (size_t)d->experts * sizeof(float));
+        memset(init_at(e, w->expert_bias), 0, (size_t)d->experts * sizeof(float));
     }
     if (d->shared_ffn_l > 0) {
-        init_gate_up(w->s_fc1.w, d->shared_ffn_l, tp, C, s, uid_of(l, CODE_S1_GATE, 0),
+        init_gate_up(init_at(e, w->s_fc1.w), d->shared_ffn_l, tp, C, s, uid_of(l, CODE_S1_GATE, 0),
                      uid_of(l, CODE_S1_UP, 0), std);
-        init_block(w->s_fc2.w, C, d->shared_ffn_l, s, uid_of(l, CODE_S2, 0), 0,
+        init_block(init_at(e, w->s_fc2.w), C, d->shared_ffn_l, s, uid_of(l, CODE_S2, 0), 0,
                    (long)tp * d->shared_ffn_l, d->shared_ffn, out_std);
     }
     int fel = d->expert_ffn_l;
     int etp = e->groups.me.etp;
     for (int i = 0; i < d->experts_l; i++) {
         int ge = d->expert0 + i;
-        float *w1 = w->e_fc1.w + (size_t)i * 2 * (size_t)fel * (size_t)C;
-        float *w2 = w->e_fc2.w + (size_t)i * (size_t)C * (size_t)fel;
+        float *w1 = init_at(e, w->e_fc1.w) + (size_t)i * 2 * (size_t)fel * (size_t)C;
+        float *w2 = init_at(e, w->e_fc2.w) + (size_t)i * (size_t)C * (size_t)fel;
         init_gate_up(w1, fel, etp, C, s, uid_of(l, CODE_E1_GATE, ge), uid_of(l, CODE_E1_UP, ge),
                      std);
         init_block(w2, C, fel, s, uid_of(l, CODE_E2, ge), 0, (long)etp * fel, d->expert_ffn,
@@ -480,24 +491,24 @@ static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
     }
 }
 
-void moe_eng_params_init(struct moe_eng *e)
+static void params_init_values(struct moe_eng *e)
 {
     const struct moe_eng_dims *d = &e->d;
     uint64_t s = e->opts.seed;
     for (int b = 0; b < e->num_buckets; b++) {
-        memset(e->buckets[b].w, 0, e->buckets[b].padded * sizeof(float));
+        memset(init_at(e, e->buckets[b].w), 0, e->buckets[b].padded * sizeof(float));
     }
     if (e->embedding.w != NULL) {
-        init_block(e->embedding.w, d->vocab_l, d->hidden, s, uid_of(-1, CODE_EMBED, 0), d->vocab0,
-                   0, d->hidden, INIT_STD);
+        init_block(init_at(e, e->embedding.w), d->vocab_l, d->hidden, s, uid_of(-1, CODE_EMBED, 0),
+                   d->vocab0, 0, d->hidden, INIT_STD);
     }
     if (e->final_norm.w != NULL) {
-        init_ones(e->final_norm.w, e->final_norm.numel);
+        init_ones(init_at(e, e->final_norm.w), e->final_norm.numel);
     }
     if (e->output.w != NULL && e->output.param != e->embedding.param) {
         int code = e->plan.model.is_untied_embeddings ? CODE_OUTPUT : CODE_EMBED;
-        init_block(e->output.w, d->vocab_l, d->hidden, s, uid_of(-1, code, 0), d->vocab0, 0,
-                   d->hidden, INIT_STD);
+        init_block(init_at(e, e->output.w), d->vocab_l, d->hidden, s, uid_of(-1, code, 0),
+                   d->vocab0, 0, d->hidden, INIT_STD);
     }
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
@@ -505,10 +516,32 @@ void moe_eng_params_init(struct moe_eng *e)
             layer_init(e, &e->layers[ch->first_layer + i]);
         }
     }
+}
+
+enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_diag *diag)
+{
+    size_t wbytes = e->mem[MOE_ENG_MEM_WEIGHTS].bytes;
+    if (e->is_device && wbytes > 0) {
+        /* The values are computed on the host (layout-independent, counter-based) into an image
+         * of the weights block, then copied to the device in one piece. */
+        e->init_host = moe_eng_heap_alloc(&e->ctx.heap, wbytes);
+        if (e->init_host == NULL) {
+            return moe_diag_set(diag, MOE_ERR_NOMEM,
+                                "out of host memory for the %zu-byte initial weights", wbytes);
+        }
+    }
+    params_init_values(e);
+    if (e->init_host != NULL) {
+        moe_eng_copy_from_host(e->ctx.dev, e->mem[MOE_ENG_MEM_WEIGHTS].block, e->init_host, wbytes);
+        moe_eng_dev_sync(e->ctx.dev);
+        moe_eng_heap_free(&e->ctx.heap, e->init_host, wbytes);
+        e->init_host = NULL;
+    }
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        memcpy(bk->master, bk->w + bk->shard_off, bk->shard * sizeof(float));
-        memset(bk->m, 0, bk->shard * sizeof(float));
-        memset(bk->v, 0, bk->shard * sizeof(float));
+        moe_eng_copy(e->ctx.dev, bk->master, bk->w + bk->shard_off, bk->shard * sizeof(float));
+        moe_eng_memzero(e->ctx.dev, bk->m, bk->shard * sizeof(float));
+        moe_eng_memzero(e->ctx.dev, bk->v, bk->shard * sizeof(float));
     }
+    return MOE_OK;
 }

@@ -80,22 +80,34 @@ static const float *qdq_weights(struct moe_eng *e, const float *w, int num, int 
     if (!e->opts.emulate_precision) {
         return w;
     }
-    int *rows = moe_eng_arena_ints(&e->temp, (size_t)num);
+    int *rows = moe_eng_arena_ints(e->htemp, (size_t)num);
     for (int i = 0; i < num; i++) {
         rows[i] = out;
     }
     return qdq_rows(e, w, rows, num, in, 1);
 }
 
-static void grouped_fwd(
-    struct moe_eng *e, float *y, const float *x, const float *w, const int *counts, int in, int out)
+/* The per-expert counts a grouped GEMM needs twice: on the host (precision emulation slices rows
+ * by them) and in engine memory (the kernels read them). */
+struct group_counts {
+    const int *host; /* [El] */
+    const int *dev;  /* [El] */
+};
+
+static void grouped_fwd(struct moe_eng *e,
+                        float *y,
+                        const float *x,
+                        const float *w,
+                        struct group_counts counts,
+                        int in,
+                        int out)
 {
     int el = e->d.experts_l;
-    size_t mark = moe_eng_arena_mark(&e->temp);
-    const float *xq = qdq_rows(e, x, counts, el, in, 0);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
+    const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
-    e->k->grouped_linear_fwd(y, xq, wq, counts, el, in, out, e->kc);
-    moe_eng_arena_release(&e->temp, mark);
+    e->k->grouped_linear_fwd(y, xq, wq, counts.dev, el, in, out, e->kc);
+    moe_eng_tmark_release(e, mark);
 }
 
 static void grouped_bwd(struct moe_eng *e,
@@ -104,30 +116,39 @@ static void grouped_bwd(struct moe_eng *e,
                         const float *dy,
                         const float *x,
                         const float *w,
-                        const int *counts,
+                        struct group_counts counts,
                         int in,
                         int out)
 {
     int el = e->d.experts_l;
-    size_t mark = moe_eng_arena_mark(&e->temp);
-    const float *dyq = qdq_rows(e, dy, counts, el, out, 2);
-    const float *xq = qdq_rows(e, x, counts, el, in, 0);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
+    const float *dyq = qdq_rows(e, dy, counts.host, el, out, 2);
+    const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
-    e->k->grouped_linear_bwd_data(dx, dyq, wq, counts, el, in, out, false, e->kc);
-    e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts, el, in, out, e->kc);
-    moe_eng_arena_release(&e->temp, mark);
+    e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, el, in, out, false, e->kc);
+    e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, el, in, out, e->kc);
+    moe_eng_tmark_release(e, mark);
 }
 
 /* ---- Dispatch bookkeeping -------------------------------------------------------------------- */
 
-/* Rows and element counts of the EP exchange, derived from the saved per-expert counts. */
+/* Rows and element counts of the EP exchange, derived from the saved per-expert counts. All
+ * arrays are host memory (the communicator takes host counts); the kernels' three arrays also
+ * have engine-memory views (d_*: the same pointers on the CPU backend, copies on CUDA). */
 struct ep_plan {
     int *scount, *sdispl, *rcount, *rdispl; /* [EP] in floats (rows x C) */
     int *gcount, *gdispl;                   /* [ETP] rows x C of each ETP rank's block */
     int *chunk_rows, *chunk_order;          /* [ETP EP El] expert-major sort */
     int *local_counts;                      /* [El] rows per local expert after the gather */
+    const int *d_chunk_rows, *d_chunk_order, *d_local_counts;
     int rows_send, rows_recv, rows_exp;
 };
+
+static struct group_counts plan_counts(const struct ep_plan *p)
+{
+    struct group_counts c = {p->local_counts, p->d_local_counts};
+    return c;
+}
 
 static struct ep_plan
 ep_plan_from(struct moe_eng *e, const int *tpe, const int *recv_counts, const int *gath_counts)
@@ -135,7 +156,7 @@ ep_plan_from(struct moe_eng *e, const int *tpe, const int *recv_counts, const in
     const struct moe_eng_dims *d = &e->d;
     int EP = d->ep, ETP = d->etp, El = d->experts_l, C = d->hidden;
     struct ep_plan p;
-    struct moe_eng_arena *t = &e->temp;
+    struct moe_eng_arena *t = e->htemp;
     p.scount = moe_eng_arena_ints(t, (size_t)EP);
     p.sdispl = moe_eng_arena_ints(t, (size_t)EP);
     p.rcount = moe_eng_arena_ints(t, (size_t)EP);
@@ -143,9 +164,11 @@ ep_plan_from(struct moe_eng *e, const int *tpe, const int *recv_counts, const in
     p.gcount = moe_eng_arena_ints(t, (size_t)ETP);
     p.gdispl = moe_eng_arena_ints(t, (size_t)ETP);
     int nch = ETP * EP * El;
-    p.chunk_rows = moe_eng_arena_ints(t, (size_t)nch);
-    p.chunk_order = moe_eng_arena_ints(t, (size_t)nch);
-    p.local_counts = moe_eng_arena_ints(t, (size_t)El);
+    /* The kernels' arrays in one block, so the CUDA backend uploads them with one copy. */
+    int *kblock = moe_eng_arena_ints(t, 2 * (size_t)nch + (size_t)El);
+    p.chunk_rows = kblock;
+    p.chunk_order = kblock + nch;
+    p.local_counts = kblock + 2 * nch;
     int so = 0, ro = 0;
     for (int j = 0; j < EP; j++) {
         int s = 0, r = 0;
@@ -182,12 +205,40 @@ ep_plan_from(struct moe_eng *e, const int *tpe, const int *recv_counts, const in
             p.local_counts[i] += gath_counts[q * El + i];
         }
     }
+    const int *dk = moe_eng_dev_ints(e, kblock, 2 * (size_t)nch + (size_t)El);
+    p.d_chunk_rows = dk;
+    p.d_chunk_order = dk + nch;
+    p.d_local_counts = dk + 2 * nch;
     return p;
 }
 
+/* The plan of a layer's saved counts (their host copies). */
 static struct ep_plan ep_plan_make(struct moe_eng *e, const struct moe_eng_layer_act *a)
 {
-    return ep_plan_from(e, a->tokens_per_expert, a->recv_counts, a->gath_counts);
+    return ep_plan_from(e, a->hc_tpe, a->hc_recv, a->hc_gath);
+}
+
+/* CUDA: the host copies of the count arrays of `halves` halves after a counts exchange (one copy:
+ * the arrays are one block, engine/activations.c). */
+static void pull_counts(struct moe_eng *e, const struct moe_eng_layer_act *a, int halves)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t n = (size_t)halves * ((size_t)d->experts + (size_t)d->ep * (size_t)d->experts_l +
+                                 (size_t)d->etp * (size_t)d->ep * (size_t)d->experts_l);
+    moe_eng_copy_to_host(e->ctx.dev, a->hc_tpe, a->tokens_per_expert, n * sizeof(int));
+}
+
+/* Token copies the capacity factor dropped on this rank (statistics; not while recomputing). */
+static void note_dropped(struct moe_eng *e, const struct moe_eng_layer_act *a)
+{
+    if (e->is_recomputing) {
+        return;
+    }
+    long kept = 0;
+    for (int i = 0; i < e->d.experts; i++) {
+        kept += a->hc_tpe[i];
+    }
+    e->dropped += (double)((long)e->d.tokens_sp * e->d.topk - kept);
 }
 
 static void check_bound(const struct moe_eng *e, int rows, int bound, const char *what)
@@ -222,44 +273,35 @@ static void route(struct moe_eng *e,
                      groups > 0 ? m->moe_router_group_topk : 0, sf, norm, e->opts.topk_scaling,
                      e->kc);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     int *counts = moe_eng_arena_ints(&e->temp, (size_t)E);
     e->k->expert_counts(counts, a->topk_idx, Ms, K, E, e->kc);
     if (!e->is_recomputing) {
+        const int *hc = moe_eng_host_ints(e, counts, (size_t)E); /* CUDA: waits for the router */
         long *sc = e->step_counts + (size_t)w->idx * (size_t)E;
         for (int i = 0; i < E; i++) {
-            sc[i] += counts[i];
+            sc[i] += hc[i];
         }
     }
     int tot = d->mbs * d->seq;
+    /* Router losses go to scalar slots, summed in slot order at the end of the schedule. */
     if (e->opts.aux_loss_coeff > 0.0f) {
         moe_comm_allreduce(e->groups.tpcp, counts, a->counts_mb, (size_t)E, MOE_COMM_I32,
                            MOE_COMM_SUM);
-        float loss = 0.0f;
-        e->k->router_aux_loss_fwd(&loss, a->scores, a->counts_mb, Ms, tot, E, K, sf,
-                                  e->opts.aux_loss_coeff, e->kc);
         if (!e->is_recomputing) {
-            e->aux_sum += (double)loss;
+            e->k->router_aux_loss_fwd(moe_eng_scal_take(e, MOE_ENG_SCAL_ROUTER_LOSS, w->idx),
+                                      a->scores, a->counts_mb, Ms, tot, E, K, sf,
+                                      e->opts.aux_loss_coeff, e->kc);
         }
     }
-    if (e->opts.z_loss_coeff > 0.0f) {
-        float zl = 0.0f;
-        e->k->router_z_loss_fwd(&zl, a->logits, Ms, tot, E, e->opts.z_loss_coeff, e->kc);
-        if (!e->is_recomputing) {
-            e->aux_sum += (double)zl;
-        }
+    if (e->opts.z_loss_coeff > 0.0f && !e->is_recomputing) {
+        e->k->router_z_loss_fwd(moe_eng_scal_take(e, MOE_ENG_SCAL_ROUTER_LOSS, w->idx), a->logits,
+                                Ms, tot, E, e->opts.z_loss_coeff, e->kc);
     }
     int *per_rank = moe_eng_arena_ints(&e->temp, (size_t)d->ep);
     e->k->dispatch_layout(a->tokens_per_expert, per_rank, a->slot_to_row, a->row_to_slot,
                           a->topk_idx, Ms, K, E, d->ep, d->capacity, e->kc);
-    if (!e->is_recomputing) {
-        long kept = 0;
-        for (int i = 0; i < E; i++) {
-            kept += a->tokens_per_expert[i];
-        }
-        e->dropped += (double)((long)Ms * K - kept);
-    }
-    moe_eng_arena_release(&e->temp, mark);
+    moe_eng_tmark_release(e, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
@@ -272,14 +314,16 @@ static void exchange_counts(struct moe_eng *e, struct moe_eng_layer_act *a)
         moe_comm_alltoall(e->groups.ep, a->tokens_per_expert, a->recv_counts, (size_t)El,
                           MOE_COMM_I32);
     } else {
-        memcpy(a->recv_counts, a->tokens_per_expert, (size_t)El * sizeof(int));
+        moe_eng_copy(e->ctx.dev, a->recv_counts, a->tokens_per_expert, (size_t)El * sizeof(int));
     }
     if (d->etp > 1) {
         moe_comm_allgather(e->groups.etp, a->recv_counts, a->gath_counts,
                            (size_t)d->ep * (size_t)El, MOE_COMM_I32);
     } else {
-        memcpy(a->gath_counts, a->recv_counts, (size_t)d->ep * (size_t)El * sizeof(int));
+        moe_eng_copy(e->ctx.dev, a->gath_counts, a->recv_counts,
+                     (size_t)d->ep * (size_t)El * sizeof(int));
     }
+    pull_counts(e, a, 1);
 }
 
 /* EP all-to-all-v of rows [.., C] in the dispatch direction (forward) or back (combine). */
@@ -288,7 +332,7 @@ static void ep_exchange(
 {
     if (e->d.ep == 1) {
         size_t rows = (size_t)(is_dispatch ? p->rows_send : p->rows_recv);
-        memcpy(out, in, rows * (size_t)e->d.hidden * sizeof(float));
+        moe_eng_copy(e->ctx.dev, out, in, rows * (size_t)e->d.hidden * sizeof(float));
         return;
     }
     if (is_dispatch) {
@@ -304,7 +348,8 @@ static void ep_exchange(
 static void etp_gather(struct moe_eng *e, const struct ep_plan *p, const float *in, float *out)
 {
     if (e->d.etp == 1) {
-        memcpy(out, in, (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
+        moe_eng_copy(e->ctx.dev, out, in,
+                     (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
         return;
     }
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
@@ -316,7 +361,8 @@ static void etp_gather(struct moe_eng *e, const struct ep_plan *p, const float *
 static void etp_reduce(struct moe_eng *e, const struct ep_plan *p, float *in, float *out)
 {
     if (e->d.etp == 1) {
-        memcpy(out, in, (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
+        moe_eng_copy(e->ctx.dev, out, in,
+                     (size_t)p->rows_recv * (size_t)e->d.hidden * sizeof(float));
         return;
     }
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_TP_COMM);
@@ -338,8 +384,9 @@ static void etp_reduce(struct moe_eng *e, const struct ep_plan *p, float *in, fl
  */
 
 struct half {
-    int t0, m;              /* first token and tokens of the half */
-    int *tpe, *recv, *gath; /* its counts: [E], [EP El], [EP El] */
+    int t0, m;                           /* first token and tokens of the half */
+    int *tpe, *recv, *gath;              /* its counts: [E], [EP El], [EP El] (engine memory) */
+    const int *hc_tpe, *h_recv, *h_gath; /* their host copies */
     struct ep_plan p;
     int send_off, recv_off, exp_off; /* row offsets of the half in the send/recv/expert buffers */
     struct moe_comm_req req;
@@ -357,6 +404,9 @@ static void halves_init(struct moe_eng *e, struct moe_eng_layer_act *a, struct h
         hv[i].tpe = a->tokens_per_expert + (size_t)i * (size_t)E;
         hv[i].recv = a->recv_counts + (size_t)i * (size_t)n;
         hv[i].gath = a->gath_counts + (size_t)i * (size_t)n;
+        hv[i].hc_tpe = a->hc_tpe + (size_t)i * (size_t)E;
+        hv[i].h_recv = a->hc_recv + (size_t)i * (size_t)n;
+        hv[i].h_gath = a->hc_gath + (size_t)i * (size_t)n;
         memset(&hv[i].req, 0, sizeof(hv[i].req));
     }
 }
@@ -365,7 +415,7 @@ static void halves_init(struct moe_eng *e, struct moe_eng_layer_act *a, struct h
 static void halves_plan(struct moe_eng *e, struct half *hv)
 {
     for (int i = 0; i < 2; i++) {
-        hv[i].p = ep_plan_from(e, hv[i].tpe, hv[i].recv, hv[i].gath);
+        hv[i].p = ep_plan_from(e, hv[i].hc_tpe, hv[i].h_recv, hv[i].h_gath);
         hv[i].send_off = i == 0 ? 0 : hv[0].p.rows_send;
         hv[i].recv_off = i == 0 ? 0 : hv[0].p.rows_recv;
         hv[i].exp_off = i == 0 ? 0 : hv[0].p.rows_exp;
@@ -411,7 +461,7 @@ static void moe_fwd_overlap(struct moe_eng *e,
     size_t c = (size_t)C;
     route(e, w, a, h);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     struct moe_eng_arena *t = &e->temp;
     float *send = moe_eng_arena_floats(t, (size_t)d->rows_send * c);
     float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * c);
@@ -424,8 +474,9 @@ static void moe_fwd_overlap(struct moe_eng *e,
         k->dispatch_layout(hv[i].tpe, per_rank, a->slot_to_row + s0, a->row_to_slot + s0,
                            a->topk_idx + s0, hv[i].m, K, E, d->ep, 0, e->kc);
         moe_comm_alltoall(e->groups.ep, hv[i].tpe, hv[i].recv, (size_t)El, MOE_COMM_I32);
-        memcpy(hv[i].gath, hv[i].recv, (size_t)d->ep * (size_t)El * sizeof(int));
+        moe_eng_copy(e->ctx.dev, hv[i].gath, hv[i].recv, (size_t)d->ep * (size_t)El * sizeof(int));
     }
+    pull_counts(e, a, 2);
     halves_plan(e, hv);
     for (int i = 0; i < 2; i++) {
         float *sh = send + (size_t)hv[i].send_off * c;
@@ -437,19 +488,19 @@ static void moe_fwd_overlap(struct moe_eng *e,
         wait_a2a(e, &hv[i], MOE_PHASE_DISPATCH);
         size_t x = (size_t)hv[i].exp_off;
         float *xe = a->xe + x * c;
-        k->sort_chunks(xe, recv + (size_t)hv[i].recv_off * c, hv[i].p.chunk_rows,
-                       hv[i].p.chunk_order, d->ep * El, C, e->kc);
+        k->sort_chunks(xe, recv + (size_t)hv[i].recv_off * c, hv[i].p.d_chunk_rows,
+                       hv[i].p.d_chunk_order, d->ep * El, C, e->kc);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
         float *f1 = a->e_fc1 + x * 2 * (size_t)fel;
         float *act = a->e_act + x * (size_t)fel;
-        grouped_fwd(e, f1, xe, w->e_fc1.w, hv[i].p.local_counts, C, 2 * fel);
+        grouped_fwd(e, f1, xe, w->e_fc1.w, plan_counts(&hv[i].p), C, 2 * fel);
         poke(e, hv);
         k->swiglu_fwd(act, f1, hv[i].p.rows_exp, fel, e->kc);
-        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, hv[i].p.local_counts, fel, C);
+        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, plan_counts(&hv[i].p), fel, C);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
         float *back = recv + (size_t)hv[i].recv_off * c;
-        k->unsort_chunks(back, eout + x * c, hv[i].p.chunk_rows, hv[i].p.chunk_order, d->ep * El, C,
-                         e->kc);
+        k->unsort_chunks(back, eout + x * c, hv[i].p.d_chunk_rows, hv[i].p.d_chunk_order,
+                         d->ep * El, C, e->kc);
         post_a2a(e, &hv[i], back, a->y_rows + (size_t)hv[i].send_off * c, false);
     }
     for (int i = 0; i < 2; i++) {
@@ -458,7 +509,7 @@ static void moe_fwd_overlap(struct moe_eng *e,
         k->unpermute(out + t0 * c, a->y_rows + (size_t)hv[i].send_off * c, a->topk_w + t0 * K,
                      a->slot_to_row + t0 * K, hv[i].m, K, C, e->kc);
     }
-    moe_eng_arena_release(t, mark);
+    moe_eng_tmark_release(e, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
@@ -475,7 +526,7 @@ static void moe_bwd_overlap(struct moe_eng *e,
     int K = d->topk, C = d->hidden, El = d->experts_l, fel = d->expert_ffn_l;
     size_t c = (size_t)C;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
-    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     struct moe_eng_arena *t = &e->temp;
     struct half hv[2];
     halves_init(e, a, hv);
@@ -499,24 +550,24 @@ static void moe_bwd_overlap(struct moe_eng *e,
         wait_a2a(e, &hv[i], MOE_PHASE_COMBINE);
         size_t x = (size_t)hv[i].exp_off;
         int r = hv[i].p.rows_exp;
-        k->sort_chunks(deo + x * c, recv + (size_t)hv[i].recv_off * c, hv[i].p.chunk_rows,
-                       hv[i].p.chunk_order, d->ep * El, C, e->kc);
+        k->sort_chunks(deo + x * c, recv + (size_t)hv[i].recv_off * c, hv[i].p.d_chunk_rows,
+                       hv[i].p.d_chunk_order, d->ep * El, C, e->kc);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
         float *f1 = a->e_fc1 + x * 2 * (size_t)fel;
         float *act = a->e_act + x * (size_t)fel;
         if (rc_act) {
             k->swiglu_fwd(act, f1, r, fel, e->kc);
         }
-        grouped_bwd(e, d_act, w->e_fc2.g, deo + x * c, act, w->e_fc2.w, hv[i].p.local_counts, fel,
+        grouped_bwd(e, d_act, w->e_fc2.g, deo + x * c, act, w->e_fc2.w, plan_counts(&hv[i].p), fel,
                     C);
         poke(e, hv);
         k->swiglu_bwd(d_fc1, d_act, f1, r, fel, e->kc);
         grouped_bwd(e, deo + x * c, w->e_fc1.g, d_fc1, a->xe + x * c, w->e_fc1.w,
-                    hv[i].p.local_counts, C, 2 * fel);
+                    plan_counts(&hv[i].p), C, 2 * fel);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
         float *back = recv + (size_t)hv[i].recv_off * c;
-        k->unsort_chunks(back, deo + x * c, hv[i].p.chunk_rows, hv[i].p.chunk_order, d->ep * El, C,
-                         e->kc);
+        k->unsort_chunks(back, deo + x * c, hv[i].p.d_chunk_rows, hv[i].p.d_chunk_order, d->ep * El,
+                         C, e->kc);
         post_a2a(e, &hv[i], back, rows + (size_t)hv[i].send_off * c, false);
     }
     for (int i = 0; i < 2; i++) {
@@ -525,7 +576,7 @@ static void moe_bwd_overlap(struct moe_eng *e,
         k->permute_bwd(dh + t0 * c, rows + (size_t)hv[i].send_off * c, a->slot_to_row + t0 * K,
                        hv[i].m, K, C, true, e->kc);
     }
-    moe_eng_arena_release(t, mark);
+    moe_eng_tmark_release(e, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
@@ -546,45 +597,48 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     const bool hier = e->is_hierarchical;
     route(e, w, a, h);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
-    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     struct moe_eng_arena *t = &e->temp;
     float *send = NULL, *recv = NULL, *gath = NULL;
     struct ep_plan p;
     if (hier) {
+        note_dropped(e, a);
         moe_eng_hier_dispatch(e, a, h);
         p = ep_plan_make(e, a);
     } else {
         send = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
         recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
         gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+        exchange_counts(e, a); /* CUDA: the counts come back to the host here (one wait) */
+        note_dropped(e, a);
         int rows = 0;
         for (int i = 0; i < d->experts; i++) {
-            rows += a->tokens_per_expert[i];
+            rows += a->hc_tpe[i];
         }
         k->permute(send, h, a->row_to_slot, rows, K, C, e->kc);
-        exchange_counts(e, a);
         p = ep_plan_make(e, a);
         check_bound(e, p.rows_recv, d->rows_recv, "EP receive");
         check_bound(e, p.rows_exp, d->rows_exp, "expert");
         ep_exchange(e, &p, send, recv, true);
         etp_gather(e, &p, recv, gath);
-        k->sort_chunks(a->xe, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+        k->sort_chunks(a->xe, gath, p.d_chunk_rows, p.d_chunk_order, d->etp * d->ep * El, C, e->kc);
     }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
+    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, plan_counts(&p), C, 2 * fel);
     k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
-    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
+    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, plan_counts(&p), fel, C);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
     if (hier) {
         moe_eng_hier_combine(e, a, eout, out);
     } else {
-        k->unsort_chunks(gath, eout, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+        k->unsort_chunks(gath, eout, p.d_chunk_rows, p.d_chunk_order, d->etp * d->ep * El, C,
+                         e->kc);
         etp_reduce(e, &p, gath, recv);
         ep_exchange(e, &p, recv, a->y_rows, false);
         k->unpermute(out, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C, e->kc);
     }
-    moe_eng_arena_release(t, mark);
+    moe_eng_tmark_release(e, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
@@ -638,18 +692,18 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     int Ms = d->tokens_sp, K = d->topk, C = d->hidden, El = d->experts_l;
     int fel = d->expert_ffn_l;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
-    size_t mark = moe_eng_arena_mark(&e->temp);
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     struct moe_eng_arena *t = &e->temp;
     float *d_topk_w = moe_eng_arena_floats(t, (size_t)Ms * (size_t)K);
     if (e->is_ep_overlap) {
         moe_bwd_overlap(e, w, a, dout, dh, d_topk_w);
         route_bwd(e, w, a, h, d_topk_w, dh);
-        moe_eng_arena_release(t, mark);
+        moe_eng_tmark_release(e, mark);
         moe_eng_phase_enter(&e->ctx.timer, prev);
         return;
     }
     const bool hier = e->is_hierarchical;
-    size_t mark_w = moe_eng_arena_mark(t);
+    struct moe_eng_tmark mark_w = moe_eng_tmark_take(e);
     struct ep_plan p = ep_plan_make(e, a);
     float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
     float *recv = NULL, *gath = NULL, *rows = NULL;
@@ -663,7 +717,7 @@ void moe_eng_moe_bwd(struct moe_eng *e,
                          e->kc);
         ep_exchange(e, &p, rows, recv, true);
         etp_gather(e, &p, recv, gath);
-        k->sort_chunks(deo, gath, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+        k->sort_chunks(deo, gath, p.d_chunk_rows, p.d_chunk_order, d->etp * d->ep * El, C, e->kc);
     }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     if (e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
@@ -671,21 +725,21 @@ void moe_eng_moe_bwd(struct moe_eng *e,
         k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
     }
     float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
-    grouped_bwd(e, d_act, w->e_fc2.g, deo, a->e_act, w->e_fc2.w, p.local_counts, fel, C);
+    grouped_bwd(e, d_act, w->e_fc2.g, deo, a->e_act, w->e_fc2.w, plan_counts(&p), fel, C);
     float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * 2 * (size_t)fel);
     k->swiglu_bwd(d_fc1, d_act, a->e_fc1, p.rows_exp, fel, e->kc);
-    grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, p.local_counts, C, 2 * fel);
+    grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, plan_counts(&p), C, 2 * fel);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     if (hier) {
         moe_eng_hier_dispatch_bwd(e, a, deo, dh);
     } else {
-        k->unsort_chunks(gath, deo, p.chunk_rows, p.chunk_order, d->etp * d->ep * El, C, e->kc);
+        k->unsort_chunks(gath, deo, p.d_chunk_rows, p.d_chunk_order, d->etp * d->ep * El, C, e->kc);
         etp_reduce(e, &p, gath, recv);
         ep_exchange(e, &p, recv, rows, false);
         k->permute_bwd(dh, rows, a->slot_to_row, Ms, K, C, true, e->kc);
     }
-    moe_eng_arena_release(t, mark_w);
+    moe_eng_tmark_release(e, mark_w);
     route_bwd(e, w, a, h, d_topk_w, dh);
-    moe_eng_arena_release(t, mark);
+    moe_eng_tmark_release(e, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }

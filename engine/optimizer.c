@@ -49,7 +49,7 @@ void moe_eng_grads_zero(struct moe_eng *e)
     bool tied_here = e->output.param >= 0 && e->output.param == e->embedding.param;
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        memset(bk->g, 0, bk->padded * sizeof(float));
+        moe_eng_memzero(e->ctx.dev, bk->g, bk->padded * sizeof(float));
         bk->pending = m;
         if (tied_here && bk->layer == MOE_ENG_TAG_EMBED) {
             bk->pending = 2 * m; /* embedding backward and the output layer both add */
@@ -170,40 +170,35 @@ param_at(const struct moe_eng *e, const struct moe_eng_bucket *bk, size_t idx)
     return NULL;
 }
 
-/* Sum of squares of a bucket's reduced shard in double (the float kernel result overflowed). */
-static double sumsq_double(const float *g, size_t n)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        s += (double)g[i] * (double)g[i];
-    }
-    return s;
-}
-
-/* Sum of squares of the gradients this rank owns; the first non-finite value fills diag. */
+/* Sum of squares of the gradients this rank owns; the first non-finite value fills diag. One
+ * kernel per bucket into a slot of bucket_ss, then one copy of all of them to the host. */
 static double owned_sumsq(struct moe_eng *e, int *nonfinite, struct moe_diag *diag)
 {
     double total = 0.0;
     bool dist = e->plan.options.use_distributed_optimizer;
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        float ss = 0.0f;
-        e->k->sum_squares(&ss, bk->g, bk->shard, e->kc);
+        e->k->sum_squares(e->bucket_ss + b, bk->g, bk->shard, e->kc);
+    }
+    moe_eng_copy_to_host(e->ctx.dev, e->h_bucket_ss, e->bucket_ss,
+                         (size_t)e->num_buckets * sizeof(float));
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
+        float ss = e->h_bucket_ss[b];
         double sd = (double)ss;
         if (!isfinite(ss)) {
-            size_t bad = 0;
-            while (bad < bk->shard && isfinite(bk->g[bad])) {
-                bad++;
-            }
+            float bad_value = 0.0f;
+            size_t bad = moe_eng_first_nonfinite(e->ctx.dev, bk->g, bk->shard, &bad_value);
             if (bad == bk->shard) {
-                sd = sumsq_double(bk->g, bk->shard); /* large but finite gradients */
+                /* large but finite gradients: the float kernel result overflowed */
+                sd = moe_eng_sumsq_double(e->ctx.dev, bk->g, bk->shard);
             } else {
                 const struct moe_eng_param *p = param_at(e, bk, bad);
                 if (*nonfinite == 0) {
                     (void)moe_diag_set(diag, MOE_ERR_RUNTIME,
                                        "step %d: non-finite gradient (%g) in %s (layer %d, "
                                        "element %zu of this rank's shard)",
-                                       e->step + 1, (double)bk->g[bad], p != NULL ? p->name : "?",
+                                       e->step + 1, (double)bad_value, p != NULL ? p->name : "?",
                                        p != NULL ? p->layer : -1, bad);
                 }
                 *nonfinite = 1;
@@ -244,7 +239,7 @@ static void gather_params(struct moe_eng *e)
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        memcpy(bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
+        moe_eng_copy(e->ctx.dev, bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
         if (!dist || moe_comm_size(bk->group) == 1) {
             continue;
         }
@@ -258,7 +253,9 @@ static void gather_params(struct moe_eng *e)
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-/* Expert bias update and expert-load statistics from the step's counts over the stage. */
+/* Expert bias update and expert-load statistics from the step's counts over the stage: one
+ * all-reduce of every local MoE layer's counts (engine memory), the bias kernels on it, and the
+ * statistics from its host copy. */
 static void expert_counts_step(struct moe_eng *e)
 {
     const struct moe_eng_dims *d = &e->d;
@@ -266,8 +263,20 @@ static void expert_counts_step(struct moe_eng *e)
         return;
     }
     int E = d->experts;
-    size_t mark = moe_eng_arena_mark(&e->temp);
-    int *counts = moe_eng_arena_ints(&e->temp, (size_t)E);
+    int num_moe = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            num_moe += e->layers[ch->first_layer + i].is_moe ? 1 : 0;
+        }
+    }
+    if (num_moe == 0) {
+        return;
+    }
+    size_t n = (size_t)num_moe * (size_t)E;
+    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
+    int *counts = moe_eng_arena_ints(e->htemp, n);
+    int j = 0;
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
         for (int i = 0; i < ch->num_layers; i++) {
@@ -277,21 +286,35 @@ static void expert_counts_step(struct moe_eng *e)
             }
             const long *sc = e->step_counts + (size_t)w->idx * (size_t)E;
             for (int x = 0; x < E; x++) {
-                counts[x] = (int)sc[x];
+                counts[(size_t)j * (size_t)E + (size_t)x] = (int)sc[x];
             }
-            moe_comm_allreduce(e->groups.stage, counts, counts, (size_t)E, MOE_COMM_I32,
-                               MOE_COMM_SUM);
+            j++;
+        }
+    }
+    int *dc = moe_eng_dev_ints(e, counts, n);
+    moe_comm_allreduce(e->groups.stage, dc, dc, n, MOE_COMM_I32, MOE_COMM_SUM);
+    const int *hc = moe_eng_host_ints(e, dc, n);
+    j = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
+            if (!w->is_moe) {
+                continue;
+            }
+            size_t off = (size_t)j * (size_t)E;
             if (w->expert_bias != NULL && e->opts.bias_update_rate > 0.0f) {
-                e->k->router_bias_update(w->expert_bias, counts, E, e->opts.bias_update_rate,
+                e->k->router_bias_update(w->expert_bias, dc + off, E, e->opts.bias_update_rate,
                                          e->kc);
             }
             long *acc = e->stats.expert_tokens + (size_t)w->idx * (size_t)E;
             for (int x = 0; x < E; x++) {
-                acc[x] += counts[x];
+                acc[x] += hc[off + (size_t)x];
             }
+            j++;
         }
     }
-    moe_eng_arena_release(&e->temp, mark);
+    moe_eng_tmark_release(e, mark);
 }
 
 /*

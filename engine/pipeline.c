@@ -187,39 +187,51 @@ static int bwd_tag(const struct moe_eng *e, int c, int mb)
     return e->tag_base_bwd + c * e->plan.layout.num_microbatches + mb;
 }
 
-static void recv_blocking(struct moe_eng *e, float *buf, int peer, int tag)
+/* Activations travel forward on the pp group and gradients backward on pp_bwd (one direction per
+ * communicator: NCCL pairs a peer's messages in issue order). */
+static moe_comm_t *pp_group(const struct moe_eng *e, bool is_backward)
+{
+    return is_backward ? e->groups.pp_bwd : e->groups.pp;
+}
+
+static void recv_blocking(struct moe_eng *e, float *buf, int peer, int tag, bool is_backward)
 {
     size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_PP_BUBBLE);
-    moe_comm_recv(e->groups.pp, buf, n, MOE_COMM_F32, peer, tag);
+    moe_comm_recv(pp_group(e, is_backward), buf, n, MOE_COMM_F32, peer, tag);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-static void
-send_async(struct moe_eng *e, const float *buf, int peer, int tag, struct moe_comm_req *req)
+static void send_async(struct moe_eng *e,
+                       const float *buf,
+                       int peer,
+                       int tag,
+                       bool is_backward,
+                       struct moe_comm_req *req)
 {
     size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_PP_COMM);
-    moe_comm_isend(e->groups.pp, buf, n, MOE_COMM_F32, peer, tag, req);
+    moe_comm_isend(pp_group(e, is_backward), buf, n, MOE_COMM_F32, peer, tag, req);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-static void wait_req(struct moe_eng *e, struct moe_comm_req *req)
+static void wait_req(struct moe_eng *e, struct moe_comm_req *req, bool is_backward)
 {
     if (req->is_active) {
         enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_PP_COMM);
-        moe_comm_wait(e->groups.pp, req);
+        moe_comm_wait(pp_group(e, is_backward), req);
         moe_eng_phase_enter(&e->ctx.timer, prev);
     }
 }
 
+/* Offloaded tensors to the host pool and back (CUDA: device <-> host copies that wait). */
 static void offload_out(struct moe_eng *e, const struct moe_eng_layer_act *a)
 {
     if (a->offload_bytes == 0) {
         return;
     }
     double t0 = moe_eng_now();
-    memcpy(a->host, a->stage, a->offload_bytes);
+    moe_eng_copy_to_host(e->ctx.dev, a->host, a->stage, a->offload_bytes);
     e->stats.offload_s += moe_eng_now() - t0;
 }
 
@@ -229,7 +241,7 @@ static void offload_in(struct moe_eng *e, const struct moe_eng_layer_act *a)
         return;
     }
     double t0 = moe_eng_now();
-    memcpy(a->stage, a->host, a->offload_bytes);
+    moe_eng_copy_from_host(e->ctx.dev, a->stage, a->host, a->offload_bytes);
     e->stats.offload_s += moe_eng_now() - t0;
 }
 
@@ -239,15 +251,16 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
     size_t mt = (size_t)e->d.tokens;
     /* The slot's previous output send was received before its backward could run.
      */
-    wait_req(e, &sl->out_req);
+    wait_req(e, &sl->out_req, false);
     if (ch->has_embedding) {
         moe_eng_params_wait(e, MOE_ENG_TAG_EMBED);
         moe_eng_embed_fwd(e, e->ids + (size_t)mb * mt, sl->x0);
     } else {
-        recv_blocking(e, sl->x0, ch->prev_pp, fwd_tag(e, ch->c, mb));
+        recv_blocking(e, sl->x0, ch->prev_pp, fwd_tag(e, ch->c, mb), false);
     }
     if (ch->num_layers == 0) { /* a chunk with only the embedding or the loss */
-        memcpy(sl->out, sl->x0, (size_t)e->d.tokens_sp * (size_t)e->d.hidden * sizeof(float));
+        moe_eng_copy(e->ctx.dev, sl->out, sl->x0,
+                     (size_t)e->d.tokens_sp * (size_t)e->d.hidden * sizeof(float));
     }
     for (int i = 0; i < ch->num_layers; i++) {
         const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
@@ -262,7 +275,7 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         moe_eng_head_fwd_bwd(e, sl->out, e->targets + (size_t)mb * mt, sl->dout);
         moe_eng_layer_grads_done(e, MOE_ENG_TAG_HEAD);
     } else {
-        send_async(e, sl->out, ch->next_pp, fwd_tag(e, ch->c + 1, mb), &sl->out_req);
+        send_async(e, sl->out, ch->next_pp, fwd_tag(e, ch->c + 1, mb), false, &sl->out_req);
     }
 }
 
@@ -295,11 +308,11 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
     struct moe_eng_slot *sl = &ch->slots[ch->mb_slot[mb]];
     size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
     float *d = e->grad_stream;
-    wait_req(e, &sl->out_req); /* a recompute may rewrite the output buffer */
+    wait_req(e, &sl->out_req, false); /* a recompute may rewrite the output buffer */
     if (ch->has_loss) {
-        memcpy(d, sl->dout, n * sizeof(float));
+        moe_eng_copy(e->ctx.dev, d, sl->dout, n * sizeof(float));
     } else {
-        recv_blocking(e, d, ch->next_pp, bwd_tag(e, ch->c, mb));
+        recv_blocking(e, d, ch->next_pp, bwd_tag(e, ch->c, mb), true);
     }
     for (int i = ch->num_layers - 1; i >= 0; i--) {
         const struct moe_eng_rc *rc = &ch->rc[i];
@@ -320,9 +333,9 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
     } else {
         /* The previous gradient sent from this slot must be out before its buffer is reused
          * (waiting any earlier, at the slot's next forward, can deadlock the pipeline). */
-        wait_req(e, &sl->dx_req);
-        memcpy(sl->dx_send, d, n * sizeof(float));
-        send_async(e, sl->dx_send, ch->prev_pp, bwd_tag(e, ch->c - 1, mb), &sl->dx_req);
+        wait_req(e, &sl->dx_req, true);
+        moe_eng_copy(e->ctx.dev, sl->dx_send, d, n * sizeof(float));
+        send_async(e, sl->dx_send, ch->prev_pp, bwd_tag(e, ch->c - 1, mb), true, &sl->dx_req);
     }
 }
 
@@ -340,8 +353,9 @@ void moe_eng_run_schedule(struct moe_eng *e)
     for (int v = 0; v < e->num_chunks_local; v++) {
         struct moe_eng_chunk *ch = &e->chunks[v];
         for (int s = 0; s < ch->num_slots; s++) {
-            wait_req(e, &ch->slots[s].out_req);
-            wait_req(e, &ch->slots[s].dx_req);
+            wait_req(e, &ch->slots[s].out_req, false);
+            wait_req(e, &ch->slots[s].dx_req, true);
         }
     }
+    moe_eng_scal_flush(e); /* router losses into aux_sum; CUDA: the deferred finite checks */
 }

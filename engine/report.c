@@ -74,6 +74,24 @@ static void add_memory(cJSON *o, const double *mem)
     cJSON_AddNumberToObject(m, "host_offload", mem[5] / GIB);
 }
 
+/* CUDA runs: the GPU, its memory as cudaMemGetInfo saw it (rank 0), GEMM math, CUDA graphs. */
+static void add_device(const struct moe_eng *e, cJSON *o)
+{
+    if (!e->is_device) {
+        return;
+    }
+    static const char math_names[3][8] = {"fp32", "tf32", "bf16"};
+    struct moe_eng_mem_report m;
+    moe_eng_memory(e, &m);
+    int gm = (int)e->opts.gemm_math;
+    cJSON *dv = cJSON_AddObjectToObject(o, "device");
+    cJSON_AddStringToObject(dv, "name", moe_eng_dev_name(e->ctx.dev));
+    cJSON_AddNumberToObject(dv, "memory_total_gib", m.device_total / GIB);
+    cJSON_AddNumberToObject(dv, "memory_used_gib", m.device_used / GIB);
+    cJSON_AddStringToObject(dv, "gemm_math", gm >= 0 && gm < 3 ? math_names[gm] : "?");
+    cJSON_AddBoolToObject(dv, "cuda_graphs", e->opts.use_cuda_graphs);
+}
+
 /* Every group's bytes, summed over ranks (collective: every rank passes the same group list). */
 static void add_bytes(struct moe_eng *e, cJSON *o)
 {
@@ -88,6 +106,13 @@ static void add_bytes(struct moe_eng *e, cJSON *o)
             v[g * MOE_NUM_COLLS + c] =
                 groups[g] != NULL ? moe_comm_bytes_sent(groups[g], (enum moe_comm_coll)c) : 0.0;
         }
+    }
+    /* Backward gradients travel on pp_bwd (engine/pipeline.c): both directions count as pp. */
+    const int pp_idx = 5;
+    for (int c = 0; c < MOE_NUM_COLLS; c++) {
+        v[pp_idx * MOE_NUM_COLLS + c] +=
+            e->groups.pp_bwd != NULL ? moe_comm_bytes_sent(e->groups.pp_bwd, (enum moe_comm_coll)c)
+                                     : 0.0;
     }
     moe_comm_allreduce(e->ctx.world, v, v, (size_t)NG * MOE_NUM_COLLS, MOE_COMM_F64, MOE_COMM_SUM);
     if (o == NULL) {
@@ -211,7 +236,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         cJSON_AddNumberToObject(o, "version", 1);
         cJSON_AddStringToObject(o, "model", e->plan.model.name);
         cJSON_AddStringToObject(o, "cluster", e->plan.cluster);
-        cJSON_AddStringToObject(o, "backend", "cpu+mpi");
+        cJSON_AddStringToObject(o, "backend", moe_eng_backend_name(e));
         cJSON_AddNumberToObject(o, "num_ranks", n);
         add_layout(e, o);
         cJSON_AddNumberToObject(o, "steps", e->stats.num_steps);
@@ -236,6 +261,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         add_memory(o, all + (size_t)mem_rank * SUM_LEN + SUM_MEM);
         cJSON_AddNumberToObject(o, "memory_rank", mem_rank);
         cJSON_AddNumberToObject(o, "peak_rss_gib", peak_rss / GIB);
+        add_device(e, o);
         cJSON_AddNumberToObject(o, "offload_copy_s", e->stats.offload_s);
         double slots = (double)e->plan.layout.gbs * e->d.seq * e->d.topk *
                        (double)moe_cfg_num_moe_layers(&e->plan.model) *

@@ -12,6 +12,7 @@
  * non-finite loss, I/O), 2 on a bad command line. Only rank 0 prints unless --verbose.
  */
 #include "engine/comm_mpi.h"
+#include "engine/device.h"
 #include "engine/engine.h"
 #include "model/megatron_args.h"
 #include "topologies/json_util.h"
@@ -20,6 +21,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,13 @@ static void usage(FILE *f)
         "  --dispatcher D        flat (all-to-all) or hierarchical (one copy per remote node,\n"
         "                        forwarded inside it); default: hierarchical for the plan's\n"
         "                        flex dispatchers (deepep, hybridep), else flat\n"
+        "  --backend B           cpu (default: host memory, OpenBLAS, MPI) or cuda (one GPU\n"
+        "                        per rank: device memory, cuBLAS kernels, NCCL for every\n"
+        "                        group); without a usable GPU, cuda notes why and runs on cpu\n"
+        "  --gemm-math M         cuda: fp32 (default, IEEE), tf32, or bf16 (BF16 in, FP32\n"
+        "                        accumulate) for the fp32-storage GEMMs\n"
+        "  --cuda-graphs         cuda: capture each dense layer's forward into a CUDA graph\n"
+        "                        once per activation slot and replay it\n"
         "  --verbose             details, and every rank may print\n"
         "  --version, --help\n";
     /* clang-format on */
@@ -117,6 +126,9 @@ enum {
     OPT_BUFFER,
     OPT_SYNTH,
     OPT_DISPATCHER,
+    OPT_BACKEND,
+    OPT_GEMM_MATH,
+    OPT_GRAPHS,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
@@ -145,6 +157,29 @@ static int int_opt(const char *name, const char *val, long lo, long hi, long *ou
     return 0;
 }
 
+/* One of n words: *out = its index; else prints the choices and returns 2. */
+static int word_opt(
+    const char *name, const char *val, const char *const *words, int n, long *out, bool is_root)
+{
+    for (int i = 0; i < n; i++) {
+        if (strcmp(val, words[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    if (is_root) {
+        (void)fprintf(stderr, "moefold-train: --%s %s: expected one of", name, val);
+        for (int i = 0; i < n; i++) {
+            (void)fprintf(stderr, " %s", words[i]);
+        }
+        (void)fputc('\n', stderr);
+    }
+    return 2;
+}
+
+static const char *const backend_words[] = {"cpu", "cuda"};
+static const char *const math_words[] = {"fp32", "tf32", "bf16"};
+
 static int parse_args(int argc, char **argv, struct args *a, bool is_root)
 {
     static const struct option longs[] = {
@@ -170,6 +205,9 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         {"emulate-precision", no_argument, NULL, OPT_EMULATE},
         {"moe-buffer-factor", required_argument, NULL, OPT_BUFFER},
         {"dispatcher", required_argument, NULL, OPT_DISPATCHER},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"gemm-math", required_argument, NULL, OPT_GEMM_MATH},
+        {"cuda-graphs", no_argument, NULL, OPT_GRAPHS},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -277,6 +315,17 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
                 rc = 2;
             }
             break;
+        case OPT_BACKEND:
+            rc = word_opt("backend", optarg, backend_words, 2, &n, is_root);
+            a->run.backend = n == 1 ? MOE_K_BACKEND_CUDA : MOE_K_BACKEND_CPU;
+            break;
+        case OPT_GEMM_MATH:
+            rc = word_opt("gemm-math", optarg, math_words, 3, &n, is_root);
+            a->run.gemm_math = (enum moe_eng_gemm_math)n;
+            break;
+        case OPT_GRAPHS:
+            a->run.use_cuda_graphs = true;
+            break;
         case 'v':
             a->run.verbosity = 1;
             break;
@@ -357,8 +406,9 @@ static void print_diag(const char *what, const struct moe_diag *diag)
     }
 }
 
-/* The plan that ran, to embed in run.json: the resolved layout, fp32 training (what the CPU
- * engine does, so a comparison predicts fp32 memory) and the prediction the plan carried. */
+/* The plan that ran, to embed in run.json: the resolved layout, fp32 training (what the engine
+ * does on either backend, so a comparison predicts fp32 memory) and the prediction the plan
+ * carried. */
 static char *
 plan_text_from(const struct moe_plan *plan, const cJSON *prediction, const moe_eng_t *e)
 {
@@ -389,10 +439,41 @@ static void report_failure(enum moe_status st, const struct moe_diag *diag, int 
     }
 }
 
-static int run(const struct args *a, int rank)
+/*
+ * --backend cuda on a machine (or build) without a usable GPU: one line saying why, then the CPU
+ * backend. Every rank falls back together (collective) so the job stays on one backend.
+ */
+static void pick_backend(struct moe_eng_run_opts *run, int rank)
+{
+    if (run->backend != MOE_K_BACKEND_CUDA) {
+        return;
+    }
+    char why[256] = "";
+    int ok = moe_eng_dev_available(why, sizeof(why)) ? 1 : 0;
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all_ok) {
+        return;
+    }
+    if (ok) {
+        (void)snprintf(why, sizeof(why), "another rank has none");
+    }
+    int first = ok ? INT_MAX : rank;
+    int lowest = 0;
+    MPI_Allreduce(&first, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == lowest) {
+        (void)printf("moefold-train: no CUDA device (%s); using the CPU backend\n", why);
+        (void)fflush(stdout);
+    }
+    run->backend = MOE_K_BACKEND_CPU;
+    run->use_cuda_graphs = false;
+}
+
+static int run(struct args *a, int rank)
 {
     struct moe_diag diag;
     memset(&diag, 0, sizeof(diag));
+    pick_backend(&a->run, rank);
     struct moe_plan plan;
     enum moe_status st;
     char *text = NULL;

@@ -47,6 +47,26 @@ read_memory(const cJSON *o, const char *w, struct moe_mem_bytes *m, struct moe_d
     return MOE_OK;
 }
 
+/* The optional "device" object of GPU runs: name, memory figures, GEMM math, CUDA graphs. */
+static enum moe_status
+read_device(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
+{
+    if (o == NULL) {
+        return MOE_OK;
+    }
+    static const char *const keys[] = {"name", "memory_total_gib", "memory_used_gib", "gemm_math",
+                                       "cuda_graphs"};
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
+    MOE_TRY(
+        moe_json_get_string(o, "name", false, run->device_name, sizeof(run->device_name), w, diag));
+    double total = 0.0, used = 0.0;
+    MOE_TRY(moe_json_get_double(o, "memory_total_gib", false, 0.0, 1e9, &total, w, diag));
+    MOE_TRY(moe_json_get_double(o, "memory_used_gib", false, 0.0, 1e9, &used, w, diag));
+    run->device_total_bytes = total * GIB;
+    run->device_used_bytes = used * GIB;
+    return MOE_OK;
+}
+
 static enum moe_status
 read_losses(const cJSON *arr, const char *w, struct moe_run *run, struct moe_diag *diag)
 {
@@ -117,6 +137,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "bytes_sent",
                                        "tokens_per_expert",
                                        "expert_load_max_over_mean",
+                                       "device",
                                        "plan"};
     MOE_TRY(moe_json_check_format(root, MOE_RUN_FILE_FORMAT, MOE_RUN_FILE_VERSION, path, diag));
     MOE_TRY(moe_json_check_keys(root, keys, MOE_ARRAY_LEN(keys), path, diag));
@@ -142,6 +163,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
     double rss = 0.0;
     MOE_TRY(moe_json_get_double(root, "peak_rss_gib", false, 0.0, 1e9, &rss, path, diag));
     run->peak_rss_bytes = rss * GIB;
+    MOE_TRY(read_device(cJSON_GetObjectItemCaseSensitive(root, "device"), "device", run, diag));
     MOE_TRY(read_losses(cJSON_GetObjectItemCaseSensitive(root, "per_step"), path, run, diag));
     MOE_TRY(
         read_load(cJSON_GetObjectItemCaseSensitive(root, "expert_load_max_over_mean"), run, diag));

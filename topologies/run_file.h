@@ -39,8 +39,12 @@ struct moe_run {
     double first_loss;                                 /* loss of the first step */
     int num_moe_layers;                                /* entries in load_max_over_mean */
     double load_max_over_mean[MOE_RUN_MAX_MOE_LAYERS]; /* busiest EP rank / mean, per MoE layer */
-    cJSON *tokens_per_expert; /* owned: [layer][expert] token copies per step, or NULL */
-    cJSON *plan;              /* owned: the plan object that ran, or NULL */
+    /* The GPU the run used (optional "device" object; zeros and "" for CPU runs). */
+    char device_name[64];
+    double device_total_bytes; /* device memory (cudaMemGetInfo total) */
+    double device_used_bytes;  /* total - free at the fullest point the engine saw */
+    cJSON *tokens_per_expert;  /* owned: [layer][expert] token copies per step, or NULL */
+    cJSON *plan;               /* owned: the plan object that ran, or NULL */
 };
 
 /* Read and check a run file. *out owns its trees: release with moe_run_fini. */
