@@ -343,6 +343,43 @@ int moe_mem_inflight(const struct moe_layout *lay, int stage)
     return warmup + 1 < total ? warmup + 1 : total;
 }
 
+/*
+ * The gradients one layer's backward holds at once, beyond what the layer saved: at an MLP's
+ * activation, the gradients of the fc1 output and of the activation output; at fc1's dgrad, the
+ * fc1-output gradient and the input gradient; at the attention, the gradients of the QKV projection
+ * output and of the core-attention output. The peak of the two MLP points and the attention, in the
+ * activation type, for a dense and for a MoE layer (expert rows at the load factor).
+ */
+static void layer_bwd_working(const struct moe_model_cfg *cfg,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              double load_factor,
+                              double out[2])
+{
+    const double b = opt->is_fp32_training ? 4.0 : 2.0;
+    double h = cfg->hidden_size;
+    double tp = lay->tp;
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / tp : t;
+    double mats = cfg->is_swiglu ? 2.0 : 1.0;
+    double a_loc = cfg->num_attention_heads / tp;
+    double attn;
+    if (cfg->is_mla) {
+        double qk = cfg->qk_head_dim + cfg->qk_pos_emb_head_dim;
+        attn = t * a_loc * (2.0 * qk + 2.0 * cfg->v_head_dim);
+    } else {
+        double d = cfg->kv_channels;
+        attn = t * (2.0 * a_loc + 2.0 * cfg->num_query_groups / tp) * d;
+    }
+    double f = cfg->ffn_hidden_size / tp;
+    double dense = t * fmax((mats + 1.0) * f, mats * f + h);
+    out[0] = b * fmax(attn, dense);
+    double fe = (double)cfg->moe_ffn_hidden_size / lay->etp;
+    double r = t_sp * cfg->moe_router_topk * lay->etp * load_factor;
+    double experts = r * fmax((mats + 1.0) * fe, mats * fe + h);
+    out[1] = moe_cfg_is_moe(cfg) ? b * fmax(attn, experts) : out[0];
+}
+
 void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
                             const struct moe_layout *lay,
                             const struct moe_options *opt,
@@ -364,6 +401,7 @@ void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
         moe_mem_layer_activations(cfg, lay, opt, true, load_factor, apply[i], &set->moe[i]);
     }
     set->load_factor = load_factor;
+    layer_bwd_working(cfg, lay, opt, load_factor, set->bwd_working);
 }
 
 /* Activation bytes of all layers of the stage for one micro-batch, and the offloaded share. */
@@ -486,7 +524,15 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
 
     /* Buffers: logits (BF16 saved + FP32 loss workspace) on the loss stage, EP buffers, context. */
     double t = (double)lay->mbs * lay->seq_length / lay->cp;
-    double buffers = transient;
+    /* The backward working set of the stage's largest layer rides on top of the saved tensors. */
+    double working = 0.0;
+    if (sc.num_dense + sc.num_mtp > 0) {
+        working = set->bwd_working[0];
+    }
+    if (sc.num_moe > 0 && set->bwd_working[1] > working) {
+        working = set->bwd_working[1];
+    }
+    double buffers = transient + working;
     if (sc.has_loss) {
         double vp = moe_cfg_padded_vocab(cfg, lay->tp);
         double logits = t * vp / lay->tp;

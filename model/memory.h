@@ -129,6 +129,9 @@ struct moe_mem_layer_set {
     struct moe_act_bytes dense[3];
     struct moe_act_bytes moe[3];
     double load_factor;
+    /* Backward working set of one layer (gradients live at once, freed after the layer's
+     * backward): [0] dense layer, [1] MoE layer. */
+    double bwd_working[2];
 };
 
 void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
