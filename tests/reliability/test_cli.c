@@ -355,6 +355,13 @@ static void test_absurd_sizes(void **state)
     expect_refused(
         ARGS(PREDICT, DSV3, H100("8"), "--moe-imbalance", "auto", "--moe-imbalance-cv", "1e308"),
         WANT("--moe-imbalance-cv"));
+    /* The planner refuses the same absurd sizes before searching. */
+    expect_refused(
+        ARGS("plan", "--model", "kimi-k2", H100("1000000"), "--global-batch-size", "8192"),
+        WANT("--gpus", "65536"));
+    expect_refused(
+        ARGS("plan", DSV3, H100("1024"), "--global-batch-size", "8192", "--num-experts", "1000000"),
+        WANT("--num-experts"));
 }
 
 /* Many arguments: more than the Megatron parser's table holds is refused, not overrun. */
