@@ -206,6 +206,7 @@ enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
                                  int verbosity,
                                  enum moe_k_backend backend,
                                  int gemm_math,
+                                 bool is_device_emulated,
                                  struct moe_diag *diag)
 {
     memset(ctx, 0, sizeof(*ctx));
@@ -221,6 +222,16 @@ enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
     moe_eng_timer_reset(&ctx->timer, MOE_PHASE_HOST_OVERHEAD);
     if (backend == MOE_K_BACKEND_CUDA) {
         MOE_TRY(cuda_init(ctx, gemm_math, diag));
+    } else if (is_device_emulated) {
+        enum moe_status st = moe_eng_dev_create_emulated(&ctx->dev);
+        if (st == MOE_OK) {
+            st = moe_eng_dev_kernel_ctx(ctx->dev, gemm_math, &ctx->kctx);
+        }
+        if (st != MOE_OK) {
+            return moe_diag_set(diag, st, "cannot create the emulated device");
+        }
+        ctx->timer.dev = ctx->dev;
+        moe_eng_timer_reset(&ctx->timer, MOE_PHASE_HOST_OVERHEAD);
     } else {
         struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
         enum moe_status st = moe_k_ctx_create(&desc, &ctx->kctx);

@@ -93,7 +93,8 @@ struct moe_eng_ctx {
 /*
  * Fill ctx for the root group world (borrowed, MPI; collective over it): the CPU kernel context (1
  * thread), or with backend CUDA the device runtime on GPU (node-local rank mod GPUs on the node)
- * and the CUDA kernel context on its stream with GEMM math gemm_math (enum moe_eng_gemm_math).
+ * and the CUDA kernel context on its stream with GEMM math gemm_math (enum moe_eng_gemm_math); with
+ * backend CPU and is_device_emulated, an emulated device (engine/device.h) and the CPU kernels.
  * MOE_ERR_UNSUPPORTED (no CUDA build or device: diag says why), MOE_ERR_NOMEM.
  */
 MOE_NODISCARD enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
@@ -103,6 +104,7 @@ MOE_NODISCARD enum moe_status moe_eng_ctx_init(struct moe_eng_ctx *ctx,
                                                int verbosity,
                                                enum moe_k_backend backend,
                                                int gemm_math,
+                                               bool is_device_emulated,
                                                struct moe_diag *diag);
 void moe_eng_ctx_fini(struct moe_eng_ctx *ctx);
 

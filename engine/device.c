@@ -1,9 +1,10 @@
 /*
  * The engine's device runtime (engine/device.h): host memcpy/memset when there is no device, the
- * CUDA runtime API (C interface, cuda_runtime_api.h) on the engine's own streams when there is one.
- * Every CUDA call is checked with MOE_CHECK_CUDA (STYLE.md §4). The CUDA half is compiled only
- * where kernels/cuda/ is built (MOE_HAVE_CUDA_KERNELS); without it moe_eng_dev_create refuses and
- * only the host half runs.
+ * CUDA runtime API (C interface, cuda_runtime_api.h) on the engine's own streams when there is one,
+ * and a host emulation of a device (separate host blocks standing in for device memory) that lets
+ * CPU-only machines run the CUDA backend's staging logic. Every CUDA call is checked with
+ * MOE_CHECK_CUDA (STYLE.md §4). The CUDA half is compiled only where kernels/cuda/ is built
+ * (MOE_HAVE_CUDA_KERNELS); without it moe_eng_dev_create refuses.
  *
  * Copies between host and device use pageable host memory on purpose: cudaMemcpyAsync from
  * pageable memory to the device returns once the driver has staged the source, and to pageable
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(MOE_HAVE_CUDA_KERNELS)
 #include "kernels/cuda/cuda_backend.h"
@@ -30,11 +32,100 @@
 #define DEV_TIMER_EVENTS 4096
 /* Host bounce buffer of the failure-path scans, in floats (1 MiB). */
 #define DEV_BOUNCE_FLOATS (1u << 18)
+/* Alignment of emulated device blocks (cudaMalloc's is at least 256 bytes). */
+#define DEV_EMULATED_ALIGN 256
+
+struct moe_eng_dev {
+    bool is_emulated; /* host memory standing in for device memory */
+    int device;       /* CUDA ordinal; -1 when emulated */
+    char name[256];
+    float *bounce;  /* [DEV_BOUNCE_FLOATS] host */
+    double t_last;  /* emulation: host time of the last phase boundary */
+    bool is_paused; /* phase marks ignored (stream capture) */
+#if defined(MOE_HAVE_CUDA_KERNELS)
+    cudaStream_t stream;      /* compute: kernels, blocking collectives, copies */
+    cudaStream_t comm_stream; /* non-blocking collectives (engine/comm_nccl.c) */
+    cudaEvent_t events[DEV_TIMER_EVENTS];
+    int event_phase[DEV_TIMER_EVENTS]; /* phase of the interval that ends at events[i] */
+    int num_events;                    /* recorded boundaries pending, events[0] the oldest */
+#endif
+};
+
+/* A real CUDA device (not NULL, not emulated). */
+static bool is_real(const moe_eng_dev_t *dev)
+{
+    return dev != NULL && !dev->is_emulated;
+}
+
+static double host_now(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum moe_status moe_eng_dev_create_emulated(moe_eng_dev_t **out)
+{
+    *out = NULL;
+    moe_eng_dev_t *dev = calloc(1, sizeof(*dev));
+    if (dev == NULL) {
+        return MOE_ERR_NOMEM;
+    }
+    dev->is_emulated = true;
+    dev->device = -1;
+    (void)snprintf(dev->name, sizeof(dev->name), "host emulation of a device");
+    *out = dev;
+    return MOE_OK;
+}
+
+bool moe_eng_dev_is_emulated(const moe_eng_dev_t *dev)
+{
+    return dev != NULL && dev->is_emulated;
+}
+
+int moe_eng_dev_index(const moe_eng_dev_t *dev)
+{
+    return dev != NULL ? dev->device : -1;
+}
+
+const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
+{
+    return dev != NULL ? dev->name : "";
+}
 
 bool moe_eng_is_finite(const moe_eng_dev_t *dev, const float *x, size_t n)
 {
     float v = 0.0f;
     return moe_eng_first_nonfinite(dev, x, n, &v) == n;
+}
+
+/* ---- Host halves (no device, or an emulated one) -----------------------------------------------
+ */
+
+static enum moe_status emulated_alloc(void **out, size_t bytes)
+{
+    size_t rounded = (bytes + DEV_EMULATED_ALIGN - 1) / DEV_EMULATED_ALIGN * DEV_EMULATED_ALIGN;
+    void *p = aligned_alloc(DEV_EMULATED_ALIGN, rounded);
+    if (p == NULL) {
+        return MOE_ERR_NOMEM;
+    }
+    memset(p, 0, rounded);
+    *out = p;
+    return MOE_OK;
+}
+
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes > 0 && dst != src) {
+        memcpy(dst, src, bytes);
+    }
+}
+
+static void host_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
+{
+    double now = host_now();
+    phase_s[phase] += now - dev->t_last;
+    dev->t_last = now;
 }
 
 #if defined(MOE_HAVE_CUDA_KERNELS)
@@ -43,18 +134,6 @@ void moe_eng_cuda_errstr(int code, char *buf, size_t len)
 {
     (void)snprintf(buf, len, "%s", cudaGetErrorString((cudaError_t)code));
 }
-
-struct moe_eng_dev {
-    int device;
-    char name[256];
-    cudaStream_t stream;      /* compute: kernels, blocking collectives, copies */
-    cudaStream_t comm_stream; /* non-blocking collectives (engine/comm_nccl.c) */
-    cudaEvent_t events[DEV_TIMER_EVENTS];
-    int event_phase[DEV_TIMER_EVENTS]; /* phase of the interval that ends at events[i] */
-    int num_events;                    /* recorded boundaries pending, events[0] the oldest */
-    bool is_paused;
-    float *bounce; /* [DEV_BOUNCE_FLOATS] host */
-};
 
 bool moe_eng_dev_is_built(void)
 {
@@ -125,35 +204,27 @@ void moe_eng_dev_destroy(moe_eng_dev_t *dev)
     if (dev == NULL) {
         return;
     }
-    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->comm_stream));
-    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
-    for (int i = 0; i < DEV_TIMER_EVENTS; i++) {
-        MOE_CHECK_CUDA(cudaEventDestroy(dev->events[i]));
+    if (is_real(dev)) {
+        MOE_CHECK_CUDA(cudaStreamSynchronize(dev->comm_stream));
+        MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
+        for (int i = 0; i < DEV_TIMER_EVENTS; i++) {
+            MOE_CHECK_CUDA(cudaEventDestroy(dev->events[i]));
+        }
+        MOE_CHECK_CUDA(cudaStreamDestroy(dev->comm_stream));
+        MOE_CHECK_CUDA(cudaStreamDestroy(dev->stream));
     }
-    MOE_CHECK_CUDA(cudaStreamDestroy(dev->comm_stream));
-    MOE_CHECK_CUDA(cudaStreamDestroy(dev->stream));
     free(dev->bounce);
     free(dev);
 }
 
-int moe_eng_dev_index(const moe_eng_dev_t *dev)
-{
-    return dev != NULL ? dev->device : -1;
-}
-
 struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev)
 {
-    return dev != NULL ? dev->stream : NULL;
+    return is_real(dev) ? dev->stream : NULL;
 }
 
 struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev)
 {
-    return dev != NULL ? dev->comm_stream : NULL;
-}
-
-const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
-{
-    return dev != NULL ? dev->name : "";
+    return is_real(dev) ? dev->comm_stream : NULL;
 }
 
 enum moe_status moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_ctx_t **out)
@@ -161,8 +232,12 @@ enum moe_status moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_
     MOE_ASSERT(dev != NULL);
     struct moe_k_ctx_desc desc;
     memset(&desc, 0, sizeof(desc));
-    desc.backend = MOE_K_BACKEND_CUDA;
     desc.num_threads = 1;
+    if (dev->is_emulated) {
+        desc.backend = MOE_K_BACKEND_CPU;
+        return moe_k_ctx_create(&desc, out);
+    }
+    desc.backend = MOE_K_BACKEND_CUDA;
     desc.device_idx = dev->device;
     desc.stream = dev->stream;
     MOE_TRY(moe_k_ctx_create(&desc, out));
@@ -183,6 +258,9 @@ enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)
     if (bytes == 0) {
         return MOE_OK;
     }
+    if (dev->is_emulated) {
+        return emulated_alloc(out, bytes);
+    }
     cudaError_t err = cudaMalloc(out, bytes);
     if (err != cudaSuccess) {
         *out = NULL;
@@ -200,6 +278,10 @@ void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr)
         return;
     }
     MOE_ASSERT(dev != NULL);
+    if (dev->is_emulated) {
+        free(ptr);
+        return;
+    }
     MOE_CHECK_CUDA(cudaStreamSynchronize(dev->comm_stream));
     MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
     MOE_CHECK_CUDA(cudaFree(ptr));
@@ -207,40 +289,31 @@ void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr)
 
 void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
 {
-    if (bytes == 0 || dst == src) {
-        return;
+    if (!is_real(dev)) {
+        host_copy(dst, src, bytes);
+    } else if (bytes > 0 && dst != src) {
+        MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->stream));
     }
-    if (dev == NULL) {
-        memcpy(dst, src, bytes);
-        return;
-    }
-    MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->stream));
 }
 
 void moe_eng_copy_to_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
 {
-    if (bytes == 0 || dst == src) {
-        return;
+    if (!is_real(dev)) {
+        host_copy(dst, src, bytes);
+    } else if (bytes > 0 && dst != src) {
+        MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev->stream));
+        /* Pageable destinations already complete on return; pinned ones would not: wait. */
+        MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
     }
-    if (dev == NULL) {
-        memcpy(dst, src, bytes);
-        return;
-    }
-    MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev->stream));
-    /* Pageable destinations already complete on return; pinned ones would not: wait for both. */
-    MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
 }
 
 void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
 {
-    if (bytes == 0 || dst == src) {
-        return;
+    if (!is_real(dev)) {
+        host_copy(dst, src, bytes);
+    } else if (bytes > 0 && dst != src) {
+        MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev->stream));
     }
-    if (dev == NULL) {
-        memcpy(dst, src, bytes);
-        return;
-    }
-    MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev->stream));
 }
 
 void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
@@ -248,7 +321,7 @@ void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
     if (bytes == 0) {
         return;
     }
-    if (dev == NULL) {
+    if (!is_real(dev)) {
         memset(dst, 0, bytes);
         return;
     }
@@ -257,7 +330,7 @@ void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
 
 void moe_eng_dev_sync(const moe_eng_dev_t *dev)
 {
-    if (dev != NULL) {
+    if (is_real(dev)) {
         MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
     }
 }
@@ -266,7 +339,7 @@ void moe_eng_dev_mem_info(const moe_eng_dev_t *dev, size_t *free_bytes, size_t *
 {
     size_t f = 0;
     size_t t = 0;
-    if (dev != NULL) {
+    if (is_real(dev)) {
         MOE_CHECK_CUDA(cudaMemGetInfo(&f, &t));
     }
     *free_bytes = f;
@@ -276,7 +349,7 @@ void moe_eng_dev_mem_info(const moe_eng_dev_t *dev, size_t *free_bytes, size_t *
 /* Host view of x[off, off + n) (n <= DEV_BOUNCE_FLOATS on a device). */
 static const float *host_view(const moe_eng_dev_t *dev, const float *x, size_t off, size_t n)
 {
-    if (dev == NULL) {
+    if (!is_real(dev)) {
         return x + off;
     }
     moe_eng_copy_to_host(dev, dev->bounce, x + off, n * sizeof(float));
@@ -285,12 +358,16 @@ static const float *host_view(const moe_eng_dev_t *dev, const float *x, size_t o
 
 static size_t chunk_of(const moe_eng_dev_t *dev, size_t left)
 {
-    return dev == NULL || left < DEV_BOUNCE_FLOATS ? left : DEV_BOUNCE_FLOATS;
+    return !is_real(dev) || left < DEV_BOUNCE_FLOATS ? left : DEV_BOUNCE_FLOATS;
 }
 
 void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
 {
     MOE_ASSERT(dev != NULL);
+    if (dev->is_emulated) {
+        dev->t_last = host_now();
+        return;
+    }
     MOE_CHECK_CUDA(cudaEventRecord(dev->events[0], dev->stream));
     dev->event_phase[0] = -1;
     dev->num_events = 1;
@@ -299,7 +376,7 @@ void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
 void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
 {
     MOE_ASSERT(dev != NULL);
-    int n = dev->num_events;
+    int n = dev->is_emulated ? 0 : dev->num_events;
     if (n < 2) {
         return;
     }
@@ -319,10 +396,15 @@ void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
 
 void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
 {
-    MOE_ASSERT(dev != NULL && dev->num_events > 0);
+    MOE_ASSERT(dev != NULL);
     if (dev->is_paused) {
         return;
     }
+    if (dev->is_emulated) {
+        host_timer_mark(dev, phase, phase_s);
+        return;
+    }
+    MOE_ASSERT(dev->num_events > 0);
     if (dev->num_events == DEV_TIMER_EVENTS) {
         moe_eng_dev_timer_fold(dev, phase_s);
     }
@@ -331,17 +413,7 @@ void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
     dev->event_phase[i] = phase;
 }
 
-void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused)
-{
-    MOE_ASSERT(dev != NULL);
-    dev->is_paused = is_paused;
-}
-
-#else /* no CUDA backend: host memory only */
-
-struct moe_eng_dev {
-    int unused;
-};
+#else /* no CUDA backend: host memory, or its emulation of a device */
 
 bool moe_eng_dev_is_built(void)
 {
@@ -370,13 +442,10 @@ enum moe_status moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct m
 
 void moe_eng_dev_destroy(moe_eng_dev_t *dev)
 {
-    MOE_ASSERT(dev == NULL);
-}
-
-int moe_eng_dev_index(const moe_eng_dev_t *dev)
-{
-    (void)dev;
-    return -1;
+    if (dev != NULL) {
+        free(dev->bounce);
+        free(dev);
+    }
 }
 
 struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev)
@@ -391,55 +460,54 @@ struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev)
     return NULL;
 }
 
-const char *moe_eng_dev_name(const moe_eng_dev_t *dev)
-{
-    (void)dev;
-    return "";
-}
-
 enum moe_status moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_ctx_t **out)
 {
-    (void)dev;
     (void)gemm_math;
     *out = NULL;
-    return MOE_ERR_UNSUPPORTED;
+    if (!moe_eng_dev_is_emulated(dev)) {
+        return MOE_ERR_UNSUPPORTED;
+    }
+    struct moe_k_ctx_desc desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.backend = MOE_K_BACKEND_CPU;
+    desc.num_threads = 1;
+    return moe_k_ctx_create(&desc, out);
 }
 
 enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)
 {
-    (void)bytes;
-    MOE_ASSERT(dev != NULL);
     *out = NULL;
-    return MOE_ERR_UNSUPPORTED;
+    MOE_ASSERT(is_real(dev) || moe_eng_dev_is_emulated(dev));
+    return bytes == 0 ? MOE_OK : emulated_alloc(out, bytes);
 }
 
 void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr)
 {
     (void)dev;
-    MOE_ASSERT(ptr == NULL);
+    free(ptr);
 }
 
 void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
 {
-    MOE_ASSERT(dev == NULL);
-    if (bytes > 0 && dst != src) {
-        memcpy(dst, src, bytes);
-    }
+    (void)dev;
+    host_copy(dst, src, bytes);
 }
 
 void moe_eng_copy_to_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
 {
-    moe_eng_copy(dev, dst, src, bytes);
+    (void)dev;
+    host_copy(dst, src, bytes);
 }
 
 void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)
 {
-    moe_eng_copy(dev, dst, src, bytes);
+    (void)dev;
+    host_copy(dst, src, bytes);
 }
 
 void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
 {
-    MOE_ASSERT(dev == NULL);
+    (void)dev;
     if (bytes > 0) {
         memset(dst, 0, bytes);
     }
@@ -447,20 +515,20 @@ void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes)
 
 void moe_eng_dev_sync(const moe_eng_dev_t *dev)
 {
-    MOE_ASSERT(dev == NULL);
+    (void)dev;
 }
 
 void moe_eng_dev_mem_info(const moe_eng_dev_t *dev, size_t *free_bytes, size_t *total_bytes)
 {
-    MOE_ASSERT(dev == NULL);
+    (void)dev;
     *free_bytes = 0;
     *total_bytes = 0;
 }
 
 static const float *host_view(const moe_eng_dev_t *dev, const float *x, size_t off, size_t n)
 {
+    (void)dev;
     (void)n;
-    MOE_ASSERT(dev == NULL);
     return x + off;
 }
 
@@ -473,13 +541,15 @@ static size_t chunk_of(const moe_eng_dev_t *dev, size_t left)
 void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
 {
     MOE_ASSERT(dev != NULL);
+    dev->t_last = host_now();
 }
 
 void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
 {
-    (void)phase;
-    (void)phase_s;
     MOE_ASSERT(dev != NULL);
+    if (!dev->is_paused) {
+        host_timer_mark(dev, phase, phase_s);
+    }
 }
 
 void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
@@ -488,13 +558,13 @@ void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
     MOE_ASSERT(dev != NULL);
 }
 
+#endif /* MOE_HAVE_CUDA_KERNELS */
+
 void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused)
 {
-    (void)is_paused;
     MOE_ASSERT(dev != NULL);
+    dev->is_paused = is_paused;
 }
-
-#endif /* MOE_HAVE_CUDA_KERNELS */
 
 /* ---- Scans shared by both builds ----------------------------------------------------------- */
 

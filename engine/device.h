@@ -57,9 +57,20 @@ bool moe_eng_dev_available(char *why, size_t len);
  */
 MOE_NODISCARD enum moe_status
 moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct moe_diag *diag);
+/*
+ * A host emulation of a device, for tests on machines without a GPU: "device" memory is separate
+ * host memory (256-byte aligned, zero-filled), copies are memcpy, kernels are the CPU's and the
+ * phase clock is the host's, so the engine's CUDA-backend bookkeeping (host copies of device data,
+ * host temporaries, deferred checks) runs and must give the CPU backend's results. No streams.
+ * MOE_ERR_NOMEM.
+ */
+MOE_NODISCARD enum moe_status moe_eng_dev_create_emulated(moe_eng_dev_t **out);
+/* True for an emulated device (false for NULL and for a real one). */
+bool moe_eng_dev_is_emulated(const moe_eng_dev_t *dev);
 /* Wait for both streams, then release everything. NULL does nothing. */
 void moe_eng_dev_destroy(moe_eng_dev_t *dev);
 
+/* CUDA ordinal (-1 without a real device); the streams (NULL without a real device). */
 int moe_eng_dev_index(const moe_eng_dev_t *dev);
 struct CUstream_st *moe_eng_dev_stream(const moe_eng_dev_t *dev);
 struct CUstream_st *moe_eng_dev_comm_stream(const moe_eng_dev_t *dev);
@@ -68,8 +79,9 @@ const char *moe_eng_dev_name(const moe_eng_dev_t *dev);
 
 /*
  * The CUDA kernel context (kernels/cuda) on dev's compute stream, its GEMMs computing in
- * gemm_math (enum moe_eng_gemm_math of engine/engine.h: 0 FP32, 1 TF32, 2 BF16). The caller owns
- * *out (moe_k_ctx_destroy). Errors as moe_k_ctx_create's.
+ * gemm_math (enum moe_eng_gemm_math of engine/engine.h: 0 FP32, 1 TF32, 2 BF16); the CPU kernel
+ * context for an emulated device. The caller owns *out (moe_k_ctx_destroy). Errors as
+ * moe_k_ctx_create's.
  */
 MOE_NODISCARD enum moe_status
 moe_eng_dev_kernel_ctx(moe_eng_dev_t *dev, int gemm_math, moe_k_ctx_t **out);

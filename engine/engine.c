@@ -273,7 +273,7 @@ static enum moe_status create_body(struct moe_eng *e, struct moe_diag *diag)
 {
     MOE_TRY(moe_eng_groups_create(e->ctx.world, &e->plan.layout, e->opts.ranks_per_node, &e->groups,
                                   diag));
-    if (e->is_device) {
+    if (e->is_device && !moe_eng_dev_is_emulated(e->ctx.dev)) {
         /* Every group of the folding on NCCL (device buffers); the world stays MPI (host data). */
         MOE_TRY(moe_eng_groups_to_nccl(&e->groups, moe_eng_dev_stream(e->ctx.dev),
                                        moe_eng_dev_comm_stream(e->ctx.dev), diag));
@@ -299,8 +299,9 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     if (e == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the engine");
     }
-    enum moe_status st = moe_eng_ctx_init(&e->ctx, world, opts->seed, opts->log, opts->verbosity,
-                                          opts->backend, (int)opts->gemm_math, diag);
+    enum moe_status st =
+        moe_eng_ctx_init(&e->ctx, world, opts->seed, opts->log, opts->verbosity, opts->backend,
+                         (int)opts->gemm_math, opts->is_device_emulated, diag);
     if (st != MOE_OK) {
         moe_eng_ctx_fini(&e->ctx);
         moe_eng_heap_free(&boot, e, sizeof(*e));
@@ -567,6 +568,9 @@ const struct moe_layout *moe_eng_layout(const moe_eng_t *e)
 
 const char *moe_eng_backend_name(const moe_eng_t *e)
 {
+    if (moe_eng_dev_is_emulated(e->ctx.dev)) {
+        return "cpu+mpi (emulated device)";
+    }
     return e->is_device ? "cuda+nccl" : "cpu+mpi";
 }
 

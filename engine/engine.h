@@ -100,6 +100,10 @@ struct moe_eng_run_opts {
     enum moe_k_backend backend;
     enum moe_eng_gemm_math gemm_math; /* CUDA: GEMM math (default FP32) */
     bool use_cuda_graphs; /* CUDA: capture each dense layer's forward once, replay it after */
+    /* Tests: with backend CPU, run the CUDA backend's host/device bookkeeping on an emulated
+     * device (engine/device.h: separate host blocks, CPU kernels, MPI groups); the results must
+     * equal the plain CPU backend's. */
+    bool is_device_emulated;
 
     const char *save_dir; /* checkpoint directory written after the run (and every save_every) */
     int save_every;       /* steps between checkpoints; 0 = only at the end */

@@ -3,7 +3,7 @@
  * gradient of one global batch agrees with the CPU's (relative L2 error per tensor, fp32 GEMMs
  * on both sides, so only summation order differs); losses of a few steps agree and fall; the
  * options that move data between host and device (selective and full recompute, activation
- * offload, the EP all-to-all overlap, precision emulation, the distributed optimizer with
+ * offload, precision emulation, the distributed optimizer with
  * overlapped reductions) train on the GPU and match the GPU baseline; a checkpoint written from the
  * GPU resumes bit for bit; a NaN weight and an infinite output weight are named as on the CPU;
  * run.json says "cuda+nccl", carries the device's memory and its phases sum to the step time.
@@ -241,7 +241,6 @@ static void test_options_on_gpu(void **state)
         {"full uniform 2", MOE_RECOMPUTE_FULL, MOE_RECOMPUTE_UNIFORM, 2, 0, 0, 0, false, false},
         {"offload all modules", MOE_RECOMPUTE_NONE, 0, 0, 0, MOE_OFF_ALL, 0, false, false},
         {"offload 2 layers", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 2, false, false},
-        {"ep all-to-all overlap", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 0, true, false},
         {"dist. optimizer, overlap", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 0, false, true},
     };
     for (size_t i = 0; i < MOE_ARRAY_LEN(cases); i++) {
