@@ -131,6 +131,7 @@ struct shared {
     atomic_long done;   /* nodes finished (progress) */
     atomic_bool failed; /* out of memory in a worker */
     atomic_long violations;
+    atomic_long faster; /* layouts whose best beats req->rank_time_s */
 };
 
 struct search {
@@ -325,7 +326,7 @@ static bool prune(struct worker *w, double lb_t, double lb_m, const struct moe_p
     if (lb_m > s->cap) {
         return true;
     }
-    if (lb_t <= atomic_load(&s->sh.tk)) {
+    if (lb_t <= atomic_load(&s->sh.tk) || lb_t < s->req->rank_time_s) {
         bool beats_best =
             !w->has_best || lb_t < w->best.t ||
             (lb_t == w->best.t && (kmin == NULL || moe_plan_okey_cmp(kmin, &w->best.ok) < 0));
@@ -512,6 +513,14 @@ static bool predict(struct worker *w, const struct moe_options *opt, struct moe_
 static void check_bound(struct worker *w, const struct moe_prediction *out)
 {
     if (out->step_time_s < w->layout_lb * (1.0 - 1e-9)) {
+        atomic_fetch_add(&w->s->sh.violations, 1);
+    }
+}
+
+/* Every bound a candidate was kept or skipped with must hold for it; counted when it does not. */
+static void check_lb(struct worker *w, double lb, const struct moe_prediction *p)
+{
+    if (p->step_time_s < lb * (1.0 - 1e-9)) {
         atomic_fetch_add(&w->s->sh.violations, 1);
     }
 }
@@ -806,6 +815,7 @@ x_variants(struct worker *w, const struct moe_plan_okey *base, const struct moe_
         moe_plan_okey_apply(sp, &k, &opt);
         struct moe_prediction px;
         if (predict(w, &opt, &px)) {
+            check_lb(w, lb, &px);
             record(w, &k, &px);
         }
     }
@@ -832,6 +842,7 @@ static bool eval_candidate(struct worker *w,
     if (!predict(w, &opt, p)) {
         return false;
     }
+    check_lb(w, lb, p);
     record(w, k, p);
     x_variants(w, k, p);
     return true;
@@ -1091,12 +1102,6 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
         set_off(&kmin, &sp->offs[1]);
         if (prune(w, lb_r[ri], mst, &kmin)) {
             w->c.pruned_time += w->leaf * rc_mult(w, ri) * w->fsize;
-            continue;
-        }
-        if (kmin.rc == MOE_RECOMPUTE_FULL && kmin.rc_method == MOE_RECOMPUTE_UNIFORM) {
-            /* Uniform full recompute keeps only layer inputs: fine-grained offload frees no
-             * memory (model/memory.c) and its copies only add time: each (r, f) is dominated by
-             * (r, none), which sorts first. CPU offloading needs no recompute. */
             continue;
         }
         if (!s->req->exhaustive && sp->fine_all != 0) {
@@ -1492,6 +1497,9 @@ search_layout(struct worker *w, const struct moe_plan_lkey *lk, const struct moe
     search_options(w);
     if (w->has_best) {
         offer_top(s, &w->best);
+        if (w->best.t < s->req->rank_time_s) {
+            atomic_fetch_add(&s->sh.faster, 1);
+        }
     }
 }
 
@@ -2580,6 +2588,7 @@ static void shared_init(struct shared *sh, int keep)
     atomic_init(&sh->done, 0);
     atomic_init(&sh->failed, false);
     atomic_init(&sh->violations, 0);
+    atomic_init(&sh->faster, 0);
     sh->keep = keep;
 }
 
@@ -2670,6 +2679,7 @@ static enum moe_status search_run(struct search *s,
     }
     res->stats.threads = nthreads;
     res->stats.bound_violations = atomic_load(&s->sh.violations);
+    res->num_faster = atomic_load(&s->sh.faster);
     return collect(s, res, diag);
 }
 

@@ -118,7 +118,10 @@ struct moe_plan_request {
     double pareto_window;    /* Pareto front up to this x the fastest step time (>= 1); 0 = off */
     int num_threads;         /* 0 = online CPUs */
     bool exhaustive; /* evaluate every candidate with moe_cost_predict: no bounds, no dominance */
-    bool all_offload_sets;    /* every fine-grained offload module set, not the unions of groups */
+    bool all_offload_sets; /* every fine-grained offload module set, not the unions of groups */
+    /* > 0: also count the layouts whose fastest fitting plan beats this closed-form step time
+     * (moe_plan_result.num_faster: where a given plan ranks); widens the search accordingly. */
+    double rank_time_s;
     moe_plan_load_fn load_fn; /* may be NULL */
     void *load_ctx;
     moe_plan_progress_fn progress; /* may be NULL */
@@ -164,6 +167,7 @@ struct moe_plan_result {
     struct moe_plan_candidate closest;
     double closest_excess_bytes;
     double cap_bytes; /* the memory cap the search used */
+    long num_faster;  /* layouts faster than rank_time_s (when set) */
     struct moe_plan_stats stats;
 };
 
