@@ -281,7 +281,7 @@ int moe_cli_calibrate(int argc, char **argv)
     time_t now = time(NULL);
     struct tm tm;
     (void)strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime_r(&now, &tm));
-    char source[512];
+    char source[1024]; /* host (< 256) + CPU model (< 128) + the fixed text: always fits */
     (void)snprintf(source, sizeof(source),
                    "measured by moefold calibrate on %s (%s, %d ranks), %s: moefold-bench sweeps "
                    "fitted with GSL least squares",

@@ -106,7 +106,7 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
                             cl->name, g->num_sms);
     }
     MOE_TRY(validate_math(cl, diag));
-    const double big = INFINITY;
+    const double big = (double)INFINITY;
     const double fmax = MOE_CLUSTER_MAX_FRACTION;
     const struct cluster_range r[] = {
         {"gpu.hbm_gib", g->hbm_gib, 0.0, true, big, "GiB of device memory"},
@@ -127,7 +127,7 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
 static enum moe_status validate_links(const struct moe_cluster *cl, struct moe_diag *diag)
 {
     const struct moe_nvlink *nv = &cl->nvlink;
-    const double big = INFINITY;
+    const double big = (double)INFINITY;
     const double fmax = MOE_CLUSTER_MAX_FRACTION;
     const struct cluster_range r[] = {
         {"nvlink.gbps", nv->gbps, 0.0, true, big, "GB/s per GPU per direction"},
@@ -156,7 +156,7 @@ static enum moe_status validate_software(const struct moe_cluster *cl, struct mo
 {
     const struct moe_dispatch_hw *d = &cl->dispatch;
     const struct moe_overheads *o = &cl->overheads;
-    const double big = INFINITY;
+    const double big = (double)INFINITY;
     const double fmax = MOE_CLUSTER_MAX_FRACTION;
     const struct cluster_range r[] = {
         {"dispatch.deepep_intra_eff", d->deepep_intra_eff, 0.0, true, fmax, "of nvlink.gbps"},

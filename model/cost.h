@@ -149,15 +149,17 @@ MOE_NODISCARD enum moe_status moe_cost_predict_prepared(const struct moe_cost_pr
                                                         struct moe_prediction *out,
                                                         struct moe_diag *diag);
 
-/* Workspace bytes moe_cost_predict needs for MOE_SCHED_SIMULATE (0 for the closed form). */
+/* Workspace bytes moe_cost_predict needs: per-stage arrays (pp of them) for either mode, plus the
+ * event simulation's arrays for MOE_SCHED_SIMULATE. */
 size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode);
 
 /*
  * Predict. cfg, cl, opt are validated and lay resolved (moe_layout_resolve) by the caller. load is
  * the expert-load statistics to use; NULL means opt->moe_imbalance (1 when force-balanced; auto (0)
- * without load stats is treated as 1). ws/ws_bytes: caller memory for the schedule simulation
- * (moe_cost_workspace_bytes; may be NULL for the closed form). Allocates nothing. Returns
- * MOE_ERR_INVALID with diag if the layout is not resolved or the workspace is too small.
+ * without load stats is treated as 1). ws/ws_bytes: caller memory of at least
+ * moe_cost_workspace_bytes(lay, mode), double-aligned, in either mode. Allocates nothing. Returns
+ * MOE_ERR_INVALID with diag if the layout is not resolved or the workspace is missing or too
+ * small.
  */
 MOE_NODISCARD enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                                const struct moe_cluster *cl,

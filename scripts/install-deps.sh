@@ -2,8 +2,9 @@
 # Install the Debian packages moefold needs, only those missing. Run by `make test` and `make demo`
 # before anything else, so a fresh Debian machine needs nothing but make and a C compiler.
 set -euo pipefail
+# clang: the fuzz smoke run (libFuzzer) in `make test`; clang-format: its format check.
 pkgs=(build-essential pkg-config libgsl-dev libhwloc-dev libopenmpi-dev openmpi-bin libopenblas-dev
-      libcjson-dev libcmocka-dev gnuplot-nox)
+      libcjson-dev libcmocka-dev gnuplot-nox clang clang-format)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -271,12 +271,13 @@ own_read(const cJSON *root, const char *source, struct moe_model_cfg *out, struc
         const struct bool_field *f = &moe_bool_fields[i];
         MOE_TRY(moe_json_get_bool(root, f->key, false, bool_at(&c, f->offset), source, diag));
     }
-    /* Megatron's defaults: no GQA, kv_channels = hidden / heads. */
-    if (cJSON_GetObjectItemCaseSensitive(root, "num_query_groups") == NULL) {
+    /* Megatron's defaults (an absent key or null): no GQA, kv_channels = hidden / heads. */
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(root, "num_query_groups");
+    if (groups == NULL || cJSON_IsNull(groups)) {
         c.num_query_groups = c.num_attention_heads;
     }
-    if (cJSON_GetObjectItemCaseSensitive(root, "kv_channels") == NULL &&
-        c.num_attention_heads > 0) {
+    const cJSON *kvc = cJSON_GetObjectItemCaseSensitive(root, "kv_channels");
+    if ((kvc == NULL || cJSON_IsNull(kvc)) && c.num_attention_heads > 0) {
         c.kv_channels = c.hidden_size / c.num_attention_heads;
     }
     if (c.num_layers > MOE_MAX_LAYERS) {

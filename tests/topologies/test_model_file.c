@@ -451,6 +451,14 @@ static void test_own_format_minimal(void **state)
     assert_int_equal(moe_cfg_num_moe_layers(&c), 4);
     assert_false(c.is_swiglu);
     assert_int_equal(c.router_score, MOE_ROUTER_SOFTMAX);
+    /* null is the same as absent for the defaulted keys. */
+    const char *nulls = "{\"format\": \"moefold-model\", \"version\": 1, \"num_layers\": 4,"
+                        " \"hidden_size\": 64, \"ffn_hidden_size\": 256,"
+                        " \"num_attention_heads\": 4, \"vocab_size\": 1000, \"seq_length\": 128,"
+                        " \"num_query_groups\": null, \"kv_channels\": null}";
+    assert_int_equal(read_text(nulls, "dir/nulls.json", &c, &diag), MOE_OK);
+    assert_int_equal(c.num_query_groups, 4);
+    assert_int_equal(c.kv_channels, 16);
 }
 
 static void test_own_format_errors(void **state)
