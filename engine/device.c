@@ -413,7 +413,74 @@ void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
     dev->event_phase[i] = phase;
 }
 
+void moe_eng_dev_capture_begin(moe_eng_dev_t *dev)
+{
+    MOE_ASSERT(is_real(dev));
+    dev->is_paused = true;
+    MOE_CHECK_CUDA(cudaStreamBeginCapture(dev->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+enum moe_status moe_eng_dev_capture_end(moe_eng_dev_t *dev, struct CUgraphExec_st **out)
+{
+    MOE_ASSERT(is_real(dev));
+    *out = NULL;
+    cudaGraph_t graph = NULL;
+    cudaError_t err = cudaStreamEndCapture(dev->stream, &graph);
+    dev->is_paused = false;
+    cudaGraphExec_t exec = NULL;
+    if (err == cudaSuccess) {
+        err = cudaGraphInstantiate(&exec, graph, 0);
+    }
+    if (graph != NULL) {
+        MOE_CHECK_CUDA(cudaGraphDestroy(graph));
+    }
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return MOE_ERR_UNSUPPORTED;
+    }
+    *out = exec;
+    return MOE_OK;
+}
+
+void moe_eng_dev_graph_launch(moe_eng_dev_t *dev, struct CUgraphExec_st *graph)
+{
+    MOE_ASSERT(is_real(dev));
+    MOE_CHECK_CUDA(cudaGraphLaunch(graph, dev->stream));
+}
+
+void moe_eng_dev_graph_destroy(struct CUgraphExec_st *graph)
+{
+    if (graph != NULL) {
+        MOE_CHECK_CUDA(cudaGraphExecDestroy(graph));
+    }
+}
+
 #else /* no CUDA backend: host memory, or its emulation of a device */
+
+void moe_eng_dev_capture_begin(moe_eng_dev_t *dev)
+{
+    (void)dev;
+    MOE_ASSERT(!"CUDA graphs need the CUDA build");
+}
+
+enum moe_status moe_eng_dev_capture_end(moe_eng_dev_t *dev, struct CUgraphExec_st **out)
+{
+    (void)dev;
+    *out = NULL;
+    return MOE_ERR_UNSUPPORTED;
+}
+
+void moe_eng_dev_graph_launch(moe_eng_dev_t *dev, struct CUgraphExec_st *graph)
+{
+    (void)dev;
+    (void)graph;
+    MOE_ASSERT(!"CUDA graphs need the CUDA build");
+}
+
+void moe_eng_dev_graph_destroy(struct CUgraphExec_st *graph)
+{
+    MOE_ASSERT(graph == NULL);
+}
 
 bool moe_eng_dev_is_built(void)
 {

@@ -128,6 +128,21 @@ void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s);
 /* While paused (stream capture of a CUDA graph), marks are ignored. */
 void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused);
 
+/* ---- CUDA graphs (real devices only) -------------------------------------------------------- */
+
+struct CUgraphExec_st; /* cudaGraphExec_t's struct */
+
+/* Start capturing the compute stream (thread-local mode); phase marks pause until the end. */
+void moe_eng_dev_capture_begin(moe_eng_dev_t *dev);
+/* End the capture and instantiate it into *out. MOE_ERR_UNSUPPORTED (with the CUDA error cleared)
+ * when the captured work was not capturable; nothing of it has run then. */
+MOE_NODISCARD enum moe_status moe_eng_dev_capture_end(moe_eng_dev_t *dev,
+                                                      struct CUgraphExec_st **out);
+/* Replay an instantiated graph on the compute stream. */
+void moe_eng_dev_graph_launch(moe_eng_dev_t *dev, struct CUgraphExec_st *graph);
+/* Release an instantiated graph; NULL does nothing. */
+void moe_eng_dev_graph_destroy(struct CUgraphExec_st *graph);
+
 #ifdef __cplusplus
 }
 #endif

@@ -100,9 +100,6 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                             "precision-aware optimizer dtypes");
     }
 
-    if (e->opts.use_cuda_graphs && e->is_device) {
-        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED, "--cuda-graphs is not implemented yet");
-    }
     bool hier = e->opts.has_dispatcher_override ? e->opts.is_hierarchical
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
@@ -287,6 +284,24 @@ static enum moe_status create_body(struct moe_eng *e, struct moe_diag *diag)
     return moe_eng_params_init(e, diag);
 }
 
+/* --cuda-graphs: say which layers' forwards are captured and why the others are not. */
+static void note_graphs(const struct moe_eng *e)
+{
+    int layers = 0, graphed = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        for (int i = 0; i < ch->num_layers; i++) {
+            layers++;
+            graphed += moe_eng_layer_is_graphable(e, &e->layers[ch->first_layer + i]) ? 1 : 0;
+        }
+    }
+    moe_eng_log_info(&e->ctx.log,
+                     "cuda graphs: %d of %d layer forwards captured (dense layers with tp = cp = "
+                     "1); MoE layers run eagerly: the dropless dispatch reads the expert counts on "
+                     "the host inside the layer",
+                     graphed, layers);
+}
+
 enum moe_status moe_eng_create(const struct moe_plan *plan,
                                const struct moe_eng_run_opts *opts,
                                moe_comm_t *world,
@@ -347,6 +362,9 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     if (diag != NULL) {
         diag->source[0] = '\0'; /* a successful create leaves no stale source behind */
     }
+    if (e->chunks != NULL && e->chunks[0].graphs != NULL) {
+        note_graphs(e);
+    }
     if (opts->verbosity > 0) {
         const struct moe_rank_coords *c = &e->groups.me;
         struct moe_eng_mem_report m;
@@ -385,6 +403,13 @@ void moe_eng_destroy(moe_eng_t *e)
             moe_eng_heap_free(h, ch->slots, (size_t)ch->num_slots * sizeof(*ch->slots));
             moe_eng_heap_free(h, ch->mb_slot, (size_t)m * sizeof(int));
             moe_eng_heap_free(h, ch->rc, nl * sizeof(*ch->rc));
+            if (ch->graphs != NULL) {
+                size_t ng = (size_t)ch->num_slots * nl;
+                for (size_t i = 0; i < ng; i++) {
+                    moe_eng_dev_graph_destroy(ch->graphs[i].exec);
+                }
+                moe_eng_heap_free(h, ch->graphs, ng * sizeof(*ch->graphs));
+            }
         }
         moe_eng_heap_free(h, e->chunks, (size_t)e->num_chunks_local * sizeof(*e->chunks));
         moe_eng_heap_free(h, e->ops, 2 * (size_t)m * (size_t)e->num_chunks_local * sizeof(*e->ops));

@@ -218,6 +218,13 @@ struct moe_eng_slot {
     struct moe_eng_layer_act *acts; /* [layers of the chunk] */
 };
 
+/* A CUDA graph of one dense layer's forward for one activation slot (--cuda-graphs). */
+struct moe_eng_graph_slot {
+    struct CUgraphExec_st *exec; /* instantiated capture, NULL before the first forward */
+    size_t temp_used;            /* temp arena position the capture started from (must match) */
+    bool has_failed;             /* not capturable: run eagerly from then on */
+};
+
 struct moe_eng_chunk {
     int c; /* global chunk index v*PP + p */
     int v; /* local virtual stage */
@@ -229,8 +236,9 @@ struct moe_eng_chunk {
     int next_pp; /* pp-group rank holding chunk c+1, -1 for the last chunk */
     int num_slots;
     struct moe_eng_slot *slots;
-    int *mb_slot;          /* [num_microbatches] slot a micro-batch uses */
-    struct moe_eng_rc *rc; /* [num_layers] */
+    int *mb_slot;                      /* [num_microbatches] slot a micro-batch uses */
+    struct moe_eng_rc *rc;             /* [num_layers] */
+    struct moe_eng_graph_slot *graphs; /* [num_slots, num_layers] (NULL without --cuda-graphs) */
 };
 
 struct moe_eng_op {
@@ -396,6 +404,19 @@ void moe_eng_layer_fwd(struct moe_eng *e,
                        struct moe_eng_layer_act *a,
                        const struct moe_eng_rc *rc,
                        float *out);
+/* The same forward through a CUDA graph (g: the graph of this layer and activation slot): the
+ * first call captures and instantiates it, later calls replay it. Only for layers that
+ * moe_eng_layer_is_graphable accepts; falls back to moe_eng_layer_fwd when the capture fails or
+ * the temporaries start elsewhere than at capture. */
+void moe_eng_layer_fwd_graphed(struct moe_eng *e,
+                               const struct moe_eng_layer_w *w,
+                               struct moe_eng_layer_act *a,
+                               const struct moe_eng_rc *rc,
+                               float *out,
+                               struct moe_eng_graph_slot *g);
+/* True when the forward of layer w runs without host synchronisation or collectives: a dense
+ * (non-MoE) layer with tp = cp = 1 on a real CUDA device. */
+bool moe_eng_layer_is_graphable(const struct moe_eng *e, const struct moe_eng_layer_w *w);
 /* d: [Ms, C] gradient of the layer output on entry, of its input on return (in place). */
 void moe_eng_layer_bwd(struct moe_eng *e,
                        const struct moe_eng_layer_w *w,

@@ -398,16 +398,14 @@ static void note_nonfinite(struct moe_eng *e,
                    weight != NULL ? weight : what);
 }
 
-void moe_eng_layer_fwd(struct moe_eng *e,
-                       const struct moe_eng_layer_w *w,
-                       struct moe_eng_layer_act *a,
-                       const struct moe_eng_rc *rc,
-                       float *out)
+/* Attention, MLP or MoE block and residual: everything of the forward but the finite check. */
+static void layer_fwd_body(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           struct moe_eng_layer_act *a,
+                           float *out)
 {
-    (void)rc;
     const struct moe_eng_dims *d = &e->d;
     size_t n = (size_t)d->tokens_sp * (size_t)d->hidden;
-    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     attention_fwd(e, w, a);
     if (!w->is_moe) {
         moe_eng_mlp_fwd(e, &w->fc1, &w->fc2, d->ffn_l, a->h2, a->fc1, a->act, out,
@@ -424,6 +422,71 @@ void moe_eng_layer_fwd(struct moe_eng *e,
         }
     }
     e->k->axpy(out, a->x2, n, 1.0f, e->kc); /* residual */
+}
+
+void moe_eng_layer_fwd(struct moe_eng *e,
+                       const struct moe_eng_layer_w *w,
+                       struct moe_eng_layer_act *a,
+                       const struct moe_eng_rc *rc,
+                       float *out)
+{
+    (void)rc;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    layer_fwd_body(e, w, a, out);
+    note_nonfinite(e, w, a, out);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+/*
+ * CUDA graphs: a dense layer's forward with tp = cp = 1 is kernels, cuBLAS calls and device
+ * copies on the compute stream with addresses fixed per activation slot (weights, the slot's
+ * tensors, temporaries carved from the same arena position), so one capture per (layer, slot)
+ * replays exactly (captured from the second step on, after a warm-up step). A MoE layer is not
+ * graphable: the dropless dispatch reads the expert counts on
+ * the host to size the exchange and the grouped GEMMs (a host synchronisation inside the layer),
+ * and with tp or cp > 1 the forward holds NCCL collectives, which this engine keeps out of
+ * captures. The finite check's sums go to a new scalar slot each call, so they run after the
+ * replay, outside the graph.
+ */
+bool moe_eng_layer_is_graphable(const struct moe_eng *e, const struct moe_eng_layer_w *w)
+{
+    return e->is_device && !moe_eng_dev_is_emulated(e->ctx.dev) && !w->is_moe && e->d.tp == 1 &&
+           e->d.cp == 1;
+}
+
+void moe_eng_layer_fwd_graphed(struct moe_eng *e,
+                               const struct moe_eng_layer_w *w,
+                               struct moe_eng_layer_act *a,
+                               const struct moe_eng_rc *rc,
+                               float *out,
+                               struct moe_eng_graph_slot *g)
+{
+    MOE_ASSERT(moe_eng_layer_is_graphable(e, w));
+    size_t at = moe_eng_arena_mark(&e->temp);
+    /* The first step runs eagerly: cuBLAS and lazily loaded kernels initialise outside captures. */
+    bool warm = e->step > 0;
+    if (g->has_failed || !warm || (g->exec != NULL && g->temp_used != at)) {
+        moe_eng_layer_fwd(e, w, a, rc, out);
+        return;
+    }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    if (g->exec == NULL) {
+        moe_eng_dev_capture_begin(e->ctx.dev);
+        layer_fwd_body(e, w, a, out);
+        if (moe_eng_dev_capture_end(e->ctx.dev, &g->exec) != MOE_OK) {
+            g->has_failed = true;
+            moe_eng_log_info(&e->ctx.log,
+                             "cuda graphs: layer %d's forward could not be captured; it runs "
+                             "eagerly",
+                             w->idx);
+            layer_fwd_body(e, w, a, out);
+            note_nonfinite(e, w, a, out);
+            moe_eng_phase_enter(&e->ctx.timer, prev);
+            return;
+        }
+        g->temp_used = at;
+    }
+    moe_eng_dev_graph_launch(e->ctx.dev, g->exec);
     note_nonfinite(e, w, a, out);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }

@@ -172,6 +172,16 @@ enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag)
     }
     e->tag_base_fwd = 0;
     e->tag_base_bwd = nch * m;
+    if (e->opts.use_cuda_graphs && e->is_device && !moe_eng_dev_is_emulated(e->ctx.dev)) {
+        for (int v = 0; v < vpp; v++) {
+            struct moe_eng_chunk *ch = &e->chunks[v];
+            size_t n = (size_t)ch->num_slots * (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
+            ch->graphs = moe_eng_heap_alloc(heap, n * sizeof(*ch->graphs));
+            if (ch->graphs == NULL) {
+                return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the CUDA graphs");
+            }
+        }
+    }
     return MOE_OK;
 }
 
@@ -266,7 +276,13 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
         moe_eng_params_wait(e, w->idx);
         float *out = i + 1 < ch->num_layers ? sl->acts[i + 1].x : sl->out;
-        moe_eng_layer_fwd(e, w, &sl->acts[i], &ch->rc[i], out);
+        if (ch->graphs != NULL && moe_eng_layer_is_graphable(e, w)) {
+            struct moe_eng_graph_slot *g =
+                &ch->graphs[(size_t)ch->mb_slot[mb] * (size_t)ch->num_layers + (size_t)i];
+            moe_eng_layer_fwd_graphed(e, w, &sl->acts[i], &ch->rc[i], out, g);
+        } else {
+            moe_eng_layer_fwd(e, w, &sl->acts[i], &ch->rc[i], out);
+        }
         offload_out(e, &sl->acts[i]);
         moe_eng_comm_progress(e);
     }

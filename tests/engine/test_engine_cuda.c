@@ -5,8 +5,9 @@
  * options that move data between host and device (selective and full recompute, activation
  * offload, precision emulation, the distributed optimizer with
  * overlapped reductions) train on the GPU and match the GPU baseline; a checkpoint written from the
- * GPU resumes bit for bit; a NaN weight and an infinite output weight are named as on the CPU;
- * run.json says "cuda+nccl", carries the device's memory and its phases sum to the step time.
+ * GPU resumes bit for bit; CUDA graphs of the dense layers replay the eager losses; a NaN weight
+ * and an infinite output weight are named as on the CPU; run.json says "cuda+nccl", carries the
+ * device's memory and its phases sum to the step time.
  *
  * Without a GPU (or without the CUDA build) the GPU tests skip, and one test checks that asking
  * for the CUDA backend is refused with a reason (moefold-train then falls back to the CPU).
@@ -265,6 +266,27 @@ static void test_options_on_gpu(void **state)
 /* ---- Checkpoints, non-finite values, run.json -------------------------------------------------
  */
 
+/* --cuda-graphs: tiny-moe's dense first layer is captured once per activation slot and replayed;
+ * the losses are those of the eager run (same kernels, same addresses). */
+static void test_cuda_graphs(void **state)
+{
+    (void)state;
+    gpu_or_skip();
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    struct moe_eng_run_opts o;
+    opts_for(&o, MOE_K_BACKEND_CUDA, STEPS);
+    double eager[STEPS], graphed[STEPS];
+    losses_of(&plan, &o, eager);
+    o.use_cuda_graphs = true;
+    losses_of(&plan, &o, graphed);
+    for (int i = 0; i < STEPS; i++) {
+        double rel = fabs(graphed[i] - eager[i]) / fabs(eager[i]);
+        printf("  step %d: eager %.9f graphed %.9f (rel %.1e)\n", i + 1, eager[i], graphed[i], rel);
+        assert_true(rel <= 1e-6);
+    }
+}
+
 static void test_checkpoint_resume_gpu(void **state)
 {
     (void)state;
@@ -401,7 +423,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused_without_gpu),   cmocka_unit_test(test_gradients_match_cpu),
         cmocka_unit_test(test_losses_match_cpu),      cmocka_unit_test(test_options_on_gpu),
         cmocka_unit_test(test_checkpoint_resume_gpu), cmocka_unit_test(test_nan_is_named_gpu),
-        cmocka_unit_test(test_run_file_gpu),
+        cmocka_unit_test(test_run_file_gpu),          cmocka_unit_test(test_cuda_graphs),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();
