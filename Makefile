@@ -338,10 +338,13 @@ fuzz-smoke:
 
 # ---------------------------------------------------------------------------------------------
 # GPU checks (run them on a machine with an NVIDIA GPU; elsewhere the CUDA tests skip). `make
-# test-gpu` builds and runs the CUDA-vs-CPU op tests (tests/kernels/test_cuda_*.c); `make
-# gpu-check` runs scripts/gpu-check.sh: build, op tests, compute-sanitizer, the grouped expert GEMM
-# against dense BF16 (>= 70%), GPU training when the engine has a CUDA path, and a summary table.
-CUDA_TEST_BIN := $(patsubst tests/%.c,$(BIN)/tests/%,$(wildcard tests/kernels/test_cuda_*.c))
+# test-gpu` builds and runs the CUDA-vs-CPU op tests (tests/kernels/test_cuda_*.c) and the engine's
+# GPU tests (NCCL vs MPI backend, CUDA engine vs CPU engine); `make gpu-check` runs
+# scripts/gpu-check.sh: build, those tests, moefold-train --backend cuda on tiny-moe and a larger
+# single-GPU MoE against moefold predict (step, phases, memory, MFU), the grouped expert GEMM
+# against dense BF16 (>= 70%), compute-sanitizer, and a summary table, in under 8 minutes.
+CUDA_TEST_BIN := $(patsubst tests/%.c,$(BIN)/tests/%,$(wildcard tests/kernels/test_cuda_*.c)) \
+                 $(BIN)/tests/engine/test_comm_nccl $(BIN)/tests/engine/test_engine_cuda
 .PHONY: test-gpu gpu-check
 test-gpu: $(CUDA_TEST_BIN)
 	@for t in $(CUDA_TEST_BIN); do echo "== $$t"; $$t || exit 1; done
