@@ -6,11 +6,11 @@
  * MOE_CHECK_CUDA (STYLE.md §4). The CUDA half is compiled only where kernels/cuda/ is built
  * (MOE_HAVE_CUDA_KERNELS); without it moe_eng_dev_create refuses.
  *
- * Copies between host and device use pageable host memory on purpose: cudaMemcpyAsync from
- * pageable memory to the device returns once the driver has staged the source, and to pageable
- * memory from the device it returns once the copy is complete (CUDA Runtime API, "API
- * synchronization behavior"), which is exactly the contract of moe_eng_copy_from_host and
- * moe_eng_copy_to_host.
+ * Copies between host and device are cudaMemcpyAsync on the compute stream (ordered after the
+ * kernels that produce or still read the device side) followed by a stream synchronisation, so
+ * each returns with the copy complete: the host side may be read (to host) or reused (from host)
+ * at once. The engine makes few such copies per step (engine/staging.c), each at a point where it
+ * needs the data anyway.
  */
 #include "engine/device.h"
 
@@ -313,6 +313,10 @@ void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src
         host_copy(dst, src, bytes);
     } else if (bytes > 0 && dst != src) {
         MOE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev->stream));
+        /* The driver stages pageable sources before returning, but whether it does on systems
+         * where the GPU can address pageable memory (HMM) is not documented: wait, so the host
+         * buffer (often a reused host temporary) is free to change. */
+        MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
     }
 }
 
@@ -607,13 +611,11 @@ static size_t chunk_of(const moe_eng_dev_t *dev, size_t left)
 
 void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
 {
-    MOE_ASSERT(dev != NULL);
     dev->t_last = host_now();
 }
 
 void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
 {
-    MOE_ASSERT(dev != NULL);
     if (!dev->is_paused) {
         host_timer_mark(dev, phase, phase_s);
     }
@@ -629,8 +631,7 @@ void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
 
 void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused)
 {
-    MOE_ASSERT(dev != NULL);
-    dev->is_paused = is_paused;
+    dev->is_paused = is_paused; /* dev != NULL: the phase clock calls only with a device */
 }
 
 /* ---- Scans shared by both builds ----------------------------------------------------------- */

@@ -7,10 +7,10 @@
  * engine's compute stream, the stream its kernel context and its NCCL groups use.
  *
  * The rule this module serves (STYLE.md §7, issue 6): the engine touches tensor data on the host
- * only through these calls. A host read of engine memory is moe_eng_copy_to_host (it returns once
- * the bytes are there, so it synchronises the stream up to that point); a host write is
- * moe_eng_copy_from_host (the host buffer may be reused as soon as it returns: pageable host
- * memory is staged by the CUDA driver before the call returns).
+ * only through these calls. A host read of engine memory is moe_eng_copy_to_host and a host write
+ * is moe_eng_copy_from_host; both are ordered after the work queued on the compute stream and
+ * return once the copy is complete (they synchronise the stream), so the host buffer may be read
+ * or reused at once.
  *
  * Also here: the engine's phase clock on CUDA events (one event per phase boundary, recorded on the
  * compute stream from a pool created once; intervals are folded into seconds per phase when the
@@ -98,7 +98,7 @@ void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr);
 void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes);
 /* Host dst[bytes] = engine src[bytes]; returns when the bytes are on the host. */
 void moe_eng_copy_to_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes);
-/* Engine dst[bytes] = host src[bytes], in stream order; src may be reused when this returns. */
+/* Engine dst[bytes] = host src[bytes], in stream order; returns when done (src may be reused). */
 void moe_eng_copy_from_host(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes);
 /* dst[bytes] = 0 (all bits), in stream order. */
 void moe_eng_memzero(const moe_eng_dev_t *dev, void *dst, size_t bytes);
