@@ -261,12 +261,7 @@ enum moe_status moe_eng_dev_alloc(moe_eng_dev_t *dev, void **out, size_t bytes)
     if (dev->is_emulated) {
         return emulated_alloc(out, bytes);
     }
-    cudaError_t err = cudaMalloc(out, bytes);
-    if (err != cudaSuccess) {
-        *out = NULL;
-        (void)cudaGetLastError();
-        return err == cudaErrorMemoryAllocation ? MOE_ERR_NOMEM : MOE_ERR_UNSUPPORTED;
-    }
+    MOE_TRY(moe_k_cuda_alloc(out, bytes)); /* plain cudaMalloc (kernels/cuda/cuda_backend.h) */
     MOE_CHECK_CUDA(cudaMemsetAsync(*out, 0, bytes, dev->stream));
     MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
     return MOE_OK;
@@ -284,7 +279,7 @@ void moe_eng_dev_free(moe_eng_dev_t *dev, void *ptr)
     }
     MOE_CHECK_CUDA(cudaStreamSynchronize(dev->comm_stream));
     MOE_CHECK_CUDA(cudaStreamSynchronize(dev->stream));
-    MOE_CHECK_CUDA(cudaFree(ptr));
+    moe_k_cuda_free(ptr);
 }
 
 void moe_eng_copy(const moe_eng_dev_t *dev, void *dst, const void *src, size_t bytes)

@@ -18,8 +18,10 @@
 #include "engine/internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define INIT_STD 0.02 /* Megatron-LM --init-method-std default */
 
@@ -387,6 +389,40 @@ void moe_eng_params_carve(struct moe_eng *e)
 /* ---- Initialisation -------------------------------------------------------------------------- */
 
 /* dst[rows, cols] = std * N(0,1) at global (row0 + r, col0 + c) of a tensor with gcols columns. */
+/* A block of a global tensor to fill: rows [r_begin, r_end) of dst. */
+struct init_job {
+    float *dst;
+    int r_begin, r_end, cols;
+    uint64_t seed, uid;
+    long row0, col0, gcols;
+    double std;
+};
+
+static void init_rows(const struct init_job *j)
+{
+    for (int r = j->r_begin; r < j->r_end; r++) {
+        for (int c = 0; c < j->cols; c++) {
+            uint64_t idx = (uint64_t)((j->row0 + r) * j->gcols + j->col0 + c);
+            j->dst[(size_t)r * (size_t)j->cols + (size_t)c] =
+                (float)(j->std * moe_eng_normal_at(j->seed, j->uid, idx));
+        }
+    }
+}
+
+static void *init_rows_thread(void *arg)
+{
+    init_rows(arg);
+    return NULL;
+}
+
+/* Blocks of at least this many elements are filled by several threads (creation time only:
+ * a billion-parameter model on one GPU would otherwise spend minutes in the normal draws). */
+#define INIT_PARALLEL_MIN (1L << 20)
+#define INIT_MAX_THREADS  32
+
+/* dst[rows, cols] = std * N(0,1) at global (row0 + r, col0 + c) of a tensor with gcols columns.
+ * Every element depends only on (seed, uid, its global index), so the split over threads does
+ * not change a bit. */
 static void init_block(float *dst,
                        int rows,
                        int cols,
@@ -397,11 +433,30 @@ static void init_block(float *dst,
                        long gcols,
                        double std)
 {
-    for (int r = 0; r < rows; r++) {
-        for (int c = 0; c < cols; c++) {
-            uint64_t idx = (uint64_t)((row0 + r) * gcols + col0 + c);
-            dst[(size_t)r * (size_t)cols + (size_t)c] =
-                (float)(std * moe_eng_normal_at(seed, uid, idx));
+    struct init_job all = {dst, 0, rows, cols, seed, uid, row0, col0, gcols, std};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cpus > INIT_MAX_THREADS ? INIT_MAX_THREADS : (int)(cpus > 1 ? cpus : 1);
+    if ((long)rows * cols < INIT_PARALLEL_MIN || n < 2 || rows < n) {
+        init_rows(&all);
+        return;
+    }
+    struct init_job jobs[INIT_MAX_THREADS];
+    pthread_t threads[INIT_MAX_THREADS];
+    int started = 0;
+    for (int t = 0; t < n; t++) {
+        jobs[t] = all;
+        jobs[t].r_begin = (int)((long)rows * t / n);
+        jobs[t].r_end = (int)((long)rows * (t + 1) / n);
+        if (t > 0 && pthread_create(&threads[t], NULL, init_rows_thread, &jobs[t]) == 0) {
+            started |= 1 << t;
+        } else if (t > 0) {
+            init_rows(&jobs[t]); /* no thread: fill it here */
+        }
+    }
+    init_rows(&jobs[0]);
+    for (int t = 1; t < n; t++) {
+        if (started & (1 << t)) {
+            (void)pthread_join(threads[t], NULL);
         }
     }
 }
