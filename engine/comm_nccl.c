@@ -617,6 +617,294 @@ static const struct moe_comm_backend nccl_backend = {
     .tag_limit = nccl_tag_limit,
 };
 
+/* ---- One-rank groups: no communication, stream-ordered copies ------------------------------ */
+/*
+ * A group of one rank exchanges nothing: every collective is the identity (a copy when the
+ * buffers differ), and NCCL would do exactly that copy on the stream. moe_comm_nccl_from_mpi hands
+ * such groups this table instead of initialising an NCCL communicator for each (on one GPU that is
+ * every group of the folding, a dozen NCCL set-ups per engine).
+ */
+struct local_group {
+    cudaStream_t stream;
+};
+
+static cudaStream_t local_stream(void *h)
+{
+    return ((struct local_group *)h)->stream;
+}
+
+static void local_copy(void *h, void *dst, const void *src, size_t count, enum moe_comm_dtype dt)
+{
+    if (count == 0 || dst == src) {
+        return;
+    }
+    need_device(src, count, "local copy");
+    need_device(dst, count, "local copy");
+    MOE_CHECK_CUDA(
+        cudaMemcpyAsync(dst, src, at(count, dt), cudaMemcpyDeviceToDevice, local_stream(h)));
+}
+
+static void *local_new(cudaStream_t stream)
+{
+    struct local_group *g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        moe_eng_fatal(__FILE__, __LINE__, "out of memory for a one-rank group");
+    }
+    g->stream = stream;
+    return g;
+}
+
+static void local_split(void *h, int color, int key, void **out)
+{
+    (void)key;
+    *out = color >= 0 ? local_new(local_stream(h)) : NULL;
+}
+
+static void local_split_shared(void *h, void **out)
+{
+    *out = local_new(local_stream(h));
+}
+
+static void local_free_handle(void *h)
+{
+    free(h);
+}
+
+static void local_rank_size(void *h, int *rank, int *size)
+{
+    (void)h;
+    *rank = 0;
+    *size = 1;
+}
+
+static void local_allreduce(void *h,
+                            const void *send,
+                            void *recv,
+                            size_t count,
+                            enum moe_comm_dtype dtype,
+                            enum moe_comm_redop op)
+{
+    (void)op;
+    local_copy(h, recv, send, count, dtype);
+}
+
+static void
+local_allgather(void *h, const void *send, void *recv, size_t count, enum moe_comm_dtype dtype)
+{
+    local_copy(h, recv, send, count, dtype);
+}
+
+static void local_allgatherv(void *h,
+                             const void *send,
+                             int send_count,
+                             void *recv,
+                             const int *counts,
+                             const int *displs,
+                             enum moe_comm_dtype dtype)
+{
+    MOE_ASSERT(send_count == counts[0]);
+    local_copy(h, (char *)recv + at((size_t)displs[0], dtype), send, (size_t)send_count, dtype);
+}
+
+static void local_reducescatter(void *h,
+                                const void *send,
+                                void *recv,
+                                size_t count,
+                                enum moe_comm_dtype dtype,
+                                enum moe_comm_redop op)
+{
+    (void)op;
+    local_copy(h, recv, send, count, dtype);
+}
+
+static void local_reducescatterv(void *h,
+                                 const void *send,
+                                 void *recv,
+                                 const int *counts,
+                                 enum moe_comm_dtype dtype,
+                                 enum moe_comm_redop op)
+{
+    (void)op;
+    local_copy(h, recv, send, (size_t)counts[0], dtype);
+}
+
+static void
+local_alltoall(void *h, const void *send, void *recv, size_t count, enum moe_comm_dtype dtype)
+{
+    local_copy(h, recv, send, count, dtype);
+}
+
+static void local_alltoallv(void *h,
+                            const void *send,
+                            const int *send_counts,
+                            const int *send_displs,
+                            void *recv,
+                            const int *recv_counts,
+                            const int *recv_displs,
+                            enum moe_comm_dtype dtype)
+{
+    MOE_ASSERT(send_counts[0] == recv_counts[0]);
+    local_copy(h, (char *)recv + at((size_t)recv_displs[0], dtype),
+               (const char *)send + at((size_t)send_displs[0], dtype), (size_t)send_counts[0],
+               dtype);
+}
+
+static void local_bcast(void *h, void *buf, size_t count, enum moe_comm_dtype dtype, int root)
+{
+    (void)h;
+    (void)buf;
+    (void)count;
+    (void)dtype;
+    MOE_ASSERT(root == 0);
+}
+
+static void
+local_send(void *h, const void *buf, size_t count, enum moe_comm_dtype dtype, int peer, int tag)
+{
+    (void)h;
+    (void)buf;
+    (void)count;
+    (void)dtype;
+    (void)tag;
+    moe_eng_fatal(__FILE__, __LINE__, "send to peer %d in a group of one rank", peer);
+}
+
+static void
+local_recv(void *h, void *buf, size_t count, enum moe_comm_dtype dtype, int peer, int tag)
+{
+    local_send(h, buf, count, dtype, peer, tag);
+}
+
+static void local_barrier(void *h)
+{
+    MOE_CHECK_CUDA(cudaStreamSynchronize(local_stream(h)));
+}
+
+/* Non-blocking forms complete at once (stream order is the only order): no request stays open. */
+static void local_isend(void *h,
+                        const void *buf,
+                        size_t count,
+                        enum moe_comm_dtype dtype,
+                        int peer,
+                        int tag,
+                        struct moe_comm_req *req)
+{
+    (void)req;
+    local_send(h, buf, count, dtype, peer, tag);
+}
+
+static void local_irecv(void *h,
+                        void *buf,
+                        size_t count,
+                        enum moe_comm_dtype dtype,
+                        int peer,
+                        int tag,
+                        struct moe_comm_req *req)
+{
+    (void)req;
+    local_send(h, buf, count, dtype, peer, tag);
+}
+
+static void local_iallreduce(void *h,
+                             const void *send,
+                             void *recv,
+                             size_t count,
+                             enum moe_comm_dtype dtype,
+                             enum moe_comm_redop op,
+                             struct moe_comm_req *req)
+{
+    local_allreduce(h, send, recv, count, dtype, op);
+    req->is_active = false;
+}
+
+static void local_iallgather(void *h,
+                             const void *send,
+                             void *recv,
+                             size_t count,
+                             enum moe_comm_dtype dtype,
+                             struct moe_comm_req *req)
+{
+    local_allgather(h, send, recv, count, dtype);
+    req->is_active = false;
+}
+
+static void local_ireducescatter(void *h,
+                                 const void *send,
+                                 void *recv,
+                                 size_t count,
+                                 enum moe_comm_dtype dtype,
+                                 enum moe_comm_redop op,
+                                 struct moe_comm_req *req)
+{
+    local_reducescatter(h, send, recv, count, dtype, op);
+    req->is_active = false;
+}
+
+static void local_ialltoallv(void *h,
+                             const void *send,
+                             const int *send_counts,
+                             const int *send_displs,
+                             void *recv,
+                             const int *recv_counts,
+                             const int *recv_displs,
+                             enum moe_comm_dtype dtype,
+                             struct moe_comm_req *req)
+{
+    local_alltoallv(h, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+    req->is_active = false;
+}
+
+static void local_wait(struct moe_comm_req *req)
+{
+    req->is_active = false;
+}
+
+static bool local_test(struct moe_comm_req *req)
+{
+    req->is_active = false;
+    return true;
+}
+
+static const struct moe_comm_backend local_backend = {
+    .name = "local",
+    .mem = MOE_COMM_MEM_DEVICE,
+    .split = local_split,
+    .split_shared = local_split_shared,
+    .free_handle = local_free_handle,
+    .rank_size = local_rank_size,
+    .allreduce = local_allreduce,
+    .allgather = local_allgather,
+    .allgatherv = local_allgatherv,
+    .reducescatter = local_reducescatter,
+    .reducescatterv = local_reducescatterv,
+    .alltoall = local_alltoall,
+    .alltoallv = local_alltoallv,
+    .bcast = local_bcast,
+    .send = local_send,
+    .recv = local_recv,
+    .barrier = local_barrier,
+    .isend = local_isend,
+    .irecv = local_irecv,
+    .iallreduce = local_iallreduce,
+    .iallgather = local_iallgather,
+    .ireducescatter = local_ireducescatter,
+    .ialltoallv = local_ialltoallv,
+    .wait = local_wait,
+    .test = local_test,
+    .tag_limit = nccl_tag_limit,
+};
+
+/* A one-rank group on stream (no NCCL). */
+static enum moe_status local_create(cudaStream_t stream, const char *name, moe_comm_t **out)
+{
+    void *h = local_new(stream);
+    enum moe_status st = moe_comm_wrap(&local_backend, h, false, name, out);
+    if (st != MOE_OK) {
+        local_free_handle(h);
+    }
+    return st;
+}
+
 bool moe_comm_nccl_is_built(void)
 {
     return true;
@@ -679,6 +967,11 @@ enum moe_status moe_comm_nccl_from_mpi(const moe_comm_t *mpi_group,
 {
     *out = NULL;
     MOE_ASSERT(moe_comm_get_backend(mpi_group) == moe_comm_mpi_backend());
+#if defined(MOE_HAVE_NCCL) && defined(MOE_HAVE_CUDA_KERNELS)
+    if (moe_comm_size(mpi_group) == 1) {
+        return local_create(stream, moe_comm_name(mpi_group), out);
+    }
+#endif
     MPI_Comm c = *(MPI_Comm *)moe_comm_handle(mpi_group);
     return moe_comm_nccl_create(c, stream, comm_stream, moe_comm_name(mpi_group), out);
 }

@@ -64,7 +64,9 @@ MOE_NODISCARD enum moe_status moe_comm_nccl_create(MPI_Comm comm,
 
 /*
  * The NCCL twin of an MPI group (same members, same name): collective over mpi_group, which must
- * be an MPI-backend group (engine/comm_mpi.h). The caller keeps mpi_group.
+ * be an MPI-backend group (engine/comm_mpi.h). The caller keeps mpi_group. A group of one rank
+ * gets the "local" backend instead (device memory, no NCCL communicator): its collectives are the
+ * identity, done as stream-ordered copies when the buffers differ; point-to-point is refused.
  */
 MOE_NODISCARD enum moe_status moe_comm_nccl_from_mpi(const moe_comm_t *mpi_group,
                                                      struct CUstream_st *stream,

@@ -154,6 +154,8 @@ echo "[gpu-check] $gpu_name, driver $driver, nvcc $nvcc_ver ($NVCC)"
 
 # ---- 1. Libraries: use the system's, or unpack carried Debian packages ------------------------
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Every rank of this check is on this host: NCCL's bootstrap may use the loopback interface.
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 missing=()
 for pc in gsl libcjson openblas cmocka hwloc; do
     pkg-config --exists "$pc" 2>/dev/null || missing+=("$pc")

@@ -3,7 +3,8 @@
  * collective, in-place form, v-variant, point-to-point and non-blocking call runs on both, the
  * NCCL one on device copies of the same rank-dependent inputs, and the results must be equal bit
  * for bit (small-integer values, so sums are exact in any order); bytes-sent accounting must match
- * too. Splits and NCCL twins of MPI groups (what the engine builds) are checked the same way.
+ * too. Splits and NCCL twins of MPI groups (what the engine builds) are checked the same way, and
+ * so is the "local" backend one-rank twins get.
  *
  * NCCL needs one GPU per rank: without the NCCL build, without a device, or with more ranks on a
  * node than GPUs, the NCCL tests skip (cmocka skip, every rank alike). The host half of the
@@ -337,7 +338,8 @@ static void test_splits_and_twins(void **state)
     assert_int_equal(moe_comm_rank(ns), moe_comm_rank(ms));
     assert_int_equal(moe_comm_rank(twin), moe_comm_rank(ms));
     assert_string_equal(moe_comm_name(twin), "half");
-    assert_string_equal(moe_comm_get_backend(twin)->name, "nccl");
+    /* One-rank groups need no NCCL communicator: the "local" backend copies on the stream. */
+    assert_string_equal(moe_comm_get_backend(twin)->name, moe_comm_size(ms) > 1 ? "nccl" : "local");
     assert_true(moe_comm_get_backend(twin)->mem == MOE_COMM_MEM_DEVICE);
     float x[MAXN], y[MAXN];
     int iv[MAXN];
@@ -356,6 +358,58 @@ static void test_splits_and_twins(void **state)
     moe_comm_destroy(none);
     moe_comm_destroy(twin);
     moe_comm_destroy(ns);
+    moe_comm_destroy(ms);
+}
+
+/* One-rank twins (the engine's groups on one GPU) get the "local" backend: every collective of it
+ * against MPI on MPI_COMM_SELF, bit for bit. */
+static void test_local_groups(void **state)
+{
+    struct fixture *f = fx(state);
+    moe_comm_t *ms = NULL, *lg = NULL;
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_SELF, "self", &ms), MOE_OK);
+    assert_int_equal(moe_comm_nccl_from_mpi(ms, moe_eng_dev_stream(f->dev),
+                                            moe_eng_dev_comm_stream(f->dev), &lg),
+                     MOE_OK);
+    assert_string_equal(moe_comm_get_backend(lg)->name, "local");
+    assert_int_equal(moe_comm_size(lg), 1);
+    float x[MAXN], y[MAXN];
+    int iv[MAXN];
+    double dv[MAXN];
+    fill(x, iv, dv, MAXN, f->rank, 7);
+    float *dx = dev_copy(f, x, sizeof(x));
+    float *dy = dev_zero(f, sizeof(y));
+    moe_comm_allreduce(ms, x, y, 11, MOE_COMM_F32, MOE_COMM_SUM);
+    moe_comm_allreduce(lg, dx, dy, 11, MOE_COMM_F32, MOE_COMM_SUM);
+    expect_same(f, dy, y, 11 * sizeof(float));
+    moe_comm_allgather(lg, dx, dy, 5, MOE_COMM_F32);
+    expect_same(f, dy, x, 5 * sizeof(float));
+    int one[1] = {6}, zero[1] = {0};
+    moe_comm_allgatherv(lg, dx, 6, dy, one, zero, MOE_COMM_F32);
+    expect_same(f, dy, x, 6 * sizeof(float));
+    moe_comm_reducescatter(lg, dx, dy, 4, MOE_COMM_F32, MOE_COMM_SUM);
+    expect_same(f, dy, x, 4 * sizeof(float));
+    moe_comm_reducescatterv(lg, dx, dy, one, MOE_COMM_F32, MOE_COMM_SUM);
+    expect_same(f, dy, x, 6 * sizeof(float));
+    int *di = dev_copy(f, iv, sizeof(iv));
+    int *dj = dev_zero(f, sizeof(iv));
+    moe_comm_alltoall(lg, di, dj, 3, MOE_COMM_I32);
+    expect_same(f, dj, iv, 3 * sizeof(int));
+    int c[1] = {5}, d[1] = {2};
+    float *dz = dev_zero(f, sizeof(y));
+    moe_comm_alltoallv(lg, dx, c, zero, dz, c, d, MOE_COMM_F32);
+    float want[7] = {0, 0, x[0], x[1], x[2], x[3], x[4]};
+    expect_same(f, dz, want, sizeof(want));
+    moe_comm_bcast(lg, dx, 4, MOE_COMM_F32, 0);
+    expect_same(f, dx, x, 4 * sizeof(float));
+    struct moe_comm_req q = {0};
+    float *dw = dev_zero(f, sizeof(y));
+    moe_comm_iallreduce(lg, dx, dw, 9, MOE_COMM_F32, MOE_COMM_MAX, &q);
+    moe_comm_wait(lg, &q);
+    assert_false(q.is_active);
+    expect_same(f, dw, x, 9 * sizeof(float));
+    moe_comm_barrier(lg);
+    moe_comm_destroy(lg);
     moe_comm_destroy(ms);
 }
 
@@ -464,6 +518,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(test_p2p_and_nonblocking, f),
         cmocka_unit_test_prestate(test_bytes_match, f),
         cmocka_unit_test_prestate(test_splits_and_twins, f),
+        cmocka_unit_test_prestate(test_local_groups, f),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     if (f != NULL) {
