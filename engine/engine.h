@@ -13,7 +13,8 @@
  *
  * Backends (run option `backend`): CPU (host memory, kernels/cpu on OpenBLAS, MPI for every
  * group) or CUDA (one GPU per rank: every memory category but the offload pool in device memory,
- * kernels/cuda on cuBLAS, NCCL for every group of the folding, the MPI world only for host-side
+ * kernels/cuda on cuBLAS, NCCL for every group of the folding with more than one rank -- a
+ * one-rank group's collectives are stream-ordered copies --, the MPI world only for host-side
  * agreement and reports). The engine reads device data on the host only through explicit copies
  * (engine/device.h, engine/staging.c): token losses per micro-batch, expert counts of the
  * dropless dispatch, gradient sums of squares, router losses and finite checks once per step.

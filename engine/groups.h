@@ -66,9 +66,9 @@ void moe_eng_groups_destroy(struct moe_eng_groups *g);
 struct CUstream_st;
 /*
  * Replace every group that carries device data (all but the hierarchical dispatcher's ep_node and
- * ep_cross) by its NCCL twin (engine/comm_nccl.h), blocking calls on stream and non-blocking ones
- * on comm_stream. Collective over the world the groups came from. MOE_ERR_UNSUPPORTED when this
- * build has no NCCL backend.
+ * ep_cross) by its NCCL twin (engine/comm_nccl.h; one-rank groups get its "local" copies),
+ * blocking calls on stream and non-blocking ones on comm_stream. Collective over the world the
+ * groups came from. MOE_ERR_UNSUPPORTED when this build has no NCCL backend.
  */
 MOE_NODISCARD enum moe_status moe_eng_groups_to_nccl(struct moe_eng_groups *g,
                                                      struct CUstream_st *stream,
