@@ -14,14 +14,15 @@
  *
  * Also here: the engine's phase clock on CUDA events (one event per phase boundary, recorded on the
  * compute stream from a pool created once; intervals are folded into seconds per phase when the
- * pool fills and at the end of a step), device memory figures (cudaMemGetInfo), and host scans of
+ * pool fills and at the end of a step), device memory figures (cudaMemGetInfo), host scans of
  * engine memory for the failure paths (first non-finite element, sum of squares in double) that
- * read device memory through a fixed host bounce buffer.
+ * read device memory through a fixed host bounce buffer, CUDA-graph capture and replay, and an
+ * emulated device (separate host blocks, for tests of the staging logic without a GPU).
  *
  * What this is not: no kernels (kernels/), no communication (engine/comm*.c), no allocation inside
  * a training step (buffers come from create; the engine allocates its categories once).
  * Everything is defined in every build; without the CUDA build moe_eng_dev_create answers
- * MOE_ERR_UNSUPPORTED and only dev == NULL is ever passed.
+ * MOE_ERR_UNSUPPORTED and only dev == NULL or an emulated device is ever passed.
  */
 #ifndef MOE_ENGINE_DEVICE_H
 #define MOE_ENGINE_DEVICE_H
