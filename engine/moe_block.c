@@ -384,9 +384,9 @@ static void etp_reduce(struct moe_eng *e, const struct ep_plan *p, float *in, fl
  */
 
 struct half {
-    int t0, m;                           /* first token and tokens of the half */
-    int *tpe, *recv, *gath;              /* its counts: [E], [EP El], [EP El] (engine memory) */
-    const int *hc_tpe, *h_recv, *h_gath; /* their host copies */
+    int t0, m;                             /* first token and tokens of the half */
+    int *tpe, *recv, *gath;                /* its counts: [E], [EP El], [EP El] (engine memory) */
+    const int *hc_tpe, *hc_recv, *hc_gath; /* their host copies */
     struct ep_plan p;
     int send_off, recv_off, exp_off; /* row offsets of the half in the send/recv/expert buffers */
     struct moe_comm_req req;
@@ -405,8 +405,8 @@ static void halves_init(struct moe_eng *e, struct moe_eng_layer_act *a, struct h
         hv[i].recv = a->recv_counts + (size_t)i * (size_t)n;
         hv[i].gath = a->gath_counts + (size_t)i * (size_t)n;
         hv[i].hc_tpe = a->hc_tpe + (size_t)i * (size_t)E;
-        hv[i].h_recv = a->hc_recv + (size_t)i * (size_t)n;
-        hv[i].h_gath = a->hc_gath + (size_t)i * (size_t)n;
+        hv[i].hc_recv = a->hc_recv + (size_t)i * (size_t)n;
+        hv[i].hc_gath = a->hc_gath + (size_t)i * (size_t)n;
         memset(&hv[i].req, 0, sizeof(hv[i].req));
     }
 }
@@ -415,7 +415,7 @@ static void halves_init(struct moe_eng *e, struct moe_eng_layer_act *a, struct h
 static void halves_plan(struct moe_eng *e, struct half *hv)
 {
     for (int i = 0; i < 2; i++) {
-        hv[i].p = ep_plan_from(e, hv[i].hc_tpe, hv[i].h_recv, hv[i].h_gath);
+        hv[i].p = ep_plan_from(e, hv[i].hc_tpe, hv[i].hc_recv, hv[i].hc_gath);
         hv[i].send_off = i == 0 ? 0 : hv[0].p.rows_send;
         hv[i].recv_off = i == 0 ? 0 : hv[0].p.rows_recv;
         hv[i].exp_off = i == 0 ? 0 : hv[0].p.rows_exp;
