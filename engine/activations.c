@@ -614,6 +614,10 @@ size_t moe_eng_temp_bytes(const struct moe_eng *e)
     moe_eng_arena_release(&s.a, m0);
     tf_(&s, (size_t)d->tokens * (size_t)d->hidden); /* embedding forward / backward */
     moe_eng_arena_release(&s.a, m0);
+    if (e->is_device) {
+        tf_(&s, msc); /* the finite check's scaled copy of a layer output (engine/staging.c) */
+        moe_eng_arena_release(&s.a, m0);
+    }
     /* optimizer expert counts of every layer */
     ti_(&s, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1));
     moe_eng_arena_release(&s.a, m0);

@@ -170,8 +170,12 @@ param_at(const struct moe_eng *e, const struct moe_eng_bucket *bk, size_t idx)
     return NULL;
 }
 
-/* Sum of squares of the gradients this rank owns; the first non-finite value fills diag. One
- * kernel per bucket into a slot of bucket_ss, then one copy of all of them to the host. */
+/* Sum of squares of the gradients this rank owns, in double; the first non-finite value fills diag.
+ * One kernel per bucket (it sums in double but stores fp32) into a slot of bucket_ss, then one
+ * copy of all of them to the host. A slot that is not finite is either a non-finite gradient
+ * (named) or a finite sum above FLT_MAX (gradients above ~1.8e19): that bucket is summed again in
+ * double (moe_eng_sumsq_double), so large but finite gradients give a finite norm and are clipped
+ * as usual. The ranks' sums are added in double too (moe_eng_optimizer_step). */
 static double owned_sumsq(struct moe_eng *e, int *nonfinite, struct moe_diag *diag)
 {
     double total = 0.0;

@@ -11,14 +11,18 @@
  * order they were written, so the sums are the ones the CPU computes when it adds them as they
  * come.
  *
- * The deferred finite check (CUDA only): a layer output whose sum is not finite is non-finite (a
- * sum that overflows fp32 counts too: such activations are lost anyway). The first such layer in
- * execution order is named, together with its first non-finite weight if any, unless the loss
- * head named something earlier in the step. The CPU backend checks every element as it goes
- * (engine/layers.c).
+ * The deferred finite check (CUDA only): a layer output is non-finite when the sum of its elements
+ * scaled by 2^-126 (FLT_MIN) is not finite. The scaling keeps the check exact: a finite element
+ * becomes at most 4 in magnitude (FLT_MAX * 2^-126 < 4), so the fp32 result of n of them cannot
+ * overflow (below 4n), while Inf and NaN stay non-finite; a plain sum of large but finite
+ * activations could overflow fp32 and stop a run the CPU backend, which checks every element as it
+ * goes (engine/layers.c), lets go on. The first non-finite layer in execution order is named,
+ * together with its first non-finite weight if any, unless the loss head named something earlier
+ * in the step.
  */
 #include "engine/internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,14 +80,29 @@ float *moe_eng_scal_take(struct moe_eng *e, enum moe_eng_scal_kind kind, int lay
     return e->scal + i;
 }
 
+/* out = the sum of x[rows, cols] scaled by FLT_MIN (finite exactly when every x is), through the
+ * scaled copy tmp[rows, cols]. */
+static void
+scaled_sum(struct moe_eng *e, float *out, const float *x, float *tmp, int rows, int cols)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    e->k->copy_2d(tmp, cols, x, cols, rows, cols, false, e->kc);
+    e->k->scale(tmp, n, FLT_MIN, e->kc);
+    e->k->sum(out, tmp, n, e->kc);
+}
+
 void moe_eng_note_layer_sums(struct moe_eng *e, int layer, const float *x2, const float *out)
 {
     if (e->is_recomputing) {
         return;
     }
-    size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
-    e->k->sum(moe_eng_scal_take(e, MOE_ENG_SCAL_SUM_X2, layer), x2, n, e->kc);
-    e->k->sum(moe_eng_scal_take(e, MOE_ENG_SCAL_SUM_OUT, layer), out, n, e->kc);
+    int rows = e->d.tokens_sp;
+    int cols = e->d.hidden;
+    size_t mark = moe_eng_arena_mark(&e->temp);
+    float *tmp = moe_eng_arena_floats(&e->temp, (size_t)rows * (size_t)cols);
+    scaled_sum(e, moe_eng_scal_take(e, MOE_ENG_SCAL_SUM_X2, layer), x2, tmp, rows, cols);
+    scaled_sum(e, moe_eng_scal_take(e, MOE_ENG_SCAL_SUM_OUT, layer), out, tmp, rows, cols);
+    moe_eng_arena_release(&e->temp, mark);
     e->check_seq++;
 }
 

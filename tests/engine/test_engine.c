@@ -4,20 +4,25 @@
  * matches central finite differences of the loss (directional, in double, on a tiny model with both
  * router kinds, aux and z losses); recompute (each selective module, full uniform and block) and
  * activation offload change memory but leave gradients bit-identical; a checkpoint resumes
- * bit-identically; a NaN is caught and named; the engine's memory by category agrees with the cost
- * model's prediction (weights/grads/optimizer within 1%, activations within 20% -- the engine keeps
- * router scores, logits and routing maps the model does not count); bad inputs fail with clear
- * errors; moefold-train's command line exits 0 / 1 / 2 as documented.
+ * bit-identically; a NaN is caught and named; large but finite values (activations whose fp32 sum
+ * overflows, a gradient whose square does) train on, on the CPU and on the emulated device, with
+ * the gradient norm summed in double and clipped as usual, while a non-finite gradient is named;
+ * the engine's memory by category agrees with the cost model's prediction (weights/grads/optimizer
+ * within 1%, activations within 20% -- the engine keeps router scores, logits and routing maps the
+ * model does not count); bad inputs fail with clear errors; moefold-train's command line exits 0 /
+ * 1 / 2 as documented.
  *
  * Finite differences: f(w + h d) - f(w - h d) over 2h along the gradient direction and along a
  * random unit direction d of each tensor (h = 1e-2 in norm), compared with g.d; tolerance 2% of |g|
  * (fp32 forward noise is ~1e-5/h relative; a wrong term is O(|g|)).
  */
+#include "engine/internal.h" /* moe_eng_optimizer_step: the gradient-norm tests */
 #include "model/memory.h"
 #include "tests/engine/eng_test.h"
 #include "tests/test_util.h"
 #include "topologies/run_file.h"
 
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -455,6 +460,157 @@ static void test_nan_is_named(void **state)
     release(&f);
 }
 
+/* ---- Large but finite values ----------------------------------------------------------------- */
+
+static int param_idx(moe_eng_t *e, const char *name)
+{
+    for (int p = 0; p < moe_eng_num_params(e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(e, p, &v);
+        if (strcmp(v.name, name) == 0) {
+            return p;
+        }
+    }
+    fail_msg("no parameter %s", name);
+    return -1;
+}
+
+/* Every weight of parameter `name` = value (engine memory: host, or the emulated device). */
+static void fill_weights(moe_eng_t *e, const char *name, float value)
+{
+    int p = param_idx(e, name);
+    struct moe_eng_param_view v;
+    moe_eng_param(e, p, &v);
+    for (size_t i = 0; i < v.numel; i++) {
+        moe_eng_param_write(e, p, false, i, &value, 1);
+    }
+}
+
+/*
+ * Residual-stream activations of 2e35 (every embedding weight set to it): each element is finite
+ * and the norms rescale it, but one layer output's plain sum (64 x 64 elements near 2e35, 8e38)
+ * overflows fp32. The CPU backend checks every element and trains on; the CUDA path's deferred
+ * check (here on the emulated device) must train on too, with bit-identical losses. Before its sums
+ * were scaled it stopped with "non-finite values in the forward pass, first in layer 0, attention
+ * output".
+ */
+static void test_huge_finite_activations_train_on(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    double losses[2][3];
+    for (int emu = 0; emu < 2; emu++) {
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, 3);
+        o.is_device_emulated = emu == 1;
+        struct fixture f;
+        make(&f, &plan, &o);
+        fill_weights(f.e, "embedding", 2e35f);
+        for (int i = 0; i < 3; i++) {
+            losses[emu][i] = step(&f);
+            assert_true(isfinite(losses[emu][i]));
+        }
+        release(&f);
+    }
+    assert_memory_equal(losses[1], losses[0], sizeof(losses[0]));
+}
+
+/* Sum of squares, in double, of every gradient of the engine (one rank: each counted once). */
+static double grad_sumsq(moe_eng_t *e)
+{
+    double ss = 0.0;
+    for (int p = 0; p < moe_eng_num_params(e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(e, p, &v);
+        for (size_t i = 0; i < v.numel; i++) {
+            float g = 0.0f;
+            moe_eng_param_read(e, p, true, i, &g, 1);
+            ss += (double)g * (double)g;
+        }
+    }
+    return ss;
+}
+
+/*
+ * The optimizer step on gradients the test sets (engine/internal.h): after one forward/backward,
+ * element 0 of layer1.router's gradient is set to `poke`. Returns the step's status, the norm it
+ * reported, the norm the test computes in double, and layer1.router's weights 0 and 1 before and
+ * after.
+ */
+struct poke_result {
+    enum moe_status st;
+    double norm;
+    double expected;
+    float w_before[2], w_after[2];
+    char message[sizeof(((struct moe_diag *)NULL)->message)];
+};
+
+static struct poke_result
+optimizer_after_poke(bool emulated, float clip, const char *name, size_t idx, float poke)
+{
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    o.is_device_emulated = emulated;
+    o.weight_decay = 0.0f; /* untouched weights stay put unless their gradient moves them */
+    o.clip_grad = clip;
+    struct fixture f;
+    make(&f, &plan, &o);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    double loss = 0.0;
+    assert_int_equal(moe_eng_compute_grads(f.e, &loss, &diag), MOE_OK);
+    int p = param_idx(f.e, name);
+    moe_eng_param_write(f.e, p, true, idx, &poke, 1);
+    struct poke_result r;
+    memset(&r, 0, sizeof(r));
+    r.expected = sqrt(grad_sumsq(f.e));
+    int router = param_idx(f.e, "layer1.router");
+    moe_eng_param_read(f.e, router, false, 0, r.w_before, 2);
+    r.st = moe_eng_optimizer_step(f.e, &r.norm, &diag);
+    moe_eng_param_read(f.e, router, false, 0, r.w_after, 2);
+    (void)snprintf(r.message, sizeof(r.message), "%s", diag.message);
+    release(&f);
+    return r;
+}
+
+/*
+ * The global gradient norm is summed in double: a gradient of 3e30 (finite; its square, 9e60,
+ * overflows fp32) gives the norm the test computes in double, the step goes on, and clipping
+ * applies as usual: clipped to 1, the router's other gradients (~1e-2 / 3e30) are below Adam's
+ * epsilon and leave their weights where they were while the poked weight moves by the learning
+ * rate; unclipped, they move too. A genuinely non-finite gradient stops the step with a message
+ * naming the tensor. CPU backend and the CUDA path's staging (emulated device).
+ */
+static void test_grad_norm_in_double(void **state)
+{
+    (void)state;
+    for (int emu = 0; emu < 2; emu++) {
+        struct poke_result r = optimizer_after_poke(emu == 1, 1.0f, "layer1.router", 0, 3e30f);
+        if (r.st != MOE_OK) {
+            print_error("%s\n", r.message);
+        }
+        assert_int_equal(r.st, MOE_OK);
+        assert_true(fabs(r.expected - 3e30) < 1e-4 * 3e30);
+        assert_true(r.expected * r.expected > (double)FLT_MAX);
+        assert_true(fabs(r.norm - r.expected) <= 1e-12 * r.expected);
+        double lr = 3e-3; /* moe_eng_run_opts_init */
+        assert_true(fabs((double)(r.w_before[0] - r.w_after[0]) - lr) < 1e-2 * lr);
+        assert_true(r.w_after[1] == r.w_before[1]);
+        struct poke_result u = optimizer_after_poke(emu == 1, 0.0f, "layer1.router", 0, 3e30f);
+        assert_int_equal(u.st, MOE_OK);
+        assert_true(fabs((double)(u.w_before[1] - u.w_after[1])) > 0.5 * lr);
+
+        struct poke_result n =
+            optimizer_after_poke(emu == 1, 1.0f, "layer2.expert_fc1", 5, INFINITY);
+        assert_int_equal(n.st, MOE_ERR_RUNTIME);
+        assert_non_null(strstr(n.message, "non-finite gradient (inf) in layer2.expert_fc1"));
+        assert_true(n.w_after[0] == n.w_before[0]); /* the update was skipped */
+    }
+}
+
 /* ---- Memory vs the cost model ---------------------------------------------------------------- */
 
 static void test_memory_vs_prediction(void **state)
@@ -593,6 +749,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_offload_bit_identical),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_nan_is_named),
+        cmocka_unit_test(test_huge_finite_activations_train_on),
+        cmocka_unit_test(test_grad_norm_in_double),
         cmocka_unit_test(test_memory_vs_prediction),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cli),
