@@ -10,12 +10,33 @@
  * and repeated runs into one folder never collide. Loading reads DIR/latest and refuses
  * a file written for another layout, rank count or format version with a message saying which.
  * Resuming restores everything a step reads, so the losses continue bit for bit.
+ *
+ * File layout (version 2; integers in the writing host's byte order, little-endian on x86-64):
+ *
+ *   offset  bytes  field
+ *        0      8  magic "MOEFCKPT"
+ *        8      4  version (2)
+ *       12      4  world size          16  4  rank          20  4  number of gradient buckets
+ *       24      8  fingerprint of model + layout (FNV-1a over the shape-fixing values)
+ *       32      8  step                40  8  data position (sequences consumed)
+ *       48     32  RNG state (xoshiro256 words)
+ *       80      8  payload bytes (what follows the header)
+ *       88      8  checksum
+ *       96      -  payload: per bucket its weights [padded], master, Adam m and v [shard each]
+ *                  (fp32), then each MoE layer's expert bias [E] where the model has one
+ *
+ * The checksum is FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3, one byte at a
+ * time) over every byte of the file except the checksum field itself: bytes 0..87, then 96 to the
+ * end. Loading recomputes it before using anything, so a flipped bit or a truncated file is refused
+ * ("checksum mismatch (corrupt or truncated)", naming the file) and nothing is loaded or written.
+ * Version-1 files (no checksum) are refused with a hint to start a fresh run.
  */
 #include "engine/internal.h"
 #include "topologies/json_util.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +44,11 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC   "MOEFCKPT"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
+
+/* FNV-1a 64 parameters (Fowler, Noll, Vo; draft-eastlake-fnv). */
+#define FNV64_BASIS 0xcbf29ce484222325ULL
+#define FNV64_PRIME 0x100000001b3ULL
 
 struct ckpt_header {
     char magic[8];
@@ -35,7 +60,27 @@ struct ckpt_header {
     int64_t step;
     uint64_t next_seq;
     uint64_t rng[4];
+    uint64_t payload_bytes; /* bytes after the header */
+    uint64_t checksum;      /* FNV-1a 64 of the file without these 8 bytes */
 };
+_Static_assert(sizeof(struct ckpt_header) == 96, "checkpoint header layout (see the table above)");
+_Static_assert(offsetof(struct ckpt_header, checksum) == 88, "checksum at byte 88");
+
+static uint64_t fnv1a64(uint64_t h, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ p[i]) * FNV64_PRIME;
+    }
+    return h;
+}
+
+/* The checksum of a whole checkpoint file's bytes file[len] (len >= the header). */
+static uint64_t file_checksum(const unsigned char *file, size_t len)
+{
+    size_t at = offsetof(struct ckpt_header, checksum);
+    uint64_t h = fnv1a64(FNV64_BASIS, file, at);
+    return fnv1a64(h, file + sizeof(struct ckpt_header), len - sizeof(struct ckpt_header));
+}
 
 /* FNV-1a over the values that fix every buffer's shape and meaning. */
 static uint64_t fingerprint(const struct moe_eng *e)
@@ -148,8 +193,11 @@ static enum moe_status write_rank(struct moe_eng *e, const char *dir, struct moe
     h.step = e->step;
     h.next_seq = e->data.next_seq;
     memcpy(h.rng, e->ctx.rng.s, sizeof(h.rng));
+    h.payload_bytes = pb;
     memcpy(buf, &h, sizeof(h));
     walk(e, buf + sizeof(h), true);
+    h.checksum = file_checksum(buf, total);
+    memcpy(buf, &h, sizeof(h));
     char path[1200];
     (void)snprintf(path, sizeof(path), "%s/rank_%05d.ckpt", dir, e->ctx.rank);
     enum moe_status st = moe_file_write_atomic(path, (const char *)buf, total, diag);
@@ -310,7 +358,10 @@ static enum moe_status read_rank(struct moe_eng *e, const char *dir, struct moe_
     struct ckpt_header h;
     enum moe_status st = MOE_OK;
     if (len < sizeof(h)) {
-        st = moe_diag_set(diag, MOE_ERR_IO, "%s is truncated (%zu bytes)", path, len);
+        st = moe_diag_set(diag, MOE_ERR_IO,
+                          "%s: checksum mismatch (corrupt or truncated): %zu bytes, shorter than "
+                          "the %zu-byte header; resume from an intact checkpoint",
+                          path, len, sizeof(h));
         goto out_free_buf;
     }
     memcpy(&h, buf, sizeof(h));
@@ -318,8 +369,21 @@ static enum moe_status read_rank(struct moe_eng *e, const char *dir, struct moe_
         st = moe_diag_set(diag, MOE_ERR_IO, "%s is not a moefold checkpoint (bad magic)", path);
     } else if (h.version != CKPT_VERSION) {
         st = moe_diag_set(diag, MOE_ERR_IO,
-                          "%s has checkpoint version %u; this moefold-train reads version %u", path,
-                          h.version, CKPT_VERSION);
+                          "%s has checkpoint version %u%s; this moefold-train reads version %u "
+                          "(start a fresh run, or resume with the moefold-train that wrote it)",
+                          path, h.version, h.version < CKPT_VERSION ? " (no checksum)" : "",
+                          CKPT_VERSION);
+    } else if (len - sizeof(h) != h.payload_bytes) {
+        st = moe_diag_set(diag, MOE_ERR_IO,
+                          "%s: checksum mismatch (corrupt or truncated): %zu payload bytes where "
+                          "the header says %llu; resume from an intact checkpoint",
+                          path, len - sizeof(h), (unsigned long long)h.payload_bytes);
+    } else if (file_checksum((const unsigned char *)buf, len) != h.checksum) {
+        st = moe_diag_set(diag, MOE_ERR_IO,
+                          "%s: checksum mismatch (corrupt or truncated): the file's FNV-1a 64 is "
+                          "%016llx, its header says %016llx; resume from an intact checkpoint",
+                          path, (unsigned long long)file_checksum((const unsigned char *)buf, len),
+                          (unsigned long long)h.checksum);
     } else if (h.world_size != (uint32_t)e->ctx.size || h.rank != (uint32_t)e->ctx.rank) {
         st = moe_diag_set(diag, MOE_ERR_INVALID,
                           "%s was written by rank %u of %u; this is rank %d of %d "

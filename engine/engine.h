@@ -171,7 +171,10 @@ moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_dia
 /* Run opts->num_steps steps with a progress line each (rank 0), saving as asked. */
 MOE_NODISCARD enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag);
 
-/* Checkpoint: every rank writes its shard (temporary name, then rename); collective. */
+/* Checkpoint: every rank writes its shard (temporary name, then rename); collective. Each file
+ * carries an FNV-1a 64 checksum (engine/checkpoint.c gives the layout); loading refuses a file
+ * whose checksum does not match (MOE_ERR_IO, "checksum mismatch (corrupt or truncated)", the file
+ * named), one of another format version (MOE_ERR_IO) or of another layout (MOE_ERR_INVALID). */
 MOE_NODISCARD enum moe_status moe_eng_save(moe_eng_t *e, const char *dir, struct moe_diag *diag);
 MOE_NODISCARD enum moe_status moe_eng_load(moe_eng_t *e, const char *dir, struct moe_diag *diag);
 

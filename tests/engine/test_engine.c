@@ -4,13 +4,13 @@
  * matches central finite differences of the loss (directional, in double, on a tiny model with both
  * router kinds, aux and z losses); recompute (each selective module, full uniform and block) and
  * activation offload change memory but leave gradients bit-identical; a checkpoint resumes
- * bit-identically; a NaN is caught and named; large but finite values (activations whose fp32 sum
- * overflows, a gradient whose square does) train on, on the CPU and on the emulated device, with
- * the gradient norm summed in double and clipped as usual, while a non-finite gradient is named;
- * the engine's memory by category agrees with the cost model's prediction (weights/grads/optimizer
- * within 1%, activations within 20% -- the engine keeps router scores, logits and routing maps the
- * model does not count); bad inputs fail with clear errors; moefold-train's command line exits 0 /
- * 1 / 2 as documented.
+ * bit-identically, and a bit-flipped, truncated or version-1 checkpoint file is refused; a NaN is
+ * caught and named; large but finite values (activations whose fp32 sum overflows, a gradient whose
+ * square does) train on, on the CPU and on the emulated device, with the gradient norm summed in
+ * double and clipped as usual, while a non-finite gradient is named; the engine's memory by
+ * category agrees with the cost model's prediction (weights/grads/optimizer within 1%, activations
+ * within 20% -- the engine keeps router scores, logits and routing maps the model does not count);
+ * bad inputs fail with clear errors; moefold-train's command line exits 0 / 1 / 2 as documented.
  *
  * Finite differences: f(w + h d) - f(w - h d) over 2h along the gradient direction and along a
  * random unit direction d of each tensor (h = 1e-2 in norm), compared with g.d; tolerance 2% of |g|
@@ -20,6 +20,7 @@
 #include "model/memory.h"
 #include "tests/engine/eng_test.h"
 #include "tests/test_util.h"
+#include "topologies/json_util.h"
 #include "topologies/run_file.h"
 
 #include <float.h>
@@ -418,6 +419,95 @@ static void test_checkpoint_resume(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Load status (and message) of a checkpoint folder for plan (a fresh engine, then destroyed). */
+static enum moe_status try_load(const struct moe_plan *plan, const char *dir, char *msg, size_t len)
+{
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    o.load_dir = dir;
+    moe_comm_t *w = NULL;
+    assert_int_equal(moe_comm_mpi_create(MPI_COMM_SELF, "w", &w), MOE_OK);
+    moe_eng_t *e = NULL;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    enum moe_status st = moe_eng_create(plan, &o, w, &e, &diag);
+    (void)snprintf(msg, len, "%s", diag.message);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    return st;
+}
+
+static void write_bytes(const char *path, const char *buf, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(buf, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/*
+ * Checkpoint integrity (engine/checkpoint.c: FNV-1a 64 over the file but its checksum field): a
+ * flipped bit anywhere in the payload or the header, or a truncated file, is refused naming the
+ * file ("checksum mismatch (corrupt or truncated)"); a version-1 file (no checksum) is refused with
+ * its version; the intact file loads.
+ */
+static void test_checkpoint_integrity(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    char dir[128], file[256];
+    (void)snprintf(dir, sizeof(dir), "/tmp/moefold-ckpt-crc-%ld", (long)getpid());
+    (void)snprintf(file, sizeof(file), "%s/step_000001/rank_00000.ckpt", dir);
+    struct fixture f;
+    make(&f, &plan, &o);
+    (void)step(&f);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_save(f.e, dir, &diag), MOE_OK);
+    release(&f);
+    char *orig = NULL;
+    size_t len = 0;
+    assert_int_equal(moe_file_read_all(file, &orig, &len, &diag), MOE_OK);
+    assert_true(len > 4096);
+    char *bad = malloc(len);
+    assert_non_null(bad);
+    char msg[512];
+    /* Bytes 100 and len/2 (payload), 40 (the data position in the header), the last byte. */
+    const size_t flips[] = {100, len / 2, 40, len - 1};
+    for (size_t i = 0; i < MOE_ARRAY_LEN(flips); i++) {
+        memcpy(bad, orig, len);
+        bad[flips[i]] = (char)(bad[flips[i]] ^ 0x10);
+        write_bytes(file, bad, len);
+        assert_int_equal(try_load(&plan, dir, msg, sizeof(msg)), MOE_ERR_IO);
+        assert_non_null(strstr(msg, "checksum mismatch (corrupt or truncated)"));
+        assert_non_null(strstr(msg, file));
+    }
+    /* Truncated: by one float, and to less than the header. */
+    write_bytes(file, orig, len - 4);
+    assert_int_equal(try_load(&plan, dir, msg, sizeof(msg)), MOE_ERR_IO);
+    assert_non_null(strstr(msg, "checksum mismatch (corrupt or truncated)"));
+    write_bytes(file, orig, 50);
+    assert_int_equal(try_load(&plan, dir, msg, sizeof(msg)), MOE_ERR_IO);
+    assert_non_null(strstr(msg, "checksum mismatch (corrupt or truncated)"));
+    /* An old (version 1) file: refused with its version. */
+    memcpy(bad, orig, len);
+    bad[8] = 1; /* version, little-endian uint32 at byte 8 */
+    write_bytes(file, bad, len);
+    assert_int_equal(try_load(&plan, dir, msg, sizeof(msg)), MOE_ERR_IO);
+    assert_non_null(strstr(msg, "checkpoint version 1 (no checksum)"));
+    /* Intact again: loads. */
+    write_bytes(file, orig, len);
+    assert_int_equal(try_load(&plan, dir, msg, sizeof(msg)), MOE_OK);
+    free(bad);
+    free(orig);
+    char cmd[256];
+    (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ---- Non-finite values ----------------------------------------------------------------------- */
 
 static void test_nan_is_named(void **state)
@@ -748,6 +838,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fd_gradients_sigmoid_grouped_tied),
         cmocka_unit_test(test_recompute_offload_bit_identical),
         cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_checkpoint_integrity),
         cmocka_unit_test(test_nan_is_named),
         cmocka_unit_test(test_huge_finite_activations_train_on),
         cmocka_unit_test(test_grad_norm_in_double),

@@ -9,11 +9,15 @@
  *                 process monitor ("mpirun noticed that process rank 1 ... exited on signal 9");
  *                 the engine itself installs no handler for a lost peer.
  *   non-finite    a checkpoint whose rank-1 file is overwritten with NaNs past its header (what a
- *                 bit flip or a diverged run leaves) is resumed with a checkpoint every step: the
- *                 first step must stop the run with exit status 1 and an error naming the step,
- *                 the layer and the tensor, and the checkpoint it resumed from (the last one)
- *                 must stay byte for byte. (A learning rate of 10 is not used: whether and when
- *                 it overflows depends on the build.)
+ *                 diverged run leaves), its checksum recomputed so that it loads, is resumed with
+ *                 a checkpoint every step: the first step must stop the run with exit status 1 and
+ *                 an error naming the step, the layer and the tensor, and the checkpoint it resumed
+ *                 from (the last one) must stay byte for byte. (A learning rate of 10 is not used:
+ *                 large but finite values train on, and whether they turn non-finite, and when,
+ *                 depends on the build.)
+ *   corrupt       one flipped bit in rank 1's checkpoint file, then (separately) the file cut
+ *                 short: resuming must stop with exit status 1 and an error naming the file and
+ *                 saying "checksum mismatch (corrupt or truncated)", overwriting nothing.
  *   resume        a run killed (SIGKILL, rank 1) after its first checkpoint and resumed from it
  *                 must reproduce, bit for bit, the losses of an uninterrupted run from the same
  *                 seed (run.json "per_step" losses compared as exact doubles).
@@ -201,7 +205,47 @@ static int latest_step(const char *dir)
     return step;
 }
 
-/* Overwrite a checkpoint file with float NaNs from byte POISON_FROM on (the header stays valid). */
+/*
+ * The checkpoint checksum as engine/checkpoint.c documents it, written here independently: FNV-1a
+ * 64 over every byte of the file except the 8-byte checksum field at byte CKPT_SUM_AT of the
+ * CKPT_HEADER-byte header.
+ */
+#define CKPT_SUM_AT 88
+#define CKPT_HEADER 96
+
+static uint64_t ckpt_checksum(const unsigned char *file, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++) {
+        if (i < CKPT_SUM_AT || i >= CKPT_HEADER) {
+            h = (h ^ file[i]) * 0x100000001b3ULL;
+        }
+    }
+    return h;
+}
+
+/* Recompute and store a checkpoint file's checksum (after an edit made on purpose). */
+static bool reseal(const char *path)
+{
+    FILE *fp = fopen(path, "r+b");
+    if (fp == NULL) {
+        return false;
+    }
+    bool ok = fseek(fp, 0, SEEK_END) == 0;
+    long size = ok ? ftell(fp) : -1;
+    unsigned char *buf = size > CKPT_HEADER ? malloc((size_t)size) : NULL;
+    ok = buf != NULL && fseek(fp, 0, SEEK_SET) == 0 &&
+         fread(buf, 1, (size_t)size, fp) == (size_t)size;
+    if (ok) {
+        uint64_t sum = ckpt_checksum(buf, (size_t)size);
+        ok = fseek(fp, CKPT_SUM_AT, SEEK_SET) == 0 && fwrite(&sum, sizeof(sum), 1, fp) == 1;
+    }
+    free(buf);
+    return fclose(fp) == 0 && ok;
+}
+
+/* Overwrite a checkpoint file with float NaNs from byte POISON_FROM on (the header stays valid),
+ * then reseal it, so that it loads and the NaNs reach the step. */
 static bool poison(const char *path)
 {
     FILE *fp = fopen(path, "r+b");
@@ -217,7 +261,7 @@ static bool poison(const char *path)
     for (long at = POISON_FROM; ok && at + 4 <= size; at += 4) {
         ok = fwrite(nan_le, 1, 4, fp) == 4;
     }
-    return fclose(fp) == 0 && ok;
+    return fclose(fp) == 0 && ok && reseal(path);
 }
 
 /* A file's bytes (malloc'd; *len its size), or NULL. */
@@ -291,6 +335,85 @@ static void test_nonfinite_stops(void **state)
                  "last checkpoint");
     }
     free(p);
+}
+
+/* Write len bytes of buf to path (replacing it). */
+static bool put_file(const char *path, const char *buf, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    if (fp == NULL) {
+        return false;
+    }
+    bool ok = fwrite(buf, 1, len, fp) == len;
+    return fclose(fp) == 0 && ok;
+}
+
+/* Resume from ckpt (saving into it every step) with rank 1's file replaced by bad[bad_len]: the run
+ * must stop with exit 1 naming the file and the checksum, and leave the folder as it was. */
+static void corrupt_case(const struct fixture *f,
+                         const char *ckpt,
+                         const char *rank1,
+                         const char *what,
+                         const char *bad,
+                         size_t bad_len)
+{
+    assert_true(put_file(rank1, bad, bad_len));
+    struct rel_proc *p = start_train(f, EXTRA("--steps", "3", "--out", "-", "--load", ckpt,
+                                              "--save", ckpt, "--save-every", "1"));
+    bool ended = rel_wait(p, RUN_LIMIT_S);
+    const char *err = strstr(p->out, "moefold-train: error:");
+    char line[1024] = "";
+    if (err != NULL) {
+        (void)sscanf(err, "%1023[^\n]", line);
+    }
+    size_t now_len = 0;
+    char *now = slurp(rank1, &now_len);
+    bool kept = latest_step(ckpt) == NAN_FROM_STEP && now != NULL && now_len == bad_len &&
+                memcmp(now, bad, bad_len) == 0;
+    bool says = strstr(line, "checksum mismatch (corrupt or truncated)") != NULL &&
+                strstr(line, "rank_00001.ckpt") != NULL;
+    printf("%s checkpoint: exit %d; \"%s\"; folder untouched: %s\n", what, p->exit_code, line,
+           kept ? "yes" : "no");
+    free(now);
+    if (!(ended && p->exit_code == 1 && says && kept)) {
+        dump("corrupt checkpoint", p);
+        free(p);
+        fail_msg("a %s checkpoint must be refused (exit 1, the file named, 'checksum mismatch "
+                 "(corrupt or truncated)') and nothing overwritten",
+                 what);
+    }
+    free(p);
+}
+
+static void test_corrupt_checkpoint_refused(void **state)
+{
+    struct fixture *f = *state;
+    need_engine(f);
+    char ckpt[512];
+    char rank1[600];
+    (void)snprintf(ckpt, sizeof(ckpt), "%s/corrupt_ckpt", f->dir);
+    (void)snprintf(rank1, sizeof(rank1), "%s/step_%06d/rank_00001.ckpt", ckpt, NAN_FROM_STEP);
+    char steps[16];
+    (void)snprintf(steps, sizeof(steps), "%d", NAN_FROM_STEP);
+    struct rel_proc *p = start_train(f, EXTRA("--steps", steps, "--out", "-", "--save", ckpt));
+    bool ok = rel_wait(p, RUN_LIMIT_S) && p->exit_code == 0 && latest_step(ckpt) == NAN_FROM_STEP;
+    if (!ok) {
+        dump("checkpointed run", p);
+    }
+    free(p);
+    assert_true(ok);
+    size_t len = 0;
+    char *orig = slurp(rank1, &len);
+    assert_non_null(orig);
+    assert_true(len > POISON_FROM);
+    char *bad = malloc(len);
+    assert_non_null(bad);
+    memcpy(bad, orig, len);
+    bad[len / 2] = (char)(bad[len / 2] ^ 0x04); /* one bit of a weight */
+    corrupt_case(f, ckpt, rank1, "bit-flipped", bad, len);
+    corrupt_case(f, ckpt, rank1, "truncated", orig, len - 1000);
+    free(bad);
+    free(orig);
 }
 
 /* Losses of run.json's per_step entries, keyed by global step, into loss[1..max]. */
@@ -461,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_lost_rank_1),
         cmocka_unit_test(test_lost_rank_0),
         cmocka_unit_test(test_nonfinite_stops),
+        cmocka_unit_test(test_corrupt_checkpoint_refused),
         cmocka_unit_test(test_resume_after_kill_bit_identical),
         cmocka_unit_test(test_checkpoint_survives_kills),
         cmocka_unit_test(test_rerun_into_same_save_dir),
