@@ -3,7 +3,8 @@
  * shared recompute scratch, or offload staging + host pool), one slot per micro-batch in flight per
  * chunk (the count comes from the schedule), and the buffers category (chunk outputs for the
  * pipeline sends, gradient streams, token ids, the recompute scratch, offload staging and the
- * per-op temporaries).
+ * per-op temporaries, of which the dispatch buffers are a part; each part is reported in run.json's
+ * buffers_detail_gib).
  *
  * Recompute (Megatron's --recompute-granularity/--recompute-modules): a selectively recomputed
  * module's tensors go to a scratch region shared by all layers and are recomputed in backward; full
@@ -248,6 +249,7 @@ void moe_eng_acts_carve(struct moe_eng *e)
         moe_eng_arena_init(&stage[1], (char *)e->staging + half, half);
     }
     size_t ms_c = (size_t)d->tokens_sp * (size_t)d->hidden;
+    size_t bufs_start = moe_eng_arena_mark(bufs);
     for (int v = 0; v < e->num_chunks_local; v++) {
         struct moe_eng_chunk *ch = &e->chunks[v];
         chunk_policy(e, ch);
@@ -285,6 +287,7 @@ void moe_eng_acts_carve(struct moe_eng *e)
     /* Gradient stream, token ids, positions, K/V reorder tables, expert statistics. */
     e->grad_stream = moe_eng_arena_floats(bufs, ms_c);
     e->grad_tmp = moe_eng_arena_floats(bufs, ms_c);
+    size_t bufs_pipeline_end = moe_eng_arena_mark(bufs);
     size_t mt = (size_t)e->plan.layout.num_microbatches * (size_t)d->tokens;
     e->ids = moe_eng_arena_ints(bufs, mt);
     e->targets = moe_eng_arena_ints(bufs, mt);
@@ -308,6 +311,9 @@ void moe_eng_acts_carve(struct moe_eng *e)
     size_t nb = (size_t)(e->num_buckets > 0 ? e->num_buckets : 1);
     e->bucket_ss = moe_eng_arena_floats(bufs, nb);
     e->h_bucket_ss = mirror != NULL ? moe_eng_arena_floats(mirror, nb) : e->bucket_ss;
+    /* Parts of the buffers category carved here (the rest is taken in engine.c). */
+    e->bufs_pipeline_bytes = bufs_pipeline_end - bufs_start;
+    e->bufs_other_bytes = moe_eng_arena_mark(bufs) - bufs_pipeline_end;
     if (!sizing) {
         int *pos = h_tab;
         int *rows = h_tab + d->tokens;
@@ -335,20 +341,66 @@ void moe_eng_acts_carve(struct moe_eng *e)
  * The temporaries each forward/backward function carves from the temp arena, replayed in the same
  * order and nesting on a sizing arena; the arena's peak is the size of the temp region. An overflow
  * at run time (a carve missing here) aborts with both sizes.
+ *
+ * The replay also tells which part of that peak is dispatch buffers (run.json
+ * buffers_detail_gib.dispatch): the carves sized by the expert-row bounds (rows_send, rows_recv,
+ * rows_exp: the all-to-all send and receive rows, the ETP-gathered expert rows and their
+ * intermediates, and everything the hierarchical dispatcher carves) that are live when the arena
+ * first reaches its peak. The rest of the temp region is other per-op temporaries.
  */
+
+enum { TSIM_DEPTH = 64 }; /* dispatch carves live at once (a MoE backward holds 6) */
 
 struct tsim {
     struct moe_eng_arena a;
+    size_t disp_end[TSIM_DEPTH];   /* arena offset where each live dispatch carve ends */
+    size_t disp_bytes[TSIM_DEPTH]; /* its bytes (aligned) */
+    int num_disp;
+    size_t live_disp;        /* bytes of the live dispatch carves */
+    size_t dispatch_at_peak; /* live_disp when the arena first reached its current peak */
 };
+
+static void carve(struct tsim *s, size_t bytes, bool is_dispatch)
+{
+    size_t start = s->a.used;
+    size_t peak = s->a.peak;
+    (void)moe_eng_arena_take(&s->a, bytes);
+    if (is_dispatch) {
+        MOE_ASSERT(s->num_disp < TSIM_DEPTH);
+        s->disp_end[s->num_disp] = s->a.used;
+        s->disp_bytes[s->num_disp] = s->a.used - start;
+        s->live_disp += s->a.used - start;
+        s->num_disp++;
+    }
+    if (s->a.used > peak) {
+        s->dispatch_at_peak = s->live_disp;
+    }
+}
+
+/* Release to a mark: the dispatch carves above it are gone too. */
+static void rel_(struct tsim *s, size_t mark)
+{
+    moe_eng_arena_release(&s->a, mark);
+    while (s->num_disp > 0 && s->disp_end[s->num_disp - 1] > mark) {
+        s->num_disp--;
+        s->live_disp -= s->disp_bytes[s->num_disp];
+    }
+}
 
 static void tf_(struct tsim *s, size_t n)
 {
-    (void)moe_eng_arena_floats(&s->a, n);
+    carve(s, n * sizeof(float), false);
 }
 
 static void ti_(struct tsim *s, size_t n)
 {
-    (void)moe_eng_arena_ints(&s->a, n);
+    carve(s, n * sizeof(int), false);
+}
+
+/* A dispatch buffer of n floats (sized by an expert-row bound). */
+static void td_(struct tsim *s, size_t n)
+{
+    carve(s, n * sizeof(float), true);
 }
 
 /* Largest qdq carve a GEMM helper stacks on top of its caller (precision emulation only). */
@@ -406,7 +458,7 @@ static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
             tf_(s, M * (size_t)d->cp * hkv);
         }
     }
-    (void)moe_eng_arena_take(&s->a, e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc));
+    carve(s, e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc), false);
     if (d->sp) {
         tf_(s, M * C);
     }
@@ -425,7 +477,7 @@ static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s)
             tf_(s, M * (size_t)d->cp * hkv);
         }
     }
-    (void)moe_eng_arena_take(&s->a, ws); /* core-attention recompute */
+    carve(s, ws, false); /* core-attention recompute */
     if (d->sp) {
         tf_(s, M * C);
     }
@@ -433,7 +485,7 @@ static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s)
     tf_(s, M * hq);
     tf_(s, M * (size_t)d->cp * hkv);
     tf_(s, M * (size_t)d->cp * hkv);
-    (void)moe_eng_arena_take(&s->a, ws);
+    carve(s, ws, false);
     if (d->cp > 1) {
         tf_(s, M * hkv);
         tf_(s, M * hkv);
@@ -482,8 +534,12 @@ static void sim_mlp_bwd(const struct moe_eng *e, struct tsim *s, int ffn_l)
 static void sim_hier(const struct moe_eng *e, struct tsim *s)
 {
     size_t mark = moe_eng_arena_mark(&s->a);
+    size_t peak = s->a.peak;
     moe_eng_hier_temp_sim(e, &s->a);
-    moe_eng_arena_release(&s->a, mark);
+    if (s->a.peak > peak) { /* everything it carved is the dispatcher's */
+        s->dispatch_at_peak = s->live_disp + (s->a.peak - mark);
+    }
+    rel_(s, mark);
 }
 
 /* moe_fwd_overlap / moe_bwd_overlap (engine/moe_block.c): both halves' plans stay live. */
@@ -495,10 +551,10 @@ static void sim_moe_overlap(const struct moe_eng *e, struct tsim *s, bool bwd)
         size_t mark = moe_eng_arena_mark(&s->a);
         ti_(s, (size_t)d->experts);
         ti_(s, (size_t)d->ep);
-        moe_eng_arena_release(&s->a, mark);
-        tf_(s, (size_t)d->rows_send * C);
-        tf_(s, (size_t)d->rows_recv * C);
-        tf_(s, (size_t)d->rows_exp * C);
+        rel_(s, mark);
+        td_(s, (size_t)d->rows_send * C);
+        td_(s, (size_t)d->rows_recv * C);
+        td_(s, (size_t)d->rows_exp * C);
         ti_(s, (size_t)d->ep);
         sim_ep_plan(e, s);
         sim_ep_plan(e, s);
@@ -506,11 +562,11 @@ static void sim_moe_overlap(const struct moe_eng *e, struct tsim *s, bool bwd)
         tf_(s, (size_t)d->tokens_sp * (size_t)d->topk);
         sim_ep_plan(e, s);
         sim_ep_plan(e, s);
-        tf_(s, (size_t)d->rows_send * C);
-        tf_(s, (size_t)d->rows_recv * C);
-        tf_(s, (size_t)d->rows_exp * C);
-        tf_(s, (size_t)d->rows_exp * fel);
-        tf_(s, (size_t)d->rows_exp * 2 * fel);
+        td_(s, (size_t)d->rows_send * C);
+        td_(s, (size_t)d->rows_recv * C);
+        td_(s, (size_t)d->rows_exp * C);
+        td_(s, (size_t)d->rows_exp * fel);
+        td_(s, (size_t)d->rows_exp * 2 * fel);
     }
     qdq_reserve(e, s);
 }
@@ -526,16 +582,16 @@ static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
     size_t mark = moe_eng_arena_mark(&s->a);
     ti_(s, (size_t)d->experts);
     ti_(s, (size_t)d->ep);
-    moe_eng_arena_release(&s->a, mark);
+    rel_(s, mark);
     if (e->is_hierarchical) {
         sim_hier(e, s);
     } else {
-        tf_(s, (size_t)d->rows_send * C);
-        tf_(s, (size_t)d->rows_recv * C);
-        tf_(s, (size_t)d->rows_exp * C);
+        td_(s, (size_t)d->rows_send * C);
+        td_(s, (size_t)d->rows_recv * C);
+        td_(s, (size_t)d->rows_exp * C);
     }
     sim_ep_plan(e, s);
-    tf_(s, (size_t)d->rows_exp * C);
+    td_(s, (size_t)d->rows_exp * C);
     qdq_reserve(e, s);
     if (e->is_hierarchical) {
         sim_hier(e, s);
@@ -550,7 +606,7 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     if (e->is_ep_overlap) {
         size_t mark = moe_eng_arena_mark(&s->a);
         sim_moe_overlap(e, s, true);
-        moe_eng_arena_release(&s->a, mark);
+        rel_(s, mark);
         tf_(s, ms * (size_t)d->topk);
         tf_(s, ms * (size_t)d->experts);
         tf_(s, ms * (size_t)d->experts);
@@ -559,21 +615,21 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     tf_(s, ms * (size_t)d->topk);
     size_t mark = moe_eng_arena_mark(&s->a);
     sim_ep_plan(e, s);
-    tf_(s, (size_t)d->rows_exp * C);
+    td_(s, (size_t)d->rows_exp * C);
     if (e->is_hierarchical) {
         sim_hier(e, s);
     } else {
-        tf_(s, (size_t)d->rows_recv * C);
-        tf_(s, (size_t)d->rows_exp * C);
-        tf_(s, (size_t)d->rows_send * C);
+        td_(s, (size_t)d->rows_recv * C);
+        td_(s, (size_t)d->rows_exp * C);
+        td_(s, (size_t)d->rows_send * C);
     }
-    tf_(s, (size_t)d->rows_exp * fel);
-    tf_(s, (size_t)d->rows_exp * 2 * fel);
+    td_(s, (size_t)d->rows_exp * fel);
+    td_(s, (size_t)d->rows_exp * 2 * fel);
     qdq_reserve(e, s);
     if (e->is_hierarchical) {
         sim_hier(e, s);
     }
-    moe_eng_arena_release(&s->a, mark);
+    rel_(s, mark);
     tf_(s, ms * (size_t)d->experts);
     tf_(s, ms * (size_t)d->experts);
 }
@@ -599,54 +655,56 @@ static void sim_head(const struct moe_eng *e, struct tsim *s)
     }
 }
 
-size_t moe_eng_temp_bytes(const struct moe_eng *e)
+size_t moe_eng_temp_bytes(const struct moe_eng *e, size_t *dispatch_bytes)
 {
     const struct moe_eng_dims *d = &e->d;
     size_t msc = (size_t)d->tokens_sp * (size_t)d->hidden;
     struct tsim s;
+    memset(&s, 0, sizeof(s));
     moe_eng_arena_init_sizing(&s.a);
     size_t m0 = moe_eng_arena_mark(&s.a);
     sim_attn_fwd(e, &s);
-    moe_eng_arena_release(&s.a, m0);
+    rel_(&s, m0);
     sim_attn_bwd(e, &s);
-    moe_eng_arena_release(&s.a, m0);
+    rel_(&s, m0);
     sim_head(e, &s);
-    moe_eng_arena_release(&s.a, m0);
+    rel_(&s, m0);
     tf_(&s, (size_t)d->tokens * (size_t)d->hidden); /* embedding forward / backward */
-    moe_eng_arena_release(&s.a, m0);
+    rel_(&s, m0);
     if (e->is_device) {
         tf_(&s, msc); /* the finite check's scaled copy of a layer output (engine/staging.c) */
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
     }
     /* optimizer expert counts of every layer */
     ti_(&s, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1));
-    moe_eng_arena_release(&s.a, m0);
+    rel_(&s, m0);
     if (d->ffn_l > 0) {
         sim_mlp_fwd(e, &s);
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
         tf_(&s, msc); /* dh2 */
         sim_mlp_bwd(e, &s, d->ffn_l);
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
     }
     if (d->experts > 0) {
         sim_moe_fwd(e, &s);
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
         tf_(&s, msc); /* shared expert output */
         sim_mlp_fwd(e, &s);
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
         tf_(&s, msc); /* dh2 */
         tf_(&s, msc); /* moe recompute output */
         sim_moe_fwd(e, &s);
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
         tf_(&s, msc);
         tf_(&s, msc);
         if (d->shared_ffn_l > 0) {
             size_t m1 = moe_eng_arena_mark(&s.a);
             sim_mlp_bwd(e, &s, d->shared_ffn_l);
-            moe_eng_arena_release(&s.a, m1);
+            rel_(&s, m1);
         }
         sim_moe_bwd(e, &s);
-        moe_eng_arena_release(&s.a, m0);
+        rel_(&s, m0);
     }
+    *dispatch_bytes = s.dispatch_at_peak;
     return s.a.peak;
 }

@@ -222,7 +222,8 @@ static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
     e->rc_scratch_bytes = 0;
     e->staging_bytes = 0;
     carve_all(e);
-    size_t temp = moe_eng_temp_bytes(e);
+    size_t temp = moe_eng_temp_bytes(e, &e->temp_dispatch_bytes);
+    e->temp_bytes = moe_eng_align(temp);
     size_t htemp = e->is_device ? moe_eng_host_temp_bytes(e) : 0;
     size_t sizes[MOE_ENG_NUM_MEM];
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {

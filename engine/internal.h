@@ -317,6 +317,12 @@ struct moe_eng {
     size_t rc_scratch_bytes;
     float *staging; /* offload staging (one layer) */
     size_t staging_bytes;
+    /* Parts of the buffers category (bytes, aligned; report.c's buffers_detail_gib): */
+    size_t bufs_pipeline_bytes; /* chunk outputs, input gradients sent back, gradient streams */
+    size_t bufs_other_bytes;    /* token ids/targets, position and K/V-order tables, statistics,
+                                   scalar slots, bucket sums of squares */
+    size_t temp_bytes;          /* the per-op temp region (aligned) */
+    size_t temp_dispatch_bytes; /* of it: dispatch buffers live at its peak */
 
     /* Parameters */
     struct moe_eng_param *params;
@@ -394,8 +400,9 @@ MOE_NODISCARD enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_
 /* ---- activations.c: saved-activation layout, slots, recompute/offload placement ---------- */
 
 void moe_eng_acts_carve(struct moe_eng *e);
-/* Bytes of per-op temporaries the step needs (sizing). */
-size_t moe_eng_temp_bytes(const struct moe_eng *e);
+/* Bytes of per-op temporaries the step needs (sizing); *dispatch_bytes = the part of them that is
+ * dispatch buffers (expert-row sized) live at the peak. */
+size_t moe_eng_temp_bytes(const struct moe_eng *e, size_t *dispatch_bytes);
 
 /* ---- layers.c: decoder layer forward/backward ------------------------------------------------ */
 

@@ -14,6 +14,19 @@
  * - tokens_per_expert: per MoE layer, routed token copies per expert per step (before capacity
  * drop), summed over the layer's stage.
  * - memory_gib: the engine's own allocations by category on the rank with the largest total.
+ * - buffers_detail_gib: memory_gib.buffers of that rank split into the parts the engine allocates
+ *   (they add up to it exactly): dispatch (the all-to-all send/receive rows, the ETP-gathered
+ *   expert rows and their intermediates -- the temporaries sized by the expert-row bound, as live
+ * at the temp region's peak; all of the hierarchical dispatcher's), temporaries (the rest of the
+ *   per-op temp region), recompute_scratch (tensors of recomputed modules), offload_staging (the
+ *   two staging halves of activation offload), pipeline (chunk outputs, input gradients sent back
+ * to the previous stage, the backward's gradient streams) and other (token ids and targets,
+ * position and K/V-order tables, expert statistics, scalar slots, bucket sums of squares).
+ * - expert_rows_factor (MoE models): the expert rows each rank's buffers were sized for, divided by
+ *   the mean rows its experts receive per micro-batch and MoE layer (tokens_sp * topk * etp): EP
+ *   with the default worst-case sizing (every token of the EP group could pick this rank's
+ *   experts), --moe-buffer-factor when that is smaller, lower with a capacity factor; the largest
+ *   over ranks. The cost model sizes the same buffers with its expected load factor instead.
  */
 #include "engine/check.h"
 #include "engine/internal.h"
@@ -24,8 +37,40 @@
 
 #define GIB 1073741824.0
 
+/* Parts of the buffers category, in the order of buffers_detail_gib. */
+enum { NUM_BUF_PARTS = 6 };
+static const char *const buf_part_names[NUM_BUF_PARTS] = {
+    "dispatch", "temporaries", "recompute_scratch", "offload_staging", "pipeline", "other"};
+
 /* Per-rank summary gathered to every rank. */
-enum { SUM_STEP = 0, SUM_PHASES = 1, SUM_MEM = SUM_PHASES + MOE_NUM_PHASES, SUM_LEN = SUM_MEM + 7 };
+enum {
+    SUM_STEP = 0,
+    SUM_PHASES = 1,
+    SUM_MEM = SUM_PHASES + MOE_NUM_PHASES,
+    SUM_BUFS = SUM_MEM + 7,
+    SUM_ROWS = SUM_BUFS + NUM_BUF_PARTS,
+    SUM_LEN = SUM_ROWS + 1
+};
+
+/* The buffers category's parts on this rank (bytes; they add up to it exactly). */
+static void buffer_parts(const struct moe_eng *e, double *out)
+{
+    out[0] = (double)e->temp_dispatch_bytes;
+    out[1] = (double)(e->temp_bytes - e->temp_dispatch_bytes);
+    out[2] = (double)moe_eng_align(e->rc_scratch_bytes);
+    out[3] = (double)moe_eng_align(e->staging_bytes);
+    out[4] = (double)e->bufs_pipeline_bytes;
+    out[5] = (double)e->bufs_other_bytes;
+}
+
+/* Expert rows the buffers were sized for over the mean rows a rank's experts receive
+ * (tokens_sp * topk * etp after the ETP gather); 0 for dense models. */
+static double expert_rows_factor(const struct moe_eng *e)
+{
+    const struct moe_eng_dims *d = &e->d;
+    double mean = (double)d->tokens_sp * (double)d->topk * (double)d->etp;
+    return d->experts > 0 && mean > 0.0 ? (double)d->rows_exp / mean : 0.0;
+}
 
 static void rank_summary(const struct moe_eng *e, double *out)
 {
@@ -46,6 +91,16 @@ static void rank_summary(const struct moe_eng *e, double *out)
     out[SUM_MEM + 4] = m.buffers;
     out[SUM_MEM + 5] = m.host_offload;
     out[SUM_MEM + 6] = m.peak_rss;
+    buffer_parts(e, out + SUM_BUFS);
+    out[SUM_ROWS] = expert_rows_factor(e);
+}
+
+static void add_buffer_parts(cJSON *o, const double *parts)
+{
+    cJSON *b = cJSON_AddObjectToObject(o, "buffers_detail_gib");
+    for (int i = 0; i < NUM_BUF_PARTS; i++) {
+        cJSON_AddNumberToObject(b, buf_part_names[i], parts[i] / GIB);
+    }
 }
 
 static void add_phases(cJSON *o, const double *ph)
@@ -224,8 +279,10 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         }
     }
     double peak_rss = 0.0;
+    double rows_factor = 0.0;
     for (int r = 0; r < n; r++) {
         peak_rss = fmax(peak_rss, all[(size_t)r * SUM_LEN + SUM_MEM + 6]);
+        rows_factor = fmax(rows_factor, all[(size_t)r * SUM_LEN + SUM_ROWS]);
     }
     double dropped = e->stats.bytes_dropped; /* slots dropped on this rank, summed over ranks */
     moe_comm_allreduce(e->ctx.world, &dropped, &dropped, 1, MOE_COMM_F64, MOE_COMM_SUM);
@@ -259,7 +316,11 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
             cJSON_AddItemToArray(steps, s);
         }
         add_memory(o, all + (size_t)mem_rank * SUM_LEN + SUM_MEM);
+        add_buffer_parts(o, all + (size_t)mem_rank * SUM_LEN + SUM_BUFS);
         cJSON_AddNumberToObject(o, "memory_rank", mem_rank);
+        if (e->d.experts > 0) {
+            cJSON_AddNumberToObject(o, "expert_rows_factor", rows_factor);
+        }
         cJSON_AddNumberToObject(o, "peak_rss_gib", peak_rss / GIB);
         add_device(e, o);
         cJSON_AddNumberToObject(o, "offload_copy_s", e->stats.offload_s);

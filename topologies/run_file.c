@@ -67,6 +67,28 @@ read_device(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag 
     return MOE_OK;
 }
 
+/* The optional "buffers_detail_gib" object: the buffers category's parts (engine/report.c). */
+static enum moe_status
+read_buffers_detail(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
+{
+    if (o == NULL) {
+        return MOE_OK;
+    }
+    static const char *const keys[] = {"dispatch",        "temporaries", "recompute_scratch",
+                                       "offload_staging", "pipeline",    "other"};
+    struct moe_run_buffers_detail *b = &run->buffers_detail;
+    double *dst[] = {&b->dispatch,        &b->temporaries, &b->recompute_scratch,
+                     &b->offload_staging, &b->pipeline,    &b->other};
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
+    for (size_t i = 0; i < MOE_ARRAY_LEN(keys); i++) {
+        double v = 0.0;
+        MOE_TRY(moe_json_get_double(o, keys[i], true, 0.0, 1e9, &v, w, diag));
+        *dst[i] = v * GIB;
+    }
+    run->has_buffers_detail = true;
+    return MOE_OK;
+}
+
 static enum moe_status
 read_losses(const cJSON *arr, const char *w, struct moe_run *run, struct moe_diag *diag)
 {
@@ -130,7 +152,9 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "time_s",
                                        "per_step",
                                        "memory_gib",
+                                       "buffers_detail_gib",
                                        "memory_rank",
+                                       "expert_rows_factor",
                                        "peak_rss_gib",
                                        "offload_copy_s",
                                        "dropped_token_fraction",
@@ -163,6 +187,10 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
     double rss = 0.0;
     MOE_TRY(moe_json_get_double(root, "peak_rss_gib", false, 0.0, 1e9, &rss, path, diag));
     run->peak_rss_bytes = rss * GIB;
+    MOE_TRY(read_buffers_detail(cJSON_GetObjectItemCaseSensitive(root, "buffers_detail_gib"),
+                                "buffers_detail_gib", run, diag));
+    MOE_TRY(moe_json_get_double(root, "expert_rows_factor", false, 0.0, 1e9,
+                                &run->expert_rows_factor, path, diag));
     MOE_TRY(read_device(cJSON_GetObjectItemCaseSensitive(root, "device"), "device", run, diag));
     MOE_TRY(read_losses(cJSON_GetObjectItemCaseSensitive(root, "per_step"), path, run, diag));
     MOE_TRY(

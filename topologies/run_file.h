@@ -1,7 +1,8 @@
 /*
  * Run files ("format": "moefold-run", version 1): what `moefold-train` measured, under the names
  * `moefold predict --json` uses (time_s per phase, memory_gib per category), plus per-step losses
- * and times, bytes per collective, tokens per expert and the plan that ran. This is the reader
+ * and times, bytes per collective, tokens per expert, the buffers category's parts, the expert-row
+ * sizing factor and the plan that ran. This is the reader
  * `moefold compare` uses; the engine writes the file (engine/report.c). Unknown top-level keys are
  * errors naming them; the embedded plan and the bytes-per-collective map are kept as trees.
  */
@@ -39,6 +40,21 @@ struct moe_run {
     double first_loss;                                 /* loss of the first step */
     int num_moe_layers;                                /* entries in load_max_over_mean */
     double load_max_over_mean[MOE_RUN_MAX_MOE_LAYERS]; /* busiest EP rank / mean, per MoE layer */
+    /* Expert rows each rank's buffers were sized for over the mean rows (optional
+     * "expert_rows_factor": EP for the engine's worst-case sizing, --moe-buffer-factor when
+     * given); 0 when absent (dense models, older run files). */
+    double expert_rows_factor;
+    /* The buffers category split into its parts (optional "buffers_detail_gib"; bytes, on the
+     * memory rank; they add up to mem.buffers). has_buffers_detail is false when absent. */
+    bool has_buffers_detail;
+    struct moe_run_buffers_detail {
+        double dispatch;          /* all-to-all send/receive and expert-row buffers */
+        double temporaries;       /* the rest of the per-op temp region */
+        double recompute_scratch; /* tensors of recomputed modules */
+        double offload_staging;   /* activation-offload staging */
+        double pipeline;          /* chunk outputs, gradients sent back, gradient streams */
+        double other;             /* token ids, tables, statistics, scalars */
+    } buffers_detail;
     /* The GPU the run used (optional "device" object; zeros and "" for CPU runs). */
     char device_name[64];
     double device_total_bytes; /* device memory (cudaMemGetInfo total) */

@@ -5,7 +5,9 @@
  * TP2/SP, PP2 and EP2; memory by category agrees with the cost model on every pipeline stage
  * (weights, grads, optimizer within 1%, activations within 20%); the bytes the optimizer's
  * collectives report match the buffers they move; the precision recipes train (emulated
- * quantise->dequantise changes the losses a little, never a lot); run.json reads back.
+ * quantise->dequantise changes the losses a little, never a lot); run.json reads back, with the
+ * buffers category's parts adding up to it and the expert-row sizing factor (EP by default,
+ * --moe-buffer-factor when given).
  */
 #include "model/memory.h"
 #include "tests/engine/eng_test.h"
@@ -301,6 +303,101 @@ static void test_run_file_and_bytes(void **state)
     }
 }
 
+/* Run plan for 2 steps under o, write run.json, and read it back on every rank. */
+static void
+run_and_read(const struct moe_plan *plan, const struct moe_eng_run_opts *o, struct moe_run *run)
+{
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = make(plan, o, &w);
+    for (int i = 0; i < o->num_steps; i++) {
+        (void)step(e);
+    }
+    char path[128];
+    shared_dir(path, sizeof(path), "run-detail");
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_write_run(e, path, NULL, &diag), MOE_OK);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    MPI_Barrier(MPI_COMM_WORLD);
+    enum moe_status st = moe_run_read(path, run, &diag);
+    if (st != MOE_OK) {
+        fprintf(stderr, "%s\n", diag.message);
+    }
+    assert_int_equal(st, MOE_OK);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        (void)unlink(path);
+    }
+}
+
+static double parts_sum(const struct moe_run_buffers_detail *b)
+{
+    return b->dispatch + b->temporaries + b->recompute_scratch + b->offload_staging + b->pipeline +
+           b->other;
+}
+
+/*
+ * run.json's buffers_detail_gib and expert_rows_factor (tiny-moe, DP4 x EP2, 4 ranks: a rank holds
+ * Ms = 64 tokens of C = 64, top-2, so 128 permuted rows leave it; its 4 experts of Fe = 32 may get
+ * rows_recv = rows_exp = EP x 128 = 256 rows with the worst-case sizing). The parts add up to
+ * memory_gib.buffers. The dispatch part is the MoE backward's set of row buffers, live together at
+ * the temp peak: send 128 C + receive 256 C + gathered 256 C + expert output 256 C + activation
+ * 256 Fe + fc1 256 x 2 Fe floats = 327680 bytes; with --moe-buffer-factor 1.5 the bound is 192
+ * rows: 128 C + 3 x 192 C + 3 x 192 Fe floats = 253952 bytes, and the factor reads 1.5 instead of
+ * EP = 2. Selective recompute of the MoE block fills recompute_scratch, offload fills
+ * offload_staging; neither exists without them.
+ */
+static void test_buffers_detail_and_rows_factor(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"DP4 EP2", 1, 1, 1, 1, 2, 1, false, 4};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 2);
+    struct moe_run r;
+    run_and_read(&plan, &o, &r);
+    assert_true(r.has_buffers_detail);
+    assert_true(r.mem.buffers > 0.0);
+    assert_true(fabs(parts_sum(&r.buffers_detail) - r.mem.buffers) <= 1e-12 * r.mem.buffers);
+    assert_true(r.expert_rows_factor == 2.0);
+    assert_true(fabs(r.buffers_detail.dispatch - 327680.0) < 0.5);
+    assert_true(r.buffers_detail.recompute_scratch == 0.0 &&
+                r.buffers_detail.offload_staging == 0.0);
+    assert_true(r.buffers_detail.pipeline > 0.0 && r.buffers_detail.other > 0.0);
+    double worst_case_buffers = r.mem.buffers;
+    moe_run_fini(&r);
+
+    o.moe_buffer_factor = 1.5;
+    run_and_read(&plan, &o, &r);
+    assert_true(r.expert_rows_factor == 1.5);
+    assert_true(fabs(r.buffers_detail.dispatch - 253952.0) < 0.5);
+    assert_true(fabs(parts_sum(&r.buffers_detail) - r.mem.buffers) <= 1e-12 * r.mem.buffers);
+    assert_true(r.mem.buffers < worst_case_buffers);
+    moe_run_fini(&r);
+
+    o.moe_buffer_factor = 0.0;
+    plan.options.recompute = MOE_RECOMPUTE_SELECTIVE;
+    plan.options.recompute_modules = MOE_RC_MOE;
+    run_and_read(&plan, &o, &r);
+    assert_true(r.buffers_detail.recompute_scratch > 0.0);
+    assert_true(fabs(parts_sum(&r.buffers_detail) - r.mem.buffers) <= 1e-12 * r.mem.buffers);
+    moe_run_fini(&r);
+
+    plan.options.recompute = MOE_RECOMPUTE_NONE;
+    plan.options.recompute_modules = 0;
+    plan.options.fine_grained_offload = true;
+    plan.options.offload_modules = MOE_OFF_ALL;
+    run_and_read(&plan, &o, &r);
+    assert_true(r.buffers_detail.offload_staging > 0.0 &&
+                r.buffers_detail.recompute_scratch == 0.0);
+    assert_true(fabs(parts_sum(&r.buffers_detail) - r.mem.buffers) <= 1e-12 * r.mem.buffers);
+    moe_run_fini(&r);
+}
+
 static void test_precision_recipes_train(void **state)
 {
     (void)state;
@@ -353,6 +450,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_offload_bit_identical),
         cmocka_unit_test(test_memory_vs_prediction),
         cmocka_unit_test(test_run_file_and_bytes),
+        cmocka_unit_test(test_buffers_detail_and_rows_factor),
         cmocka_unit_test(test_precision_recipes_train),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
