@@ -363,12 +363,14 @@ static void stage_tail(const struct pctx *x,
                      (opt->use_distributed_optimizer ? p.expert * param_b : p.expert * grad_b)) *
                         (ne - 1.0) / ne;
 
-    /* Adam over the local shard: read/write master, two moments, grad and the BF16 weight. */
+    /* The global gradient norm reads the local shard's gradients once (Megatron's
+     * get_grad_norm_fp32 before clipping); Adam then reads/writes master, two moments, reads the
+     * gradient and writes the BF16 weight. */
     double shard =
         opt->use_distributed_optimizer ? p.dense / nd + p.expert / ne : p.dense + p.expert;
     double state_b =
         4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
-    double per_param = 2.0 * state_b + grad_b + param_b;
+    double per_param = 2.0 * state_b + 2.0 * grad_b + param_b;
     double hbm = cl->gpu.hbm_tbps * 1e12 * cl->gpu.hbm_eff;
     double zero_grads = (p.dense + p.expert) * grad_b / hbm;
     double opt_s = shard * per_param / hbm + zero_grads;
