@@ -293,7 +293,7 @@ void moe_eng_acts_carve(struct moe_eng *e)
     e->targets = moe_eng_arena_ints(bufs, mt);
     e->h_ids = mirror_ints(mirror, e->ids, mt);
     e->h_targets = mirror_ints(mirror, e->targets, mt);
-    size_t ncp = (size_t)d->cp * (size_t)d->mbs;
+    size_t ncp = 2 * (size_t)d->cp * (size_t)d->mbs; /* K/V chunks of the load-balanced split */
     /* positions, cp_chunk_rows and cp_chunk_order: one block, uploaded once below. */
     size_t n_tab = (size_t)d->tokens + 2 * ncp;
     int *tab = moe_eng_arena_ints(bufs, n_tab);
@@ -318,18 +318,25 @@ void moe_eng_acts_carve(struct moe_eng *e)
         int *pos = h_tab;
         int *rows = h_tab + d->tokens;
         int *order = h_tab + (size_t)d->tokens + ncp;
+        int c = d->cp_chunk_len;
         for (int b = 0; b < d->mbs; b++) {
             for (int t = 0; t < d->seq_l; t++) {
-                pos[b * d->seq_l + t] = d->pos0 + t;
+                pos[b * d->seq_l + t] = d->cp_chunk_pos[t / c] + t % c;
             }
         }
-        /* All-gathered K/V arrive as [CP][B][Tl]; attention wants [B][CP][Tl]. */
-        for (int i = 0; i < d->cp * d->mbs; i++) {
-            rows[i] = d->seq_l;
+        /* All-gathered K/V arrive as [CP rank q][B][2 chunks of c] (rank q's chunks q and
+         * 2 CP - 1 - q); attention wants [B][T] in position order: position chunk j of sequence b
+         * is gathered chunk (q B + b) 2 + h with q = j, h = 0 for j < CP, else q = 2 CP - 1 - j,
+         * h = 1. */
+        for (size_t i = 0; i < ncp; i++) {
+            rows[i] = c;
         }
+        int nc = 2 * d->cp;
         for (int b = 0; b < d->mbs; b++) {
-            for (int c = 0; c < d->cp; c++) {
-                order[b * d->cp + c] = c * d->mbs + b;
+            for (int j = 0; j < nc; j++) {
+                int q = j < d->cp ? j : nc - 1 - j;
+                int h = j < d->cp ? 0 : 1;
+                order[b * nc + j] = (q * d->mbs + b) * 2 + h;
             }
         }
         moe_eng_copy_from_host(e->ctx.dev, tab, h_tab, n_tab * sizeof(int));
@@ -458,7 +465,7 @@ static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
             tf_(s, M * (size_t)d->cp * hkv);
         }
     }
-    carve(s, e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc), false);
+    carve(s, moe_eng_attn_ws_bytes(e), false);
     if (d->sp) {
         tf_(s, M * C);
     }
@@ -471,7 +478,7 @@ static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s)
     size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
     size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
     size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
-    size_t ws = e->k->attention_workspace_bytes(d->seq_l, d->seq, e->kc);
+    size_t ws = moe_eng_attn_ws_bytes(e);
     if (d->cp > 1) {
         for (int i = 0; i < 3; i++) {
             tf_(s, M * (size_t)d->cp * hkv);
@@ -489,7 +496,9 @@ static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s)
     if (d->cp > 1) {
         tf_(s, M * hkv);
         tf_(s, M * hkv);
-        tf_(s, M * (size_t)d->cp * hkv); /* reduce_dkv transient */
+        size_t mark = moe_eng_arena_mark(&s->a);
+        tf_(s, M * (size_t)d->cp * hkv); /* reduce_dkv's transient (released after each call) */
+        rel_(s, mark);
     }
     tf_(s, M * (size_t)d->qkv_cols);
     if (d->sp) {

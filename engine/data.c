@@ -9,7 +9,8 @@
  * Order: every step draws one 64-bit value per sequence of the global batch from the context's RNG,
  * on every rank alike: a text window's start, or a synthetic sequence's seed. A rank keeps the
  * sequences of its micro-batches (group j of mbs sequences goes to DP rank j mod DP as its
- * micro-batch j / DP) and, of each, the tokens of its CP piece. So every layout sees the same
+ * micro-batch j / DP) and, of each, the tokens of its CP piece (chunks r and 2 CP - 1 - r of 2 CP,
+ * Megatron's load-balanced causal split; engine/internal.h). So every layout sees the same
  * global batch, and (RNG state, sequences consumed) is the whole data position a checkpoint saves.
  */
 #include "engine/internal.h"
@@ -197,7 +198,11 @@ void moe_eng_data_next_batch(struct moe_eng *e)
         int mb = j / lay->dp;
         int b = g % lay->mbs;
         size_t off = (size_t)mb * (size_t)d->tokens + (size_t)b * (size_t)d->seq_l;
-        fill_sequence(e, draw, d->pos0, d->seq_l, e->h_ids + off, e->h_targets + off);
+        for (int h = 0; h < d->num_cp_chunks; h++) { /* CP: this rank's two chunks (internal.h) */
+            size_t at = off + (size_t)h * (size_t)d->cp_chunk_len;
+            fill_sequence(e, draw, d->cp_chunk_pos[h], d->cp_chunk_len, e->h_ids + at,
+                          e->h_targets + at);
+        }
     }
     e->data.next_seq += (uint64_t)lay->gbs;
     /* CUDA: the batch to the device (no-op on the CPU, where h_ids is ids). */

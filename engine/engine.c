@@ -587,6 +587,12 @@ void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out)
     }
 }
 
+void moe_eng_attention_work(const moe_eng_t *e, double *flops, double *pairs)
+{
+    *flops = e->attn_flops;
+    *pairs = e->attn_pairs;
+}
+
 const struct moe_layout *moe_eng_layout(const moe_eng_t *e)
 {
     return &e->plan.layout;

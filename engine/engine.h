@@ -1,6 +1,8 @@
 /*
  * The training engine: trains a mixture-of-experts transformer under exactly the parallel layout a
- * plan names (TP with sequence parallel, CP, PP with 1F1B / interleaved VPP, DP with the
+ * plan names (TP with sequence parallel, CP with Megatron's load-balanced causal split -- rank r
+ * holds chunks r and 2 CP - 1 - r of each sequence, K/V all-gathered --, PP with 1F1B / interleaved
+ * VPP, DP with the
  * distributed optimizer, EP with dropless or capacity dispatch, ETP, EDP, flat or hierarchical
  * dispatcher), across the ranks of one root communicator, and measures what the cost model
  * predicts: phase times, bytes per collective, memory by category, expert load.
@@ -218,6 +220,12 @@ void moe_eng_param_read(
     const moe_eng_t *e, int idx, bool is_grad, size_t offset, float *dst, size_t n);
 void moe_eng_param_write(
     moe_eng_t *e, int idx, bool is_grad, size_t offset, const float *src, size_t n);
+
+/* Attention work this rank launched since creation: *flops = FLOPs of the kernels' score-matrix
+ * GEMMs (2 Tq Tk D per head for each of QK^T and PV forward, five such products backward), *pairs
+ * = causal query-key pairs among them (summed over heads and sequences). With CP > 1 the
+ * load-balanced split gives every CP rank the same of both (tests). */
+void moe_eng_attention_work(const moe_eng_t *e, double *flops, double *pairs);
 
 /* Heap allocations made so far (tests check that steps allocate nothing). */
 size_t moe_eng_num_allocs(const moe_eng_t *e);

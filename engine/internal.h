@@ -4,7 +4,9 @@
  * share. Public API: engine/engine.h.
  *
  * Dimension letters (per rank unless marked global):
- *   B micro-batch sequences, T sequence length (global), Tl = T/CP tokens of a sequence here,
+ *   B micro-batch sequences, T sequence length (global), Tl = T/CP tokens of a sequence here (two
+ *   chunks of c = T/(2 CP) at positions r c and (2 CP - 1 - r) c when CP > 1: Megatron's
+ *   load-balanced causal split),
  *   M = B*Tl tokens of a micro-batch on this CP rank, Ms = M/TP tokens of the residual stream with
  *   sequence parallelism (M without), C hidden, V padded vocabulary (global), Vl = V/TP,
  *   Hq/Hkv query/key-value heads (global), Hql/Hkvl per TP rank, D head dim, F dense FFN (global),
@@ -53,13 +55,19 @@ struct moe_eng_dims {
     int mbs;          /* B */
     int seq;          /* T */
     int seq_l;        /* Tl */
-    int pos0;         /* first position of this CP rank's piece of each sequence */
-    int tokens;       /* M */
-    int tokens_sp;    /* Ms */
-    int rows_send;    /* Ms*K: permuted rows leaving this rank per MoE layer (upper bound) */
-    int rows_recv;    /* rows arriving from the EP group (buffer bound) */
-    int rows_exp;     /* rows this rank's experts process after the ETP gather (buffer bound) */
-    int capacity;     /* per-expert capacity from the capacity factor; 0 = dropless */
+    /* Context parallelism with Megatron's load-balanced causal split: with CP > 1 each sequence
+     * is cut into 2 CP chunks of c = T / (2 CP) tokens and CP rank r holds chunks r and
+     * 2 CP - 1 - r, in that order (Tl = 2c), so every rank has the same causal attention work.
+     * With CP = 1: one chunk of T tokens at position 0. */
+    int num_cp_chunks;   /* chunks of a sequence held here: 2 (CP > 1) or 1 */
+    int cp_chunk_len;    /* c (T with CP = 1) */
+    int cp_chunk_pos[2]; /* first global position of each held chunk */
+    int tokens;          /* M */
+    int tokens_sp;       /* Ms */
+    int rows_send;       /* Ms*K: permuted rows leaving this rank per MoE layer (upper bound) */
+    int rows_recv;       /* rows arriving from the EP group (buffer bound) */
+    int rows_exp;        /* rows this rank's experts process after the ETP gather (buffer bound) */
+    int capacity;        /* per-expert capacity from the capacity factor; 0 = dropless */
     /* Hierarchical dispatcher (0 when flat): nodes the EP group spans, EP ranks per node, token
      * copies a proxy may receive (one per source node and token), and the rows it may forward. */
     int hier_nodes;
@@ -157,7 +165,7 @@ struct moe_eng_layer_act {
     float *k;               /* [M, Hkvl D] after RoPE */
     float *v;               /* [M, Hkvl D] */
     float *o;               /* [M, Hql D] attention output */
-    float *lse;             /* [B, Hql, Tl] */
+    float *lse;             /* [B, Hql, Tl]; with CP > 1 per chunk: [B, 2, Hql, c] */
     float *x2;              /* [Ms, C] residual after attention */
     float *rstd2;           /* [Ms] */
     float *h2;              /* [Ms, C] MLP-norm output */
@@ -347,8 +355,8 @@ struct moe_eng {
     int *ids;            /* [m, M] token ids of every micro-batch */
     int *targets;        /* [m, M] */
     int *positions;      /* [M] */
-    int *cp_chunk_rows;  /* [CP*B] Tl each (K/V reorder) */
-    int *cp_chunk_order; /* [CP*B] */
+    int *cp_chunk_rows;  /* [2 CP B] c each (K/V reorder; CP > 1) */
+    int *cp_chunk_order; /* [2 CP B] gathered chunk at each (sequence, position-chunk) */
     float *grad_stream;  /* [Ms, C] gradient flowing through a chunk's backward */
     float *grad_tmp;     /* [Ms, C] */
     long *step_counts;   /* [L, E] routed slots per expert this step (before drop) */
@@ -356,6 +364,8 @@ struct moe_eng {
     double aux_sum;      /* router losses this step (owner-counted) */
     double dropped;      /* dropped slots this step */
     int step;            /* steps done */
+    double attn_flops;   /* attention kernel FLOPs launched since creation (score matrices) */
+    double attn_pairs;   /* causal query-key pairs among them (per head) */
     int global_mbs;      /* micro-batches in the global batch, gbs / mbs (router-loss mean) */
 
     struct moe_eng_data data;
@@ -447,6 +457,9 @@ void moe_eng_linear_bwd(struct moe_eng *e,
                         int in,
                         int out,
                         bool accumulate_dx);
+
+/* Workspace bytes of one attention call (the largest query chunk against a whole sequence). */
+size_t moe_eng_attn_ws_bytes(const struct moe_eng *e);
 
 /* Sequence-parallel helpers over TP: gather [Ms, C] -> [M, C]; reduce partial [M, C] -> [Ms, C]. */
 const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, int cols);

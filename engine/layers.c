@@ -224,9 +224,9 @@ gather_kv(struct moe_eng *e, const float *k, const float *v, const float **kf, c
     float *vv = moe_eng_arena_floats(&e->temp, full);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_CP_COMM);
     moe_comm_allgather(e->groups.cp, k, g, n, MOE_COMM_F32);
-    e->k->sort_chunks(kk, g, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs, hkv, e->kc);
+    e->k->sort_chunks(kk, g, e->cp_chunk_rows, e->cp_chunk_order, 2 * d->cp * d->mbs, hkv, e->kc);
     moe_comm_allgather(e->groups.cp, v, g, n, MOE_COMM_F32);
-    e->k->sort_chunks(vv, g, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs, hkv, e->kc);
+    e->k->sort_chunks(vv, g, e->cp_chunk_rows, e->cp_chunk_order, 2 * d->cp * d->mbs, hkv, e->kc);
     *kf = kk;
     *vf = vv;
     moe_eng_phase_enter(&e->ctx.timer, prev);
@@ -239,27 +239,133 @@ static void reduce_dkv(struct moe_eng *e, float *dfull, float *dlocal)
     const struct moe_eng_dims *d = &e->d;
     int hkv = d->kv_heads_l * d->head_dim;
     size_t n = (size_t)d->tokens * (size_t)hkv;
+    size_t mark = moe_eng_arena_mark(&e->temp);
     float *g = moe_eng_arena_floats(&e->temp, n * (size_t)d->cp);
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_CP_COMM);
-    e->k->unsort_chunks(g, dfull, e->cp_chunk_rows, e->cp_chunk_order, d->cp * d->mbs, hkv, e->kc);
+    e->k->unsort_chunks(g, dfull, e->cp_chunk_rows, e->cp_chunk_order, 2 * d->cp * d->mbs, hkv,
+                        e->kc);
     moe_comm_reducescatter(e->groups.cp, g, dlocal, n, MOE_COMM_F32, MOE_COMM_SUM);
     moe_eng_phase_enter(&e->ctx.timer, prev);
+    moe_eng_arena_release(&e->temp, mark);
 }
 
-static size_t attn_ws_bytes(const struct moe_eng *e)
+size_t moe_eng_attn_ws_bytes(const struct moe_eng *e)
 {
-    return e->k->attention_workspace_bytes(e->d.seq_l, e->d.seq, e->kc);
+    const struct moe_eng_dims *d = &e->d;
+    return e->k->attention_workspace_bytes(d->cp_chunk_len, d->seq, e->kc);
+}
+
+/*
+ * One attention call of the load-balanced causal split (engine/internal.h): the queries of chunk h
+ * of sequence b (c rows at position cp_chunk_pos[h]) against the keys before and inside it, which
+ * are the first cp_chunk_pos[h] + c rows of the sequence's gathered K/V. Chunk r has (r + 1) c
+ * keys, chunk 2 CP - 1 - r has (2 CP - r) c: (2 CP + 1) c^2 query-key pairs per sequence on every
+ * rank. lse is stored per chunk: [B][2][Hql][c].
+ */
+struct attn_call {
+    size_t q_off;   /* first query row (of M) */
+    size_t kv_off;  /* first row (of B T) of the sequence's K/V */
+    size_t lse_off; /* first lse element */
+    int q_pos0;     /* position of the first query */
+    int kv_len;     /* keys visible to the chunk's last query */
+};
+
+static struct attn_call attn_call_of(const struct moe_eng_dims *d, int b, int h)
+{
+    struct attn_call c;
+    int len = d->cp_chunk_len;
+    c.q_off = (size_t)b * (size_t)d->seq_l + (size_t)h * (size_t)len;
+    c.kv_off = (size_t)b * (size_t)d->seq;
+    c.lse_off = ((size_t)b * 2 + (size_t)h) * (size_t)d->heads_l * (size_t)len;
+    c.q_pos0 = d->cp_chunk_pos[h];
+    c.kv_len = c.q_pos0 + len;
+    return c;
+}
+
+/* Attention work counters (moe_eng_attention_work): the kernel's O(Tq Tk) score matrix and the
+ * causal query-key pairs among it, per call of q_len queries at q_pos0 against kv_len keys. */
+static void
+count_attention(struct moe_eng *e, int batch, int q_len, int kv_len, int q_pos0, int mul)
+{
+    const struct moe_eng_dims *d = &e->d;
+    double heads = (double)batch * (double)d->heads_l;
+    e->attn_flops += heads * 2.0 * (double)q_len * (double)kv_len * (double)d->head_dim * mul;
+    double pairs = 0.0;
+    for (int i = 0; i < q_len; i++) {
+        int n = q_pos0 + i + 1;
+        pairs += (double)(n < kv_len ? n : kv_len);
+    }
+    e->attn_pairs += heads * pairs;
 }
 
 static void
 attention_core_fwd(struct moe_eng *e, struct moe_eng_layer_act *a, const float *kf, const float *vf)
 {
     const struct moe_eng_dims *d = &e->d;
-    size_t wsb = attn_ws_bytes(e);
+    size_t wsb = moe_eng_attn_ws_bytes(e);
     void *ws = moe_eng_arena_take(&e->temp, wsb);
-    e->k->attention_fwd(a->o, a->lse, a->q, kf, vf, d->mbs, d->seq_l, d->seq, d->heads_l,
-                        d->kv_heads_l, d->head_dim, d->head_dim, d->pos0, 0,
-                        1.0f / sqrtf((float)d->head_dim), true, ws, wsb, e->kc);
+    float scale = 1.0f / sqrtf((float)d->head_dim);
+    int hq = d->heads_l * d->head_dim;
+    int hkv = d->kv_heads_l * d->head_dim;
+    if (d->cp == 1) {
+        e->k->attention_fwd(a->o, a->lse, a->q, kf, vf, d->mbs, d->seq, d->seq, d->heads_l,
+                            d->kv_heads_l, d->head_dim, d->head_dim, 0, 0, scale, true, ws, wsb,
+                            e->kc);
+        count_attention(e, d->mbs, d->seq, d->seq, 0, 2); /* S = Q K^T, O = P V */
+        return;
+    }
+    for (int b = 0; b < d->mbs; b++) {
+        for (int h = 0; h < d->num_cp_chunks; h++) {
+            struct attn_call c = attn_call_of(d, b, h);
+            e->k->attention_fwd(a->o + c.q_off * (size_t)hq, a->lse + c.lse_off,
+                                a->q + c.q_off * (size_t)hq, kf + c.kv_off * (size_t)hkv,
+                                vf + c.kv_off * (size_t)hkv, 1, d->cp_chunk_len, c.kv_len,
+                                d->heads_l, d->kv_heads_l, d->head_dim, d->head_dim, c.q_pos0, 0,
+                                scale, true, ws, wsb, e->kc);
+            count_attention(e, 1, d->cp_chunk_len, c.kv_len, c.q_pos0, 2);
+        }
+    }
+}
+
+/* dq [M, Hql D], and dk, dv [B, T, Hkvl D] (whole sequences) from d_o [M, Hql D]. */
+static void attention_core_bwd(struct moe_eng *e,
+                               struct moe_eng_layer_act *a,
+                               const float *kf,
+                               const float *vf,
+                               const float *d_o,
+                               float *dq,
+                               float *dkf,
+                               float *dvf)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t wsb = moe_eng_attn_ws_bytes(e);
+    void *ws = moe_eng_arena_take(&e->temp, wsb);
+    float scale = 1.0f / sqrtf((float)d->head_dim);
+    int hq = d->heads_l * d->head_dim;
+    int hkv = d->kv_heads_l * d->head_dim;
+    if (d->cp == 1) {
+        e->k->attention_bwd(dq, dkf, dvf, d_o, a->q, kf, vf, a->o, a->lse, d->mbs, d->seq, d->seq,
+                            d->heads_l, d->kv_heads_l, d->head_dim, d->head_dim, 0, 0, scale, true,
+                            false, ws, wsb, e->kc);
+        count_attention(e, d->mbs, d->seq, d->seq, 0, 5); /* S, dP, dQ, dK, dV */
+        return;
+    }
+    /* Each chunk's call adds to the K/V rows it sees; rows past the last one seen stay 0. */
+    size_t kv_full = (size_t)d->mbs * (size_t)d->seq * (size_t)hkv;
+    moe_eng_memzero(e->ctx.dev, dkf, kv_full * sizeof(float));
+    moe_eng_memzero(e->ctx.dev, dvf, kv_full * sizeof(float));
+    for (int b = 0; b < d->mbs; b++) {
+        for (int h = 0; h < d->num_cp_chunks; h++) {
+            struct attn_call c = attn_call_of(d, b, h);
+            size_t qo = c.q_off * (size_t)hq;
+            size_t ko = c.kv_off * (size_t)hkv;
+            e->k->attention_bwd(dq + qo, dkf + ko, dvf + ko, d_o + qo, a->q + qo, kf + ko, vf + ko,
+                                a->o + qo, a->lse + c.lse_off, 1, d->cp_chunk_len, c.kv_len,
+                                d->heads_l, d->kv_heads_l, d->head_dim, d->head_dim, c.q_pos0, 0,
+                                scale, true, true, ws, wsb, e->kc);
+            count_attention(e, 1, d->cp_chunk_len, c.kv_len, c.q_pos0, 5);
+        }
+    }
 }
 
 static void
@@ -324,11 +430,7 @@ static void attention_bwd(struct moe_eng *e,
     size_t kv_full = (size_t)M * (size_t)d->cp * (size_t)hkv;
     float *dkf = moe_eng_arena_floats(&e->temp, kv_full);
     float *dvf = moe_eng_arena_floats(&e->temp, kv_full);
-    size_t wsb = attn_ws_bytes(e);
-    void *ws = moe_eng_arena_take(&e->temp, wsb);
-    k->attention_bwd(dq, dkf, dvf, d_o, a->q, kf, vf, a->o, a->lse, d->mbs, d->seq_l, d->seq,
-                     d->heads_l, d->kv_heads_l, d->head_dim, d->head_dim, d->pos0, 0,
-                     1.0f / sqrtf((float)d->head_dim), true, false, ws, wsb, e->kc);
+    attention_core_bwd(e, a, kf, vf, d_o, dq, dkf, dvf);
     float *dk = dkf;
     float *dv = dvf;
     if (d->cp > 1) {

@@ -181,9 +181,21 @@ enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag)
     }
     d->mbs = lay->mbs;
     d->seq = lay->seq_length;
-    MOE_TRY(divides(d->seq, lay->cp, "seq_length", "cp", diag));
+    if (lay->cp > 1) {
+        /* The load-balanced causal split cuts a sequence into 2 CP chunks (Megatron requires
+         * seq_length % (2 cp) == 0 for the same reason). */
+        MOE_TRY(divides(d->seq, 2 * lay->cp, "seq_length", "2*cp", diag));
+        d->num_cp_chunks = 2;
+        d->cp_chunk_len = d->seq / (2 * lay->cp);
+        d->cp_chunk_pos[0] = c->cp * d->cp_chunk_len;
+        d->cp_chunk_pos[1] = (2 * lay->cp - 1 - c->cp) * d->cp_chunk_len;
+    } else {
+        d->num_cp_chunks = 1;
+        d->cp_chunk_len = d->seq;
+        d->cp_chunk_pos[0] = 0;
+        d->cp_chunk_pos[1] = 0;
+    }
     d->seq_l = d->seq / lay->cp;
-    d->pos0 = c->cp * d->seq_l;
     d->tokens = d->mbs * d->seq_l;
     if (d->sp) {
         MOE_TRY(divides(d->tokens, lay->tp, "tokens per micro-batch and CP rank", "tp", diag));

@@ -5,7 +5,9 @@
  * with the distributed optimizer, TP2 x EP4 folded, TP2/PP2/EP2, and everything at once. Routing
  * differences would show up as loss jumps far above 1e-5, so this checks the dispatch, the
  * reductions and the schedules together. Also: the same layout twice gives bit-identical losses,
- * and expert-parallel experts match replicated experts (EP4 vs DP4 without EP).
+ * and expert-parallel experts match replicated experts (EP4 vs DP4 without EP). Context parallelism
+ * (CP2, CP4, CP8 and folded with TP/PP/EP) uses Megatron's load-balanced causal split, and every
+ * CP rank does the same attention work (counted query-key pairs and score FLOPs).
  *
  * All runs share one mpirun: rank subsets form sub-communicators (ranks 0..N-1 run an N-rank layout
  * while the rest wait), so one binary covers every world size.
@@ -123,6 +125,9 @@ static void test_tiny_moe_layouts(void **state)
         {"TP2 PP2 EP2 (DP2)", 2, 1, 2, 1, 2, 1, false, 8},
         {"TP2 CP2 PP2 VPP2 EP2 ETP2", 2, 2, 2, 2, 2, 2, true, 8},
         {"PP4 (1F1B, 8 mb)", 1, 1, 4, 1, 1, 1, false, 4},
+        {"CP4 (chunks 0+7, 1+6, ...)", 1, 4, 1, 1, 1, 1, false, 4},
+        {"CP8 (chunks of 4 tokens)", 1, 8, 1, 1, 1, 1, false, 8},
+        {"TP2+SP CP2 EP2 (DP2) dist-opt", 2, 2, 1, 1, 2, 1, true, 8},
     };
     check_layouts("tiny-moe", ls, (int)MOE_ARRAY_LEN(ls), false);
 }
@@ -302,6 +307,73 @@ static void test_uneven_pipeline(void **state)
     assert_true(eng_test_max_rel(c, ref, STEPS) <= REL_TOL);
 }
 
+/*
+ * Context parallelism with the load-balanced causal split (engine/internal.h): CP rank r holds
+ * chunks r and 2 CP - 1 - r of c = T / (2 CP) tokens, so every CP rank has the same causal
+ * attention work. Counted, not timed: the query-key pairs inside the causal mask and the FLOPs of
+ * the kernels' score-matrix products (moe_eng_attention_work) after one step must be equal on every
+ * rank, and the pairs must be the hand count: a chunk at position p has c p + c (c + 1) / 2 pairs,
+ * so a rank has c^2 (2 CP - 1) + c (c + 1) = 2 CP c^2 + c per sequence and head, forward and again
+ * backward, in every layer and micro-batch. (The contiguous split it replaces gave CP2's rank 0 528
+ * pairs of 64-token sequences and rank 1 1552.)
+ */
+static void balanced_case(int cp)
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < cp ? 0 : MPI_UNDEFINED, rank, &sub);
+    if (sub == MPI_COMM_NULL) {
+        return;
+    }
+    const struct eng_test_layout l = {"CP", 1, cp, 1, 1, 1, 1, false, cp};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    moe_comm_t *w = NULL;
+    assert_int_equal(moe_comm_mpi_create(sub, "world", &w), MOE_OK);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    moe_eng_t *e = NULL;
+    assert_int_equal(moe_eng_create(&plan, &o, w, &e, &diag), MOE_OK);
+    struct moe_eng_step_result r;
+    assert_int_equal(moe_eng_train_step(e, &r, &diag), MOE_OK);
+    double mine[2];
+    moe_eng_attention_work(e, &mine[0], &mine[1]);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    double all[2 * 8];
+    MPI_Allgather(mine, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, sub);
+    MPI_Comm_free(&sub);
+    double c = 64.0 / (2.0 * cp);
+    double per_seq_head = 2.0 * cp * c * c + c;
+    /* 4 layers x 8 micro-batches (gbs 8, mbs 1, DP 1) x 4 heads x forward and backward */
+    double expected = 4.0 * 8.0 * 4.0 * 2.0 * per_seq_head;
+    if (rank == 0) {
+        printf("  CP%d: causal pairs per rank", cp);
+        for (int i = 0; i < cp; i++) {
+            printf(" %.0f", all[2 * i + 1]);
+        }
+        printf(" (hand count %.0f); score FLOPs per rank %.4g\n", expected, all[0]);
+    }
+    for (int i = 0; i < cp; i++) {
+        assert_true(all[2 * i] == all[0]);
+        assert_true(all[2 * i + 1] == expected);
+    }
+}
+
+static void test_cp_balanced_attention(void **state)
+{
+    (void)state;
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int cp = 2; cp <= 8 && cp <= size; cp *= 2) {
+        balanced_case(cp);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
 static void test_same_layout_bit_identical(void **state)
 {
     (void)state;
@@ -333,6 +405,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hierarchical_dispatcher),
         cmocka_unit_test(test_dense_tied_layouts),
         cmocka_unit_test(test_uneven_pipeline),
+        cmocka_unit_test(test_cp_balanced_attention),
         cmocka_unit_test(test_same_layout_bit_identical),
         cmocka_unit_test(test_expert_parallel_matches_replicated),
     };
