@@ -1,11 +1,11 @@
 /*
  * The training engine: trains a mixture-of-experts transformer under exactly the parallel layout a
  * plan names (TP with sequence parallel, CP with Megatron's load-balanced causal split -- rank r
- * holds chunks r and 2 CP - 1 - r of each sequence, K/V all-gathered --, PP with 1F1B / interleaved
- * VPP, DP with the
- * distributed optimizer, EP with dropless or capacity dispatch, ETP, EDP, flat or hierarchical
- * dispatcher), across the ranks of one root communicator, and measures what the cost model
- * predicts: phase times, bytes per collective, memory by category, expert load.
+ * holds chunks r and 2 CP - 1 - r of each sequence, K/V all-gathered --, PP with 1F1B /
+ * interleaved VPP, DP with the distributed optimizer, EP with dropless or capacity dispatch, ETP,
+ * EDP, flat or hierarchical dispatcher), across the ranks of one root communicator, and measures
+ * what the cost model predicts: phase times (engine/report.c says what each holds), bytes per
+ * collective, memory by category, expert load.
  *
  * Model (per decoder layer): RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> dense
  * SwiGLU MLP or MoE block (router: softmax, or sigmoid with expert bias and group-limited top-k;
@@ -189,9 +189,11 @@ const char *moe_eng_backend_name(const moe_eng_t *e);
 
 /*
  * Write run.json ("format": "moefold-run", "version": 1) on rank 0: per-step losses and times,
- * phase times of the critical rank (the cost model's names), bytes per collective, tokens per
- * expert, memory by category, peak RSS, and plan_json (embedded as given; may be NULL). Collective
- * (gathers from every rank).
+ * phase times of the critical rank (the cost model's names) with what each phase measured, bytes
+ * per collective, tokens per expert, memory by category with the buffers category's parts, the
+ * expert-row sizing factor, peak RSS, and plan_json (embedded as given; may be NULL). With
+ * verbosity > 0 rank 0 also prints each phase's time and definition. Collective (gathers from
+ * every rank). engine/report.c documents every key.
  */
 MOE_NODISCARD enum moe_status
 moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct moe_diag *diag);

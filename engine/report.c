@@ -4,11 +4,21 @@
  *
  * Definitions:
  * - time_s.<phase>: mean wall time per step (first step excluded as warm-up when the run has more
- * than one) that the critical rank spent in that phase; the phases partition the step, so they sum
- * to step_time_s. The critical rank is the one with the most non-idle time (step time minus
- * pipeline bubble). Communication phases are exposed time: time the rank spent inside the
- *   collective or waiting for it, not hidden behind compute. ep_comm = dispatch
- * + combine; exposed_comm = dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm.
+ *   than one) that the critical rank spent in that phase; the phases partition the step, so they
+ *   sum to step_time_s. The critical rank is the one with the most non-idle time (step time minus
+ *   pipeline bubble). Communication phases are exposed time: time the rank spent inside the
+ *   collective or waiting for it, not hidden behind compute. ep_comm = dispatch + combine;
+ *   exposed_comm = dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm.
+ * - phase_definitions: what each phase holds, as phase_how below says it (also printed with
+ *   --verbose). In short: compute = attention, dense MLP, norms, router, embedding and loss head;
+ *   expert_gemm = routed and shared experts' GEMMs; dispatch = counts exchange, permute, rows
+ *   all-to-all, ETP gather and reorder, combine = the way back -- both blocking, so they include
+ *   waiting for the slowest EP peer (routing imbalance, skew upstream); tp_comm, cp_comm = their
+ *   collectives, waits included; pp_comm = posting sends and waiting for them; pp_bubble =
+ *   blocking receives (bubble and stage imbalance); dp_comm = gradient reductions and parameter
+ *   gathers (only the waits with overlap); optimizer = norms, a world all-reduce (waits for the
+ *   slowest rank), AdamW, expert counts and bias; host_overhead = the rest (data, bookkeeping,
+ *   offload copies).
  * - bytes_sent: per rank per step, mean over ranks, keyed "<group>.<collective>" (nccl-tests'
  * algorithm factors, engine/comm.h).
  * - tokens_per_expert: per MoE layer, routed token copies per expert per step (before capacity
@@ -36,6 +46,68 @@
 #include <string.h>
 
 #define GIB 1073741824.0
+
+/*
+ * How each phase of time_s is measured (run.json phase_definitions; printed with --verbose). The
+ * clock: wall time between phase switches (engine/context.h), on CUDA the compute stream's time
+ * line (events at each switch). Blocking collectives end when the slowest member arrives, so a
+ * communication phase includes waiting for slower peers, not only moving bytes.
+ */
+static const char *const phase_how[MOE_NUM_PHASES] = {
+    /* compute */
+    "attention (QKV and output projections, RoPE, core attention), dense MLP, RMSNorms, the "
+    "router GEMM and top-k, embedding, output layer and cross-entropy, and residual adds, "
+    "forward, backward and recompute",
+    /* expert_gemm */
+    "the routed experts' grouped GEMMs and SwiGLU and the shared expert's MLP; with "
+    "--overlap-moe-expert-parallel-comm also the other half micro-batch's all-to-all that "
+    "progresses behind them (hidden, so not in dispatch/combine)",
+    /* dispatch */
+    "from the router's choices to the experts' input rows: expert counts, the counts all-to-all "
+    "(and the aux-loss counts all-reduce over TP x CP), permute, the rows all-to-all-v, the ETP "
+    "all-gather and the expert-major reorder (hierarchical: the node-proxy exchange and "
+    "forward); the exchanges block, so it includes waiting for the slowest EP/ETP peer -- "
+    "routing imbalance and work skew upstream of the MoE layer show up here",
+    /* combine */
+    "from the experts' output rows back to the tokens: the reorder back, the ETP reduce, the rows "
+    "all-to-all-v back and the weighted unpermute, in forward and backward; includes waiting for "
+    "the slowest EP/ETP peer",
+    /* tp_comm */
+    "sequence-parallel all-gathers and reduce-scatters (or all-reduces without SP) and the "
+    "vocab-parallel cross-entropy all-reduces; blocking, so it includes waiting for TP peers",
+    /* cp_comm */
+    "the K/V all-gather and its reorder into position order, and the dK/dV reorder and "
+    "reduce-scatter; includes waiting for CP peers",
+    /* pp_comm */
+    "posting pipeline sends and waiting for their completion (a send waiting on a busy receiver "
+    "counts here)",
+    /* dp_comm */
+    "gradient reduce-scatters / all-reduces over DP x CP and EDP, the TP all-reduce of "
+    "sequence-parallel replicated gradients, the tied-embedding all-reduce and the parameter "
+    "all-gathers; with overlap only the waits are here (progress behind compute is hidden)",
+    /* pp_bubble */
+    "blocking receives of activations or gradients from the neighbouring stage: idle time of the "
+    "schedule's bubble plus any imbalance between stages",
+    /* optimizer */
+    "gradient sums of squares and the finite checks, the world all-reduce of norm, loss and "
+    "finite flags (it waits for the slowest rank of the step), clipping, AdamW, and the expert "
+    "count all-reduce over the stage with the expert-bias update",
+    /* host_overhead */
+    "everything outside the phases above: loading the batch's token ids, the schedule's "
+    "bookkeeping, progress polls of non-blocking collectives, activation-offload copies (also "
+    "offload_copy_s) and, on CUDA, reading the step's scalars back",
+};
+
+static void add_phase_definitions(cJSON *o)
+{
+    cJSON *j = cJSON_AddObjectToObject(o, "phase_definitions");
+    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+        cJSON_AddStringToObject(j, moe_phase_name((enum moe_phase)p), phase_how[p]);
+    }
+    cJSON_AddStringToObject(j, "ep_comm", "dispatch + combine");
+    cJSON_AddStringToObject(j, "exposed_comm",
+                            "dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm");
+}
 
 /* Parts of the buffers category, in the order of buffers_detail_gib. */
 enum { NUM_BUF_PARTS = 6 };
@@ -306,6 +378,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
                                 cs[SUM_STEP] > 0 ? tokens / cs[SUM_STEP] / n : 0.0);
         cJSON_AddNumberToObject(o, "critical_rank", crit);
         add_phases(o, cs + SUM_PHASES);
+        add_phase_definitions(o);
         cJSON *steps = cJSON_AddArrayToObject(o, "per_step");
         int ns = e->stats.num_steps < e->stats.cap_steps ? e->stats.num_steps : e->stats.cap_steps;
         for (int i = 0; i < ns; i++) {
@@ -341,6 +414,11 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         }
         st = moe_json_write_file(path, o, diag);
         cJSON_Delete(o);
+        for (int p = 0; p < MOE_NUM_PHASES && st == MOE_OK; p++) {
+            moe_eng_log_debug(&e->ctx.log, "phase %-13s %8.3f ms: %s",
+                              moe_phase_name((enum moe_phase)p), cs[SUM_PHASES + p] * 1e3,
+                              phase_how[p]);
+        }
     }
     moe_eng_heap_free(&e->ctx.heap, all, (size_t)SUM_LEN * (size_t)(n + 1) * sizeof(double));
     int v = -(int)st;

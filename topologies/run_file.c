@@ -150,6 +150,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "tokens_per_s_per_rank",
                                        "critical_rank",
                                        "time_s",
+                                       "phase_definitions",
                                        "per_step",
                                        "memory_gib",
                                        "buffers_detail_gib",

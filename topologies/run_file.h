@@ -2,7 +2,8 @@
  * Run files ("format": "moefold-run", version 1): what `moefold-train` measured, under the names
  * `moefold predict --json` uses (time_s per phase, memory_gib per category), plus per-step losses
  * and times, bytes per collective, tokens per expert, the buffers category's parts, the expert-row
- * sizing factor and the plan that ran. This is the reader
+ * sizing factor, what each phase measured (phase_definitions: text, accepted and not kept) and the
+ * plan that ran. This is the reader
  * `moefold compare` uses; the engine writes the file (engine/report.c). Unknown top-level keys are
  * errors naming them; the embedded plan and the bytes-per-collective map are kept as trees.
  */

@@ -7,7 +7,7 @@
  * collectives report match the buffers they move; the precision recipes train (emulated
  * quantise->dequantise changes the losses a little, never a lot); run.json reads back, with the
  * buffers category's parts adding up to it and the expert-row sizing factor (EP by default,
- * --moe-buffer-factor when given).
+ * --moe-buffer-factor when given) and a definition of every phase.
  */
 #include "model/memory.h"
 #include "tests/engine/eng_test.h"
@@ -298,6 +298,18 @@ static void test_run_file_and_bytes(void **state)
         assert_true(bytes_of(root, "ep.alltoall") > 0.0);
         assert_true(bytes_of(root, "tp.allgather") == 0.0); /* tp = 1 */
         assert_non_null(cJSON_GetObjectItemCaseSensitive(root, "plan"));
+        /* Every phase of time_s says how it was measured. */
+        const cJSON *defs = cJSON_GetObjectItemCaseSensitive(root, "phase_definitions");
+        const cJSON *ph = NULL;
+        int num_phases = 0;
+        cJSON_ArrayForEach(ph, cJSON_GetObjectItemCaseSensitive(root, "time_s"))
+        {
+            const cJSON *txt = cJSON_GetObjectItemCaseSensitive(defs, ph->string);
+            assert_true(cJSON_IsString(txt) && strlen(txt->valuestring) > 10);
+            num_phases++;
+        }
+        assert_int_equal(num_phases, MOE_NUM_PHASES + 2); /* + ep_comm, exposed_comm */
+        assert_int_equal(cJSON_GetArraySize(defs), num_phases);
         cJSON_Delete(root);
         (void)unlink(path);
     }
