@@ -6,7 +6,10 @@
  * the current cost model and cluster file. --json prints one object; --plot FILE.svg|png draws the
  * per-phase bars with gnuplot. --observed-load prices the plan at the expert load the run observed
  * (its busiest EP rank over the mean, averaged over MoE layers) instead of the plan's, which
- * separates routing (a property of the data and router) from the system model.
+ * separates routing (a property of the data and router) from the system model. Memory is priced at
+ * the expert-row sizing the run's buffers used (run.json "expert_rows_factor": the engine sizes
+ * expert buffers for EP x the mean rows unless --moe-buffer-factor says otherwise), since that, not
+ * the routing of the step, is what it allocates; the measured buffers are listed by part.
  */
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -131,7 +134,8 @@ plot_phases(const char *path, const double pred[MOE_NUM_PHASES], const double me
 
 static void print_table(const struct moe_cli_problem *p,
                         const struct moe_prediction *pr,
-                        const struct moe_run *run)
+                        const struct moe_run *run,
+                        double mem_load)
 {
     double pv[MOE_NUM_PHASES];
     double mv[MOE_NUM_PHASES];
@@ -169,6 +173,22 @@ static void print_table(const struct moe_cli_problem *p,
             printf("%-14s %12.3f %12.3f %+8.1f%%\n", mk[i], pm[i] / 1048576.0, mm[i] / 1048576.0,
                    e);
         }
+        if (i == 4 && run->has_buffers_detail) {
+            const struct moe_run_buffers_detail *b = &run->buffers_detail;
+            const char *bk[] = {"dispatch",      "temporaries", "recompute",
+                                "offload_stage", "pipeline",    "other"};
+            const double bv[] = {b->dispatch,        b->temporaries, b->recompute_scratch,
+                                 b->offload_staging, b->pipeline,    b->other};
+            for (size_t k = 0; k < sizeof(bk) / sizeof(bk[0]); k++) {
+                if (bv[k] > 0.0) {
+                    printf("  %-12s %12s %12.3f\n", bk[k], "", bv[k] / 1048576.0);
+                }
+            }
+        }
+    }
+    if (mem_load > 0.0) {
+        printf("(memory priced at the run's expert-row buffer sizing, %.2f x the mean rows)\n",
+               mem_load);
     }
     double obs = observed_load(run);
     if (!isnan(obs)) {
@@ -318,10 +338,23 @@ int moe_cli_compare(int argc, char **argv)
     struct moe_load_stats load;
     bool auto_load = false;
     struct moe_prediction pred;
+    double mem_load = 0.0; /* expert load memory is priced at; 0: as the time */
     if (moe_cli_load_stats(p, &load, &auto_load, &diag) != MOE_OK ||
         moe_cli_run_predict(p, auto_load ? &load : NULL, &pred, &diag) != MOE_OK) {
         moe_cli_error("compare", &diag);
         goto out_free;
+    }
+    if (run.expert_rows_factor > 0.0 && moe_cfg_is_moe(&p->cfg)) {
+        /* Memory at the buffers' sizing: the same plan with that load, time kept from above. */
+        struct moe_prediction mem_pred;
+        p->opt.moe_imbalance = run.expert_rows_factor >= 1.0 ? run.expert_rows_factor : 1.0;
+        p->opt.force_load_balancing = false;
+        if (moe_cli_run_predict(p, NULL, &mem_pred, &diag) != MOE_OK) {
+            moe_cli_error("compare", &diag);
+            goto out_free;
+        }
+        pred.mem = mem_pred.mem;
+        mem_load = p->opt.moe_imbalance;
     }
     if (o.json) {
         cJSON *j = compare_json(&pred, &run);
@@ -332,7 +365,7 @@ int moe_cli_compare(int argc, char **argv)
         }
         cJSON_Delete(j);
     } else {
-        print_table(p, &pred, &run);
+        print_table(p, &pred, &run, mem_load);
     }
     rc = 0;
     if (o.plot != NULL) {

@@ -98,6 +98,7 @@ static void write_run(const cJSON *plan, const char *path, double time_scale, co
     }
     if (loads != NULL) {
         cJSON_AddItemToObject(r, "expert_load_max_over_mean", cJSON_Parse(loads));
+        cJSON_AddNumberToObject(r, "expert_rows_factor", 8.0); /* worst case at EP8 */
     }
     char *s = cJSON_Print(r);
     write_text(path, s);
@@ -175,12 +176,20 @@ static void test_known_errors(void **state)
     }
     /* Measured = 1.25 x predicted: the prediction is 20% short; memory is exact. */
     assert_true(fabs(summary_field(out, "step_err_pct ") - (-20.0)) < 0.01);
-    assert_true(fabs(summary_field(out, "mem_err_pct ")) < 0.01);
-    assert_true(fabs(summary_field(out, "mem_worst_pct ")) < 0.01);
     assert_true(fabs(summary_field(out, "step_pred_s ") - f->pred_step_s) < 1e-6);
     assert_non_null(strstr(out, "-20.0%"));
     /* Observed load is the mean over layers; the plan priced 1.1. */
     assert_non_null(strstr(out, "predicted 1.100, observed 1.400"));
+    /* Memory is priced at the buffers' sizing (8 x the mean rows): more than the plan's, so the
+     * run's memory (the plan's prediction) reads as over-predicted. */
+    assert_non_null(strstr(out, "expert-row buffer sizing, 8.00 x the mean rows"));
+    assert_true(summary_field(out, "mem_err_pct ") > 1.0);
+    free(out);
+    out = malloc(OUT_LEN);
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, f->run_noload);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_null(strstr(out, "expert-row buffer sizing"));
+    assert_true(fabs(summary_field(out, "mem_err_pct ")) < 0.01);
     free(out);
 }
 
