@@ -306,12 +306,13 @@ static void print_summary(FILE *out, const struct moe_plan_result *res)
             st->enumerated, st->layouts, st->pruned_memory, st->pruned_time, st->invalid,
             dominated > 0.0 ? dominated : 0.0, st->evaluated, st->mem_evaluated, st->wall_s,
             st->threads);
-    if (st->bound_violations > 0 || st->validity_mismatches > 0) {
+    if (st->bound_violations > 0 || st->validity_mismatches > 0 || st->memory_mismatches > 0) {
         fprintf(out,
-                "# WARNING: %ld predictions fell below a search bound and %ld plans failed a "
-                "full validity check: the cost model changed under the planner's assumptions; "
-                "rerun with --exhaustive and report it (tests/planner/test_search)\n",
-                st->bound_violations, st->validity_mismatches);
+                "# WARNING: %ld predictions fell below a search bound, %ld plans failed a full "
+                "validity check and %ld memory figures differed from the prediction's: the cost "
+                "model changed under the planner's assumptions; rerun with --exhaustive and "
+                "report it (tests/planner/test_search)\n",
+                st->bound_violations, st->validity_mismatches, st->memory_mismatches);
     }
 }
 
@@ -525,6 +526,7 @@ static cJSON *stats_json(const struct moe_plan_stats *st)
     cJSON_AddNumberToObject(o, "memory_evaluated", st->mem_evaluated);
     cJSON_AddNumberToObject(o, "bound_violations", (double)st->bound_violations);
     cJSON_AddNumberToObject(o, "validity_mismatches", (double)st->validity_mismatches);
+    cJSON_AddNumberToObject(o, "memory_mismatches", (double)st->memory_mismatches);
     cJSON_AddNumberToObject(o, "threads", st->threads);
     cJSON_AddNumberToObject(o, "wall_s", st->wall_s);
     return o;

@@ -155,6 +155,7 @@ struct counters {
     double enumerated, pruned_memory, pruned_time, invalid, evaluated, mem_evaluated;
     long layouts;
     long validity_mismatches; /* pairwise validity accepted what a full resolve refused */
+    long memory_mismatches;   /* memory_of disagreed with a prediction's memory */
 };
 
 struct static_slot {
@@ -189,22 +190,22 @@ struct worker {
     struct search *s;
     struct moe_plan_valid_cache *vc;
     struct vmemo vm;
-    int gidx;                /* index of the current option group */
-    double leaf;             /* candidates one (recompute, offload) value pair stands for */
-    double xunit;            /* candidates one time-only value stands for */
-    double gsize;            /* candidates of one option group */
-    double fsize;            /* offload values other than the first (layer counts expanded) */
-    int group_ri, group_gi;  /* its recipe and grouped-GEMM indices */
-    const struct node *node; /* node of the current layout */
-    long layout_serial;      /* counts layouts searched (invalidates per-layout caches) */
-    long set0_serial;        /* layout of the cached no-option activation view */
-    int set0_gidx;           /* its group */
-    struct moe_act_bytes set0_dense, set0_moe;
-    struct moe_layout scratch;    /* placements built for their bound before resolving */
-    int (*kinds)[MOE_PLAN_KINDS]; /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
-    unsigned grow_ok;             /* dominance_slack's kinds with g_k >= 0 */
-    int *mtp;                     /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
-    long rc_key;                  /* key index, recipe and grouped of rc_terms; -1 none */
+    int gidx;                      /* index of the current option group */
+    double leaf;                   /* candidates one (recompute, offload) value pair stands for */
+    double xunit;                  /* candidates one time-only value stands for */
+    double gsize;                  /* candidates of one option group */
+    double fsize;                  /* offload values other than the first (layer counts expanded) */
+    int group_ri, group_gi;        /* its recipe and grouped-GEMM indices */
+    const struct node *node;       /* node of the current layout */
+    long layout_serial;            /* counts layouts searched (invalidates per-layout caches) */
+    long set0_serial;              /* layout of the cached no-option activation view */
+    int set0_gidx;                 /* its group */
+    struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
+    struct moe_layout scratch;     /* placements built for their bound before resolving */
+    int (*kinds)[MOE_PLAN_KINDS];  /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
+    unsigned grow_ok;              /* dominance_slack's kinds with g_k >= 0 */
+    int *mtp;                      /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
+    long rc_key;                   /* key index, recipe and grouped of rc_terms; -1 none */
     struct moe_plan_rc_terms rc_terms;
     struct moe_plan_okey gk; /* its knobs */
     void *ws;
@@ -424,8 +425,11 @@ static bool contents_equal(const struct moe_stage_contents *a, const struct moe_
  * taken as moe_cost_predict takes it (the first rank with the largest total). A middle rank with
  * the previous rank's contents holds no more micro-batches, so it cannot be larger. */
 /*
- * The activation views moe_mem_layer_set_init computes (memory.h), with the view without options
- * cached per layout and group: it does not depend on recompute or offload.
+ * The activation views moe_mem_layer_set_init computes (memory.h). The set without recompute or
+ * offload (every view alike, and whatever else the model derives per layer, such as the backward
+ * working set) is cached per layout and group: it does not depend on recompute or offload; only
+ * the views after recompute / offload are recomputed. A prediction's memory is checked against
+ * this (memory_mismatches).
  */
 static void
 layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_set *set)
@@ -433,13 +437,14 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
     const struct moe_model_cfg *cfg = w->s->req->cfg;
     const struct moe_layout *lay = &w->lay;
     if (w->set0_serial != w->layout_serial || w->set0_gidx != w->gidx) {
-        moe_mem_layer_activations(cfg, lay, opt, false, w->load, 0u, &w->set0_dense);
-        moe_mem_layer_activations(cfg, lay, opt, true, w->load, 0u, &w->set0_moe);
+        struct moe_options o0 = *opt;
+        o0.recompute = MOE_RECOMPUTE_NONE;
+        o0.fine_grained_offload = false;
+        moe_mem_layer_set_init(cfg, lay, &o0, w->load, &w->set0);
         w->set0_serial = w->layout_serial;
         w->set0_gidx = w->gidx;
     }
-    set->dense[0] = w->set0_dense;
-    set->moe[0] = w->set0_moe;
+    *set = w->set0;
     bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
     bool has_off = opt->fine_grained_offload;
     if (has_rc) {
@@ -447,9 +452,6 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
                                   &set->dense[1]);
         moe_mem_layer_activations(cfg, lay, opt, true, w->load, MOE_MEM_APPLY_RECOMPUTE,
                                   &set->moe[1]);
-    } else {
-        set->dense[1] = set->dense[0];
-        set->moe[1] = set->moe[0];
     }
     if (has_off) {
         const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
@@ -459,7 +461,6 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
         set->dense[2] = set->dense[1];
         set->moe[2] = set->moe[1];
     }
-    set->load_factor = w->load;
 }
 
 static void memory_of(struct worker *w, const struct moe_options *opt, struct memo *out)
@@ -843,6 +844,9 @@ static bool eval_candidate(struct worker *w,
         return false;
     }
     check_lb(w, lb, p);
+    if (fabs(p->mem.total - mem->total) > 1e-9 * p->mem.total) {
+        w->c.memory_mismatches++;
+    }
     record(w, k, p);
     x_variants(w, k, p);
     return true;
@@ -2575,6 +2579,7 @@ static void sum_counters(struct moe_plan_stats *st, const struct counters *c)
     st->mem_evaluated += c->mem_evaluated;
     st->layouts += c->layouts;
     st->validity_mismatches += c->validity_mismatches;
+    st->memory_mismatches += c->memory_mismatches;
 }
 
 static void shared_init(struct shared *sh, int keep)

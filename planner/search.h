@@ -153,6 +153,7 @@ struct moe_plan_stats {
     long layouts;             /* valid layouts (with placement and micro-batch size) */
     long bound_violations;    /* predictions below a bound the search used (should be 0) */
     long validity_mismatches; /* pairwise validity accepted what a full resolve refused (0) */
+    long memory_mismatches;   /* the search's memory disagreed with a prediction's (0) */
     int threads;
     double wall_s;
 };

@@ -120,7 +120,12 @@ static void test_golden_tables(void **state)
         want[len] = '\0';
         fclose(f);
         if (strcmp(got, want) != 0) {
-            fprintf(stderr, "golden %s differs:\n--- want\n%s--- got\n%s", path, want, got);
+            fprintf(stderr,
+                    "golden %s differs:\n--- want\n%s--- got\n%s"
+                    "(after an intended cost-model change, regenerate: make "
+                    "build/bin/tests/planner/test_golden && MOE_GOLDEN_REGENERATE=1 "
+                    "build/bin/tests/planner/test_golden)\n",
+                    path, want, got);
         }
         assert_string_equal(got, want);
         compared++;

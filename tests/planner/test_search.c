@@ -67,6 +67,7 @@ static void search(const struct moe_plan_request *req, struct moe_plan_result *r
     assert_int_equal(st, MOE_OK);
     assert_int_equal(res->stats.bound_violations, 0);
     assert_int_equal(res->stats.validity_mismatches, 0);
+    assert_int_equal(res->stats.memory_mismatches, 0);
 }
 
 /* Same plan: knobs and predicted step time. */
