@@ -240,10 +240,16 @@ static void gather_params(struct moe_eng *e)
 {
     bool dist = e->plan.options.use_distributed_optimizer;
     bool async = e->plan.options.overlap_param_gather;
-    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+    /* Copying the updated master shard into the weights is the optimizer's last write (the cost
+     * model counts it there); only the all-gather is DP communication. */
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
         moe_eng_copy(e->ctx.dev, bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
+    }
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+    for (int b = 0; b < e->num_buckets; b++) {
+        struct moe_eng_bucket *bk = &e->buckets[b];
         if (!dist || moe_comm_size(bk->group) == 1) {
             continue;
         }

@@ -17,8 +17,8 @@
  *   collectives, waits included; pp_comm = posting sends and waiting for them; pp_bubble =
  *   blocking receives (bubble and stage imbalance); dp_comm = gradient reductions and parameter
  *   gathers (only the waits with overlap); optimizer = norms, a world all-reduce (waits for the
- *   slowest rank), AdamW, expert counts and bias; host_overhead = the rest (data, bookkeeping,
- *   offload copies).
+ *   slowest rank), AdamW, the master-to-weight copy, expert counts and bias; host_overhead = the
+ * rest (data, bookkeeping, offload copies).
  * - bytes_sent: per rank per step, mean over ranks, keyed "<group>.<collective>" (nccl-tests'
  * algorithm factors, engine/comm.h).
  * - tokens_per_expert: per MoE layer, routed token copies per expert per step (before capacity
@@ -90,8 +90,9 @@ static const char *const phase_how[MOE_NUM_PHASES] = {
     "schedule's bubble plus any imbalance between stages",
     /* optimizer */
     "gradient sums of squares and the finite checks, the world all-reduce of norm, loss and "
-    "finite flags (it waits for the slowest rank of the step), clipping, AdamW, and the expert "
-    "count all-reduce over the stage with the expert-bias update",
+    "finite flags (it waits for the slowest rank of the step), clipping, AdamW, the copy of the "
+    "updated master shard into the weights, and the expert count all-reduce over the stage with "
+    "the expert-bias update",
     /* host_overhead */
     "everything outside the phases above: loading the batch's token ids, the schedule's "
     "bookkeeping, progress polls of non-blocking collectives, activation-offload copies (also "
