@@ -148,8 +148,33 @@ struct search {
     long num_nodes;
     struct ptable *ptables; /* [num_ptables] placements per (pp, vpp) */
     int num_ptables;
+    int fine_order[MOE_PLAN_MAX_OFF]; /* fine-grained offload values, most modules first */
+    int num_fine_order;
     struct shared sh;
 };
+
+static int popcount8(unsigned v)
+{
+    int n = 0;
+    for (; v != 0u; v &= v - 1u) {
+        n++;
+    }
+    return n;
+}
+
+/* The fine-grained offload values by module count, descending (ties in knob order). */
+static void fine_order_init(struct search *s)
+{
+    const struct moe_plan_space *sp = &s->sp;
+    s->num_fine_order = 0;
+    for (int c = 8; c >= 1; c--) {
+        for (int fi = 0; fi < sp->num_off; fi++) {
+            if (sp->offs[fi].off == 1 && popcount8(sp->offs[fi].mods) == c) {
+                s->fine_order[s->num_fine_order++] = fi;
+            }
+        }
+    }
+}
 
 struct counters {
     double enumerated, pruned_memory, pruned_time, invalid, evaluated, mem_evaluated;
@@ -201,11 +226,15 @@ struct worker {
     long set0_serial;              /* layout of the cached no-option activation view */
     int set0_gidx;                 /* its group */
     struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
-    struct moe_layout scratch;     /* placements built for their bound before resolving */
-    int (*kinds)[MOE_PLAN_KINDS];  /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
-    unsigned grow_ok;              /* dominance_slack's kinds with g_k >= 0 */
-    int *mtp;                      /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
-    long rc_key;                   /* key index, recipe and grouped of rc_terms; -1 none */
+    long set1_serial;              /* layout, group and recompute modules of the cached */
+    int set1_gidx;                 /* views after selective recompute */
+    unsigned set1_mods;
+    struct moe_act_bytes set1_dense, set1_moe;
+    struct moe_layout scratch;    /* placements built for their bound before resolving */
+    int (*kinds)[MOE_PLAN_KINDS]; /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
+    unsigned grow_ok;             /* dominance_slack's kinds with g_k >= 0 */
+    int *mtp;                     /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
+    long rc_key;                  /* key index, recipe and grouped of rc_terms; -1 none */
     struct moe_plan_rc_terms rc_terms;
     struct moe_plan_okey gk; /* its knobs */
     void *ws;
@@ -427,9 +456,10 @@ static bool contents_equal(const struct moe_stage_contents *a, const struct moe_
 /*
  * The activation views moe_mem_layer_set_init computes (memory.h). The set without recompute or
  * offload (every view alike, and whatever else the model derives per layer, such as the backward
- * working set) is cached per layout and group: it does not depend on recompute or offload; only
- * the views after recompute / offload are recomputed. A prediction's memory is checked against
- * this (memory_mismatches).
+ * working set) is cached per layout and group: it does not depend on recompute or offload; the
+ * views after selective recompute per layout, group and module set (they do not depend on
+ * offload); only the views after offload are computed each time. A prediction's memory is checked
+ * against this (memory_mismatches).
  */
 static void
 layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_set *set)
@@ -448,10 +478,19 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
     bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
     bool has_off = opt->fine_grained_offload;
     if (has_rc) {
-        moe_mem_layer_activations(cfg, lay, opt, false, w->load, MOE_MEM_APPLY_RECOMPUTE,
-                                  &set->dense[1]);
-        moe_mem_layer_activations(cfg, lay, opt, true, w->load, MOE_MEM_APPLY_RECOMPUTE,
-                                  &set->moe[1]);
+        /* Also the same for every offload value of a recompute value. */
+        if (w->set1_serial != w->layout_serial || w->set1_gidx != w->gidx ||
+            w->set1_mods != opt->recompute_modules) {
+            moe_mem_layer_activations(cfg, lay, opt, false, w->load, MOE_MEM_APPLY_RECOMPUTE,
+                                      &w->set1_dense);
+            moe_mem_layer_activations(cfg, lay, opt, true, w->load, MOE_MEM_APPLY_RECOMPUTE,
+                                      &w->set1_moe);
+            w->set1_serial = w->layout_serial;
+            w->set1_gidx = w->gidx;
+            w->set1_mods = opt->recompute_modules;
+        }
+        set->dense[1] = w->set1_dense;
+        set->moe[1] = w->set1_moe;
     }
     if (has_off) {
         const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
@@ -789,6 +828,10 @@ x_variants(struct worker *w, const struct moe_plan_okey *base, const struct moe_
     }
     const struct moe_plan_space *sp = &w->s->sp;
     double lb = p->step_time_s - slack;
+    if (prune(w, lb, p->mem.total, NULL)) {
+        w->c.pruned_time += w->xunit * (xl->n - 1); /* whatever their knobs */
+        return;
+    }
     for (int i = 0; i < xl->n; i++) {
         if (i == xl->dom) {
             continue;
@@ -830,12 +873,12 @@ static bool eval_candidate(struct worker *w,
                            const struct memo *mem,
                            struct moe_prediction *p)
 {
-    if (!valid(w, k)) {
-        w->c.invalid += w->leaf;
-        return false;
-    }
     if (prune(w, lb, mem->total, k)) {
         w->c.pruned_time += w->leaf;
+        return false;
+    }
+    if (!valid(w, k)) {
+        w->c.invalid += w->leaf;
         return false;
     }
     struct moe_options opt;
@@ -995,13 +1038,28 @@ static double rc_bound(struct worker *w,
                        bool exact);
 
 /*
- * Memory bound of every fine-grained offload value under recompute value k->rc (selective or
- * none): offloading more modules only zeroes more saved tensors, so every rank's saved
- * activations are at least what the largest module set leaves; the transient buffer of selective
- * recompute (largest full layer minus the smaller kind's saved layer, model/memory.c) only grows
- * as less is saved, so it is at least its value without offload. Hence
- *   M(r, f) >= M(r, all) - (1 + alloc_reserve) * (transient(r, all) - transient(r, none)).
+ * Memory bound of every fine-grained offload set f contained in a set g, under recompute value
+ * k->rc (selective or none), from g's memory m: offloading more modules only zeroes more saved
+ * tensors, so every rank's saved activations under f are at least what g leaves; the transient
+ * buffer of selective recompute (largest full layer minus the smaller kind's saved layer,
+ * model/memory.c) only grows as less is saved, so under f it is at least its value without
+ * offload. Hence
+ *   M(r, f) >= M(r, g) - (1 + alloc_reserve) * (transient(r, g) - transient(r, none)).
+ * offload_memory_bound takes g = every module: a bound for the whole recompute row.
  */
+static double
+offload_bound_of(const struct worker *w, const struct moe_plan_okey *k, const struct memo *m)
+{
+    double delta = 0.0;
+    if (k->rc == MOE_RECOMPUTE_SELECTIVE) {
+        /* act: [0] dense after recompute, [1] dense after offload, [2] / [3] the same for MoE */
+        double before = fmin(m->act[0], m->act[2]);
+        double after = fmin(m->act[1], m->act[3]);
+        delta = (1.0 + w->s->req->cl->overheads.alloc_reserve_frac) * fmax(0.0, before - after);
+    }
+    return m->total - delta;
+}
+
 static double offload_memory_bound(struct worker *w, const struct moe_plan_okey *k)
 {
     const struct moe_plan_space *sp = &w->s->sp;
@@ -1013,14 +1071,7 @@ static double offload_memory_bound(struct worker *w, const struct moe_plan_okey 
     moe_plan_okey_apply(sp, &t, &opt);
     struct memo m;
     memory_of(w, &opt, &m);
-    double delta = 0.0;
-    if (k->rc == MOE_RECOMPUTE_SELECTIVE) {
-        /* act: [0] dense after recompute, [1] dense after offload, [2] / [3] the same for MoE */
-        double before = fmin(m.act[0], m.act[2]);
-        double after = fmin(m.act[1], m.act[3]);
-        delta = (1.0 + w->s->req->cl->overheads.alloc_reserve_frac) * fmax(0.0, before - after);
-    }
-    return m.total - delta;
+    return offload_bound_of(w, &t, &m);
 }
 
 static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int gi);
@@ -1097,6 +1148,10 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
     /* Activation offload values under each recompute value: (r, f, X) is dominated by (r, none,
      * X*), whose bound is lb_r. */
     double seen[MOE_PLAN_MAX_OFF][4];
+    unsigned src_mods[MOE_PLAN_MAX_OFF + 1];
+    double src_lb[MOE_PLAN_MAX_OFF + 1];
+    bool fine_has[MOE_PLAN_MAX_OFF];
+    struct memo fine_m[MOE_PLAN_MAX_OFF];
     for (int ri = 0; ri < sp->num_rc; ri++) {
         if (sp->num_off <= 1) {
             break;
@@ -1108,11 +1163,45 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             w->c.pruned_time += w->leaf * rc_mult(w, ri) * w->fsize;
             continue;
         }
-        if (!s->req->exhaustive && sp->fine_all != 0) {
-            double lb_m = offload_memory_bound(w, &kmin);
-            if (prune(w, lb_r[ri], lb_m, &kmin)) {
+        double row_lb_m = 0.0;
+        bool has_row_lb = !s->req->exhaustive && sp->fine_all != 0;
+        if (has_row_lb) {
+            row_lb_m = offload_memory_bound(w, &kmin);
+            if (prune(w, lb_r[ri], row_lb_m, &kmin)) {
                 w->c.pruned_memory += w->leaf * rc_mult(w, ri) * w->fsize;
                 continue;
+            }
+        }
+        /* Fine-grained sets, largest first: each evaluated set bounds the memory of its subsets
+         * (offload_bound_of), so most sets that cannot fit are never evaluated. */
+        struct moe_plan_okey kr = dom;
+        set_rc(&kr, &sp->rcs[ri]);
+        bool fine_row = layer_choices(w, &kr, true) == 0;
+        if (fine_row) {
+            int nsrc = 0;
+            if (has_row_lb) {
+                src_mods[nsrc] = sp->fine_all;
+                src_lb[nsrc++] = row_lb_m;
+            }
+            for (int j = 0; j < s->num_fine_order; j++) {
+                int fi = s->fine_order[j];
+                double lbm = mst;
+                for (int q = 0; q < nsrc; q++) {
+                    if ((sp->offs[fi].mods & ~src_mods[q]) == 0) {
+                        lbm = fmax(lbm, src_lb[q]);
+                    }
+                }
+                fine_has[fi] = false;
+                if (!s->req->exhaustive && lbm > s->cap) {
+                    continue;
+                }
+                struct moe_plan_okey k = kr;
+                set_off(&k, &sp->offs[fi]);
+                moe_plan_okey_apply(sp, &k, &opt);
+                memory_of(w, &opt, &fine_m[fi]);
+                fine_has[fi] = true;
+                src_mods[nsrc] = sp->offs[fi].mods;
+                src_lb[nsrc++] = offload_bound_of(w, &k, &fine_m[fi]);
             }
         }
         int num_seen = 0;
@@ -1128,18 +1217,21 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                     off_mult(w, fi); /* CPU offloading needs pp == 1 and no recompute (Megatron) */
                 continue;
             }
-            if (k.off != 1 || layer_choices(w, &k, true) > 0) {
+            if (k.off != 1 || !fine_row) {
                 (void)eval_expanded(w, &k, lb_r[ri], mst, &p, &m);
                 continue;
             }
-            if (prune(w, lb_r[ri], mst, &k)) {
+            if (!fine_has[fi]) {
+                w->c.pruned_memory += w->leaf * rc_mult(w, ri);
+                continue;
+            }
+            m = fine_m[fi];
+            if (prune(w, lb_r[ri], m.total, &k)) {
                 w->c.pruned_time += w->leaf * rc_mult(w, ri);
                 continue;
             }
             /* A fine-grained set that leaves every activation total as an earlier valid set did
              * is equivalent to it (same memory, same host copies, same step time). */
-            moe_plan_okey_apply(sp, &k, &opt);
-            memory_of(w, &opt, &m);
             bool dup = false;
             for (int j = 0; j < num_seen && !dup; j++) {
                 dup = memcmp(seen[j], m.act, sizeof(m.act)) == 0;
@@ -1157,8 +1249,6 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 /* (r, f, X*) against (r, none, X*): only the kinds f offloads from grow. */
                 unsigned grows =
                     (m.act[0] != m.act[1] ? 0x3u : 0u) | (m.act[2] != m.act[3] ? 0xcu : 0u);
-                struct moe_plan_okey kr = dom;
-                set_rc(&kr, &sp->rcs[ri]);
                 lb = fmax(lb, pr_r[ri].step_time_s - dominance_slack(w, &kr, &pr_r[ri], grows));
             }
             (void)eval_candidate(w, &k, lb, &m, &p);
@@ -2707,6 +2797,7 @@ enum moe_status moe_plan_search(const struct moe_plan_request *req,
     }
     moe_plan_bound_model_init(req->cfg, &s->bm);
     moe_cost_prepare(req->cfg, &s->prep);
+    fine_order_init(s);
     s->cap = req->cl->gpu.hbm_gib * GIB;
     if (req->max_memory_bytes > 0.0 && req->max_memory_bytes < s->cap) {
         s->cap = req->max_memory_bytes;

@@ -628,6 +628,7 @@ static void test_claim_bounds(void **state)
     (void)state;
     struct moe_plan_layer_terms *terms = malloc(sizeof(*terms));
     assert_non_null(terms);
+    int supersets = 0;
     for (int m = 0; m < NUM_CLAIM_MODELS; m++) {
         struct claim_ctx *c = claim_setup(m, 7001 + (uint64_t)m);
         for (int t = 0; t < TRIALS; t++) {
@@ -672,38 +673,45 @@ static void test_claim_bounds(void **state)
             moe_mem_stage_contents(&c->p.cfg, &c->lay, pk.p.worst_stage, &sc);
             double st = moe_plan_bound_stage_static(&c->sp, &c->lay, &sc, -1, 0);
             assert_true(pk.p.mem.weights + pk.p.mem.grads + pk.p.mem.optimizer >= st * (1 - 1e-12));
-            /* offload memory bound (search.c, offload_memory_bound) */
+            /* offload memory bound (search.c, offload_bound_of): M(r, f) >= M(r, g) - delta(g)
+             * for every superset g of f (the row bound takes every module) */
             if (k.off == 1 && k.rc != MOE_RECOMPUTE_FULL) {
-                struct moe_plan_okey v = k;
-                v.off_mods = (uint8_t)c->sp.fine_all;
-                struct pred pall;
-                predict(&c->sp, &c->lay, &v, &pall);
-                struct moe_options opt;
-                moe_plan_okey_apply(&c->sp, &v, &opt);
-                struct moe_act_bytes drc;
-                struct moe_act_bytes mrc;
-                struct moe_act_bytes dall;
-                struct moe_act_bytes mall;
-                double lf = pk.p.load_factor;
-                moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, false, lf,
-                                          MOE_MEM_APPLY_RECOMPUTE, &drc);
-                moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, true, lf,
-                                          MOE_MEM_APPLY_RECOMPUTE, &mrc);
-                moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, false, lf,
-                                          MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD, &dall);
-                moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, true, lf,
-                                          MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD, &mall);
-                double delta = 0.0;
-                if (k.rc == MOE_RECOMPUTE_SELECTIVE) {
-                    delta = (1.0 + c->p.cl.overheads.alloc_reserve_frac) *
+                for (int side = 0; side < 2; side++) {
+                    struct moe_plan_okey v = k;
+                    v.off_mods = (uint8_t)(side == 0 ? c->sp.fine_all
+                                                     : (k.off_mods | ((unsigned)pick(&c->rng, 256) &
+                                                                      c->sp.fine_all)));
+                    struct pred pall;
+                    predict(&c->sp, &c->lay, &v, &pall);
+                    struct moe_options opt;
+                    moe_plan_okey_apply(&c->sp, &v, &opt);
+                    struct moe_act_bytes drc;
+                    struct moe_act_bytes mrc;
+                    struct moe_act_bytes dall;
+                    struct moe_act_bytes mall;
+                    double lf = pk.p.load_factor;
+                    const unsigned both = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
+                    moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, false, lf,
+                                              MOE_MEM_APPLY_RECOMPUTE, &drc);
+                    moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, true, lf,
+                                              MOE_MEM_APPLY_RECOMPUTE, &mrc);
+                    moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, false, lf, both, &dall);
+                    moe_mem_layer_activations(&c->p.cfg, &c->lay, &opt, true, lf, both, &mall);
+                    double delta = 0.0;
+                    if (k.rc == MOE_RECOMPUTE_SELECTIVE) {
+                        delta =
+                            (1.0 + c->p.cl.overheads.alloc_reserve_frac) *
                             fmax(0.0, fmin(drc.total, mrc.total) - fmin(dall.total, mall.total));
+                    }
+                    assert_true(pk.p.mem.total >= (pall.p.mem.total - delta) * (1 - 1e-12));
+                    supersets++;
                 }
-                assert_true(pk.p.mem.total >= (pall.p.mem.total - delta) * (1 - 1e-12));
             }
         }
         free(c);
     }
     free(terms);
+    assert_true(supersets > 50);
 }
 
 /* The pairwise validity decomposition agrees with a full resolve. */
