@@ -226,8 +226,9 @@ struct worker {
     long set0_serial;              /* layout of the cached no-option activation view */
     int set0_gidx;                 /* its group */
     struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
-    long set1_serial;              /* layout, group and recompute modules of the cached */
-    int set1_gidx;                 /* views after selective recompute */
+    struct moe_prediction *fine_src; /* [MOE_PLAN_MAX_OFF + 1] search_fine's bound sources */
+    long set1_serial;                /* layout, group and recompute modules of the cached */
+    int set1_gidx;                   /* views after selective recompute */
     unsigned set1_mods;
     struct moe_act_bytes set1_dense, set1_moe;
     struct moe_layout scratch;    /* placements built for their bound before resolving */
@@ -1076,6 +1077,103 @@ static double offload_memory_bound(struct worker *w, const struct moe_plan_okey 
 
 static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int gi);
 
+/*
+ * The fine-grained offload values of recompute row kr (dom with its recompute value), their
+ * memory known (has[fi], m[fi]; a value without memory cannot fit). First in knob order: the
+ * values that cannot fit or cannot beat lb_r (the row's bound), duplicates (a set that leaves
+ * every activation total as an earlier valid set did is equivalent to it: same memory, same host
+ * copies, same step time) and invalid values go. Then the others, fewest modules first: offloading
+ * more modules copies more bytes per layer, so each pass of (r, f, X*) is no shorter than that of
+ * (r, g, X*) for every g contained in f, none included, and T(r, f) >= T(r, g) - slack with the
+ * kinds f offloads from (dominance_slack). (r, none, X*), when not predicted (it does not fit, or
+ * a bound pruned it), is predicted as a bound, never a result.
+ */
+static void search_fine(struct worker *w,
+                        const struct moe_plan_okey *kr,
+                        int ri,
+                        double lb_r,
+                        const struct moe_prediction *pr_none,
+                        const bool *has,
+                        const struct memo *m)
+{
+    const struct search *s = w->s;
+    const struct moe_plan_space *sp = &s->sp;
+    double seen[MOE_PLAN_MAX_OFF][4];
+    bool live[MOE_PLAN_MAX_OFF];
+    int num_seen = 0;
+    int num_live = 0;
+    for (int fi = 1; fi < sp->num_off; fi++) {
+        live[fi] = false;
+        if (sp->offs[fi].off != 1) {
+            continue;
+        }
+        if (!has[fi]) {
+            w->c.pruned_memory += w->leaf * rc_mult(w, ri);
+            continue;
+        }
+        struct moe_plan_okey k = *kr;
+        set_off(&k, &sp->offs[fi]);
+        if (prune(w, lb_r, m[fi].total, &k)) {
+            w->c.pruned_time += w->leaf * rc_mult(w, ri);
+            continue;
+        }
+        bool dup = false;
+        for (int j = 0; j < num_seen && !dup; j++) {
+            dup = memcmp(seen[j], m[fi].act, sizeof(m[fi].act)) == 0;
+        }
+        if (dup) {
+            continue;
+        }
+        if (!valid(w, &k)) {
+            w->c.invalid += w->leaf * rc_mult(w, ri);
+            continue;
+        }
+        memcpy(seen[num_seen++], m[fi].act, sizeof(m[fi].act));
+        live[fi] = true;
+        num_live++;
+    }
+    if (num_live == 0) {
+        return;
+    }
+    /* Bound sources: predicted values of the row (module set, prediction). */
+    unsigned src_mods[MOE_PLAN_MAX_OFF + 1];
+    struct moe_prediction *src = w->fine_src;
+    int nsrc = 0;
+    struct moe_options opt;
+    if (pr_none != NULL) {
+        src_mods[nsrc] = 0u;
+        src[nsrc++] = *pr_none;
+    } else if (!s->req->exhaustive && valid(w, kr)) {
+        moe_plan_okey_apply(sp, kr, &opt);
+        if (predict(w, &opt, &src[nsrc])) {
+            check_lb(w, lb_r, &src[nsrc]);
+            src_mods[nsrc++] = 0u;
+        }
+    }
+    for (int j = s->num_fine_order - 1; j >= 0; j--) {
+        int fi = s->fine_order[j];
+        if (!live[fi]) {
+            continue;
+        }
+        const struct memo *mf = &m[fi];
+        unsigned mods = sp->offs[fi].mods;
+        /* only the kinds f offloads from grow */
+        unsigned grows =
+            (mf->act[0] != mf->act[1] ? 0x3u : 0u) | (mf->act[2] != mf->act[3] ? 0xcu : 0u);
+        double lb = lb_r;
+        for (int q = 0; q < nsrc; q++) {
+            if ((src_mods[q] & ~mods) == 0) {
+                lb = fmax(lb, src[q].step_time_s - dominance_slack(w, kr, &src[q], grows));
+            }
+        }
+        struct moe_plan_okey k = *kr;
+        set_off(&k, &sp->offs[fi]);
+        if (eval_candidate(w, &k, lb, mf, &src[nsrc])) {
+            src_mods[nsrc++] = mods;
+        }
+    }
+}
+
 /* Option group: everything but recompute, activation offload and the time-only knobs. */
 static void search_group(struct worker *w, const struct moe_plan_okey *base)
 {
@@ -1147,7 +1245,6 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
     }
     /* Activation offload values under each recompute value: (r, f, X) is dominated by (r, none,
      * X*), whose bound is lb_r. */
-    double seen[MOE_PLAN_MAX_OFF][4];
     unsigned src_mods[MOE_PLAN_MAX_OFF + 1];
     double src_lb[MOE_PLAN_MAX_OFF + 1];
     bool fine_has[MOE_PLAN_MAX_OFF];
@@ -1204,7 +1301,6 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 src_lb[nsrc++] = offload_bound_of(w, &k, &fine_m[fi]);
             }
         }
-        int num_seen = 0;
         for (int fi = 1; fi < sp->num_off; fi++) {
             struct moe_plan_okey k = dom;
             set_rc(&k, &sp->rcs[ri]);
@@ -1219,39 +1315,10 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             }
             if (k.off != 1 || !fine_row) {
                 (void)eval_expanded(w, &k, lb_r[ri], mst, &p, &m);
-                continue;
             }
-            if (!fine_has[fi]) {
-                w->c.pruned_memory += w->leaf * rc_mult(w, ri);
-                continue;
-            }
-            m = fine_m[fi];
-            if (prune(w, lb_r[ri], m.total, &k)) {
-                w->c.pruned_time += w->leaf * rc_mult(w, ri);
-                continue;
-            }
-            /* A fine-grained set that leaves every activation total as an earlier valid set did
-             * is equivalent to it (same memory, same host copies, same step time). */
-            bool dup = false;
-            for (int j = 0; j < num_seen && !dup; j++) {
-                dup = memcmp(seen[j], m.act, sizeof(m.act)) == 0;
-            }
-            if (dup) {
-                continue;
-            }
-            if (!valid(w, &k)) {
-                w->c.invalid += w->leaf * rc_mult(w, ri);
-                continue;
-            }
-            memcpy(seen[num_seen++], m.act, sizeof(m.act));
-            double lb = lb_r[ri];
-            if (has_r[ri]) {
-                /* (r, f, X*) against (r, none, X*): only the kinds f offloads from grow. */
-                unsigned grows =
-                    (m.act[0] != m.act[1] ? 0x3u : 0u) | (m.act[2] != m.act[3] ? 0xcu : 0u);
-                lb = fmax(lb, pr_r[ri].step_time_s - dominance_slack(w, &kr, &pr_r[ri], grows));
-            }
-            (void)eval_candidate(w, &k, lb, &m, &p);
+        }
+        if (fine_row) {
+            search_fine(w, &kr, ri, lb_r[ri], has_r[ri] ? &pr_r[ri] : NULL, fine_has, fine_m);
         }
     }
 }
@@ -2595,6 +2662,7 @@ static void workers_free(struct worker *ws, int n)
         free(ws[i].terms);
         free(ws[i].kinds);
         free(ws[i].mtp);
+        free(ws[i].fine_src);
         free(ws[i].vm.g);
         free(ws[i].vm.r);
         free(ws[i].vm.f);
@@ -2629,6 +2697,7 @@ static struct worker *workers_create(struct search *s, int n)
         w->terms = calloc(TERMS_SLOTS, sizeof(*w->terms));
         w->kinds = calloc(MOE_MAX_PP_CHUNKS, sizeof(*w->kinds));
         w->mtp = calloc(MOE_MAX_PP_CHUNKS, sizeof(*w->mtp));
+        w->fine_src = calloc(MOE_PLAN_MAX_OFF + 1, sizeof(*w->fine_src));
         w->rc_key = -1;
         const struct moe_plan_space *sp = &s->sp;
         int nd = sp->num_dispatchers > sp->num_dispatchers_ep1 ? sp->num_dispatchers
@@ -2651,7 +2720,8 @@ static struct worker *workers_create(struct search *s, int n)
         if (w->vc == NULL || w->ws == NULL || w->sc == NULL || w->gp == NULL ||
             w->statics == NULL || w->pl == NULL || w->terms == NULL || w->vm.g == NULL ||
             w->vm.r == NULL || w->vm.f == NULL || w->vm.x == NULL || w->vm.rf == NULL ||
-            w->vm.rx == NULL || w->vm.fx == NULL || w->kinds == NULL || w->mtp == NULL) {
+            w->vm.rx == NULL || w->vm.fx == NULL || w->kinds == NULL || w->mtp == NULL ||
+            w->fine_src == NULL) {
             workers_free(ws, n);
             return NULL;
         }

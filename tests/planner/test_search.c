@@ -139,6 +139,27 @@ static void test_exhaustive_moe(void **state)
     check_exhaustive(&p.req);
 }
 
+/* The same under a memory cap that only recompute and offload meet, every offload module set. */
+#define TIGHT_GIB 68.0
+static void test_exhaustive_tight(void **state)
+{
+    (void)state;
+    struct problem p;
+    load_problem(&p, "qwen3-30b-a3b", "dgx-h100", 8, 64);
+    p.req.recipes = 1u << MOE_RECIPE_FP8_BLOCKWISE;
+    p.req.dispatchers = 1u << MOE_DISPATCH_ALLTOALL;
+    fix_int(&p.req, MOE_PK_TP, &p.req.lay.tp, 1);
+    fix_int(&p.req, MOE_PK_CP, &p.req.lay.cp, 1);
+    fix_int(&p.req, MOE_PK_EP, &p.req.lay.ep, 8);
+    fix_int(&p.req, MOE_PK_PP, &p.req.lay.pp, 1);
+    fix_int(&p.req, MOE_PK_MBS, &p.req.lay.mbs, 2);
+    p.req.all_offload_sets = true;
+    p.req.max_memory_bytes = TIGHT_GIB * 1073741824.0;
+    p.req.top_k = 3;
+    p.req.pareto_window = 1.3;
+    check_exhaustive(&p.req);
+}
+
 static void test_exhaustive_interleaved(void **state)
 {
     (void)state;
@@ -582,12 +603,14 @@ static void test_claim_equivalence(void **state)
 }
 
 /* The dominator bound (search.c): T(c) >= T(d) - dp_comm(d) for c in d's group; exactly
- * T(c) >= T(d) without interleaving and without 1F1B EP overlap. */
+ * T(c) >= T(d) without interleaving and without 1F1B EP overlap. The same between fine-grained
+ * offload sets, a set against its subsets (search_fine). */
 static void test_claim_dominator(void **state)
 {
     (void)state;
     double ov_max = 0.0;
     int exact = 0;
+    int subsets = 0;
     for (int m = 0; m < NUM_CLAIM_MODELS; m++) {
         struct claim_ctx *c = claim_setup(m, 1001 + (uint64_t)m);
         ov_max = fmax(ov_max, c->p.cl.overheads.overlap_eff);
@@ -615,10 +638,26 @@ static void test_claim_dominator(void **state)
                 assert_true(pk.p.step_time_s >= pd.p.step_time_s * (1 - 1e-12));
                 exact++;
             }
+            /* fine-grained offload: (r, f, X) against (r, g, X) for g contained in f (search_fine)
+             */
+            if (k.off == 1) {
+                struct moe_plan_okey g = k;
+                g.off_mods = (uint8_t)(k.off_mods & (unsigned)pick(&c->rng, 256));
+                g.off = g.off_mods != 0 ? 1 : 0;
+                struct pred pg;
+                predict(&c->sp, &c->lay, &g, &pg);
+                assert_true(pk.p.step_time_s >=
+                            (pg.p.step_time_s - pg.p.time.dp_comm) * (1 - 1e-12));
+                if (c->lay.vpp == 1 && !k.ep_overlap && c->p.cl.overheads.overlap_eff <= 1.0) {
+                    assert_true(pk.p.step_time_s >= pg.p.step_time_s * (1 - 1e-12));
+                    subsets++;
+                }
+            }
         }
         free(c);
     }
     assert_true(exact > 0);
+    assert_true(subsets > 0);
     assert_true(ov_max <= 1.0);
 }
 
@@ -756,6 +795,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exhaustive_dense),
         cmocka_unit_test(test_exhaustive_moe),
+        cmocka_unit_test(test_exhaustive_tight),
         cmocka_unit_test(test_exhaustive_interleaved),
         cmocka_unit_test(test_threads_deterministic),
         cmocka_unit_test(test_constraints),
