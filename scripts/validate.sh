@@ -23,15 +23,19 @@ np_max=$((cores < 2 ? cores : 2))
 # 1. Calibration: reuse a fresh one from this host, else measure.
 scripts/calibrate-host.sh "$build" "$cluster" "$np_max" || exit 1
 
-# 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan.
+# 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan. Every timed
+# run uses the rank count the calibration measured at (the ranks of a host share its caches and
+# memory bandwidth, and on SMT or shared virtual CPUs its cores, so a rank's rates depend on how
+# many run at once): the option variants run data-parallel on all of them.
 common="--global-batch-size 8 --micro-batch-size 1 --use-distributed-optimizer --moe-grouped-gemm"
+n=$np_max
 suite=(
-    "base|1||"
-    "fp8-blockwise|1|--emulate-precision|--fp8-format e4m3 --fp8-recipe blockwise"
-    "recompute-sel|1||--recompute-granularity selective --recompute-modules moe_act layernorm"
-    "recompute-full|1||--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
-    "offload|1||--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act"
-    "dp2|2||"
+    "dp$n|$n||"
+    "fp8-blockwise|$n|--emulate-precision|--fp8-format e4m3 --fp8-recipe blockwise"
+    "recompute-sel|$n||--recompute-granularity selective --recompute-modules moe_act layernorm"
+    "recompute-full|$n||--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    "offload|$n||--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act"
+    "dp-overlap|$n||--overlap-grad-reduce --overlap-param-gather"
     "ep2|2||--expert-model-parallel-size 2"
     "ep2-hier|2|--ranks-per-node 1|--expert-model-parallel-size 2 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
     "tp2|2||--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1"
