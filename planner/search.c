@@ -183,6 +183,20 @@ struct counters {
     long memory_mismatches;   /* memory_of disagreed with a prediction's memory */
 };
 
+/* Layer activations after recompute and offload of one option set (layer_set). */
+#define VIEW_SLOTS 4096
+struct view_slot {
+    long serial; /* layout */
+    uint64_t key;
+    struct moe_act_bytes dense, moe;
+};
+
+/* Per-rank recompute time of one recompute value, summed over the ranks (rc_bound). */
+struct rc_sums {
+    unsigned stamp;
+    double sum, min, max;
+};
+
 struct static_slot {
     int key[12];
     bool used;
@@ -236,6 +250,10 @@ struct worker {
     unsigned grow_ok;             /* dominance_slack's kinds with g_k >= 0 */
     int *mtp;                     /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
     long rc_key;                  /* key index, recipe and grouped of rc_terms; -1 none */
+    long rcb_serial, rcb_key;     /* layout and rc_key of the cached per-rank recompute sums */
+    unsigned rcb_stamp;
+    struct rc_sums *rcb;     /* [MOE_PLAN_MAX_RC] */
+    struct view_slot *views; /* [VIEW_SLOTS] */
     struct moe_plan_rc_terms rc_terms;
     struct moe_plan_okey gk; /* its knobs */
     void *ws;
@@ -494,9 +512,24 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
         set->moe[1] = w->set1_moe;
     }
     if (has_off) {
-        const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
-        moe_mem_layer_activations(cfg, lay, opt, false, w->load, all, &set->dense[2]);
-        moe_mem_layer_activations(cfg, lay, opt, true, w->load, all, &set->moe[2]);
+        /* Cached per layout by the options moe_mem_layer_activations reads (model/memory.c:
+         * recipe, selective recompute modules, offload modules; FP32 training is the run's), so
+         * option groups that differ elsewhere share them. */
+        uint64_t key = (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 |
+                       (uint64_t)(has_rc ? opt->recompute_modules & 0x7fffffffu : 0u) << 16 |
+                       (uint64_t)(opt->offload_modules & 0xffffu);
+        uint64_t h =
+            (key ^ (uint64_t)w->layout_serial * 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
+        struct view_slot *v = &w->views[(h >> 40) & (VIEW_SLOTS - 1)];
+        if (v->serial != w->layout_serial || v->key != key) {
+            const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
+            moe_mem_layer_activations(cfg, lay, opt, false, w->load, all, &v->dense);
+            moe_mem_layer_activations(cfg, lay, opt, true, w->load, all, &v->moe);
+            v->serial = w->layout_serial;
+            v->key = key;
+        }
+        set->dense[2] = v->dense;
+        set->moe[2] = v->moe;
     } else {
         set->dense[2] = set->dense[1];
         set->moe[2] = set->moe[1];
@@ -1035,7 +1068,7 @@ static void set_off(struct moe_plan_okey *k, const struct moe_plan_off *f)
 static double rc_bound(struct worker *w,
                        const struct moe_plan_okey *dom,
                        const struct moe_prediction *pd,
-                       const struct moe_plan_rc *rc,
+                       int ri,
                        bool exact);
 
 /*
@@ -1061,7 +1094,7 @@ offload_bound_of(const struct worker *w, const struct moe_plan_okey *k, const st
     return m->total - delta;
 }
 
-static double offload_memory_bound(struct worker *w, const struct moe_plan_okey *k)
+static double offload_memory_bound(struct worker *w, const struct moe_plan_okey *k, struct memo *m)
 {
     const struct moe_plan_space *sp = &w->s->sp;
     struct moe_plan_okey t = *k;
@@ -1070,9 +1103,8 @@ static double offload_memory_bound(struct worker *w, const struct moe_plan_okey 
     t.off_layers = 0;
     struct moe_options opt;
     moe_plan_okey_apply(sp, &t, &opt);
-    struct memo m;
-    memory_of(w, &opt, &m);
-    return offload_bound_of(w, &t, &m);
+    memory_of(w, &opt, m);
+    return offload_bound_of(w, &t, m);
 }
 
 static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int gi);
@@ -1223,8 +1255,8 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
         struct memo m;
         double lb_single = lbg;
         if (use_rc && ri > 0) {
-            lb_single = fmax(lbg, rc_bound(w, &dom, &pd, &sp->rcs[ri], true));
-            lb_r[ri] = fmax(lbg, rc_bound(w, &dom, &pd, &sp->rcs[ri], false));
+            lb_single = fmax(lbg, rc_bound(w, &dom, &pd, ri, true));
+            lb_r[ri] = fmax(lbg, rc_bound(w, &dom, &pd, ri, false));
         }
         if (ri == 0 && layer_choices(w, &k, true) == 0 && layer_choices(w, &k, false) == 0) {
             if (valid(w, &k)) {
@@ -1261,9 +1293,10 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             continue;
         }
         double row_lb_m = 0.0;
+        struct memo row_m;
         bool has_row_lb = !s->req->exhaustive && sp->fine_all != 0;
         if (has_row_lb) {
-            row_lb_m = offload_memory_bound(w, &kmin);
+            row_lb_m = offload_memory_bound(w, &kmin, &row_m);
             if (prune(w, lb_r[ri], row_lb_m, &kmin)) {
                 w->c.pruned_memory += w->leaf * rc_mult(w, ri) * w->fsize;
                 continue;
@@ -1294,8 +1327,12 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 }
                 struct moe_plan_okey k = kr;
                 set_off(&k, &sp->offs[fi]);
-                moe_plan_okey_apply(sp, &k, &opt);
-                memory_of(w, &opt, &fine_m[fi]);
+                if (has_row_lb && sp->offs[fi].mods == sp->fine_all) {
+                    fine_m[fi] = row_m; /* the row bound's set */
+                } else {
+                    moe_plan_okey_apply(sp, &k, &opt);
+                    memory_of(w, &opt, &fine_m[fi]);
+                }
                 fine_has[fi] = true;
                 src_mods[nsrc] = sp->offs[fi].mods;
                 src_lb[nsrc++] = offload_bound_of(w, &k, &fine_m[fi]);
@@ -1388,36 +1425,46 @@ static void prepare_layout(struct worker *w)
 static double rc_bound(struct worker *w,
                        const struct moe_plan_okey *dom,
                        const struct moe_prediction *pd,
-                       const struct moe_plan_rc *rc,
+                       int ri,
                        bool exact)
 {
     const struct search *s = w->s;
     const struct moe_layout *lay = &w->lay;
     const struct moe_cluster *cl = s->req->cl;
-    double r[MOE_PLAN_KINDS];
-    for (int k = 0; k < MOE_PLAN_KINDS; k++) {
-        r[k] = moe_plan_bound_rc_layer(&w->rc_terms, rc, k);
+    /* The per-rank recompute sums depend on the layout, the recompute terms and the value only. */
+    if (w->rcb_serial != w->layout_serial || w->rcb_key != w->rc_key) {
+        w->rcb_serial = w->layout_serial;
+        w->rcb_key = w->rc_key;
+        w->rcb_stamp++;
     }
-    int last = s->bm.last_moe * 2 + s->bm.last_win;
+    struct rc_sums *rs = &w->rcb[ri];
+    if (rs->stamp != w->rcb_stamp) {
+        double r[MOE_PLAN_KINDS];
+        for (int k = 0; k < MOE_PLAN_KINDS; k++) {
+            r[k] = moe_plan_bound_rc_layer(&w->rc_terms, &s->sp.rcs[ri], k);
+        }
+        int last = s->bm.last_moe * 2 + s->bm.last_win;
+        rs->sum = 0.0;
+        rs->min = INFINITY;
+        rs->max = 0.0;
+        for (int p = 0; p < lay->pp; p++) {
+            double raw = w->mtp[p] * r[last];
+            for (int k = 0; k < MOE_PLAN_KINDS; k++) {
+                raw += w->kinds[p][k] * r[k];
+            }
+            rs->sum += raw;
+            rs->min = fmin(rs->min, raw);
+            rs->max = fmax(rs->max, raw);
+        }
+        rs->stamp = w->rcb_stamp;
+    }
     double eo = cl->overheads.ep_overlap_eff;
     double fac = dom->ep_overlap ? fmax(0.0, 1.0 - eo) : 1.0;
-    double sum = 0.0;
-    double min = INFINITY;
-    double rawmax = 0.0;
-    for (int p = 0; p < lay->pp; p++) {
-        double raw = w->mtp[p] * r[last];
-        for (int k = 0; k < MOE_PLAN_KINDS; k++) {
-            raw += w->kinds[p][k] * r[k];
-        }
-        sum += raw * fac;
-        min = fmin(min, raw * fac);
-        rawmax = fmax(rawmax, raw);
-    }
     double m = lay->num_microbatches;
-    double grow = (m - 1.0 / lay->vpp) * min + sum / lay->vpp;
+    double grow = (m - 1.0 / lay->vpp) * (rs->min * fac) + (rs->sum * fac) / lay->vpp;
     double dp = pd->time.dp_comm > 0.0 ? pd->time.dp_comm : 0.0;
     double ov = cl->overheads.overlap_eff;
-    double tail = exact ? fmin(dp, ov * (dom->ep_overlap ? 2.0 : 1.0) * rawmax) : dp;
+    double tail = exact ? fmin(dp, ov * (dom->ep_overlap ? 2.0 : 1.0) * rs->max) : dp;
     return pd->step_time_s + grow - tail;
 }
 
@@ -2663,6 +2710,8 @@ static void workers_free(struct worker *ws, int n)
         free(ws[i].kinds);
         free(ws[i].mtp);
         free(ws[i].fine_src);
+        free(ws[i].rcb);
+        free(ws[i].views);
         free(ws[i].vm.g);
         free(ws[i].vm.r);
         free(ws[i].vm.f);
@@ -2698,6 +2747,9 @@ static struct worker *workers_create(struct search *s, int n)
         w->kinds = calloc(MOE_MAX_PP_CHUNKS, sizeof(*w->kinds));
         w->mtp = calloc(MOE_MAX_PP_CHUNKS, sizeof(*w->mtp));
         w->fine_src = calloc(MOE_PLAN_MAX_OFF + 1, sizeof(*w->fine_src));
+        w->rcb = calloc(MOE_PLAN_MAX_RC, sizeof(*w->rcb));
+        w->views = calloc(VIEW_SLOTS, sizeof(*w->views));
+        w->rcb_stamp = 1;
         w->rc_key = -1;
         const struct moe_plan_space *sp = &s->sp;
         int nd = sp->num_dispatchers > sp->num_dispatchers_ep1 ? sp->num_dispatchers
@@ -2721,7 +2773,7 @@ static struct worker *workers_create(struct search *s, int n)
             w->statics == NULL || w->pl == NULL || w->terms == NULL || w->vm.g == NULL ||
             w->vm.r == NULL || w->vm.f == NULL || w->vm.x == NULL || w->vm.rf == NULL ||
             w->vm.rx == NULL || w->vm.fx == NULL || w->kinds == NULL || w->mtp == NULL ||
-            w->fine_src == NULL) {
+            w->fine_src == NULL || w->rcb == NULL || w->views == NULL) {
             workers_free(ws, n);
             return NULL;
         }
