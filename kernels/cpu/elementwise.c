@@ -66,11 +66,26 @@ void moe_k_cpu_sum(float *out, const float *x, size_t n, moe_k_ctx_t *ctx)
 void moe_k_cpu_sum_squares(float *out, const float *x, size_t n, moe_k_ctx_t *ctx)
 {
     (void)ctx;
-    double acc = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        acc += (double)x[i] * (double)x[i];
+    /* Eight independent double accumulators, element i into lane i % 8, summed in lane order at
+     * the end: the same result on every run and vector width, and no serial add chain (one
+     * accumulator ran at 2 ns per element, a quarter of this host's memory bandwidth). */
+    enum { LANES = 8 };
+    double acc[LANES] = {0.0};
+    size_t body = n - n % LANES;
+    for (size_t i = 0; i < body; i += LANES) {
+#pragma omp simd
+        for (size_t l = 0; l < LANES; l++) {
+            acc[l] += (double)x[i + l] * (double)x[i + l];
+        }
     }
-    *out = (float)acc;
+    for (size_t i = body; i < n; i++) {
+        acc[i - body] += (double)x[i] * (double)x[i];
+    }
+    double total = 0.0;
+    for (size_t l = 0; l < LANES; l++) {
+        total += acc[l];
+    }
+    *out = (float)total;
 }
 
 static float sigmoid_f32(float x)
