@@ -1,9 +1,11 @@
 /*
  * Fits of the cost model's figures to moefold-bench measurements (cli/calibrate.h).
  *
- * - GEMM: peak = the best single-rank rate; eff(F) = max_eff (1 - exp(-F / half_flops)) fitted to
- *   the measured rate / peak by nonlinear least squares (GSL gsl_multifit_nlinear, trust region
- *   Levenberg-Marquardt), the same curve model/compute.c evaluates.
+ * - GEMM: rate = peak (1 - exp(-F / half_flops)) d / (d + half_dim), d the narrowest dimension,
+ *   fitted to the measured rates by nonlinear least squares (GSL gsl_multifit_nlinear, trust
+ *   region Levenberg-Marquardt, from the best point of a log-space grid), the same curve
+ *   model/compute.c evaluates; the grouped factor is measured against that curve at each
+ *   expert's own rows.
  * - Collectives: t = latency + bus_bytes / busbw by linear least squares (GSL gsl_fit_linear) on
  *   the sizes above the small-message regime, bus bytes per nccl-tests (the bench reports busbw
  *   and time for each size; bus_bytes = busbw x time).
@@ -58,99 +60,123 @@ static double median(double *v, size_t n)
     return gsl_stats_median_from_sorted_data(v, 1, n);
 }
 
-/* eff(F) = a (1 - exp(-F / h)): residuals and Jacobian for gsl_multifit_nlinear. */
+/*
+ * rate(m, n, k) = a (1 - exp(-F / h)) d / (d + q), F = 2mnk, d = min(m, n, k): the efficiency
+ * model/compute.c evaluates times the fitted peak a. Parameters (a, ln h, ln q): both scales stay
+ * positive, and either term can fade out (h -> 0 or q -> 0) when the host's shapes do not need it.
+ */
 struct curve_data {
-    const double *f;
-    const double *y;
+    const double *f; /* FLOPs per point */
+    const double *d; /* narrowest dimension per point */
+    const double *y; /* measured GFLOP/s */
     size_t n;
 };
 
+static double curve_shape(double f, double d, double h, double q)
+{
+    return (1.0 - exp(-f / h)) * d / (d + q);
+}
+
 static int curve_f(const gsl_vector *x, void *data, gsl_vector *r)
 {
-    const struct curve_data *d = data;
+    const struct curve_data *c = data;
     double a = gsl_vector_get(x, 0);
-    double h = gsl_vector_get(x, 1);
-    for (size_t i = 0; i < d->n; i++) {
-        gsl_vector_set(r, i, (a * (1.0 - exp(-d->f[i] / h)) - d->y[i]) / d->y[i]);
+    double h = exp(gsl_vector_get(x, 1));
+    double q = exp(gsl_vector_get(x, 2));
+    for (size_t i = 0; i < c->n; i++) {
+        gsl_vector_set(r, i, (a * curve_shape(c->f[i], c->d[i], h, q) - c->y[i]) / c->y[i]);
     }
     return GSL_SUCCESS;
 }
 
 static int curve_df(const gsl_vector *x, void *data, gsl_matrix *jac)
 {
-    const struct curve_data *d = data;
+    const struct curve_data *c = data;
     double a = gsl_vector_get(x, 0);
-    double h = gsl_vector_get(x, 1);
-    for (size_t i = 0; i < d->n; i++) {
-        double e = exp(-d->f[i] / h);
-        gsl_matrix_set(jac, i, 0, (1.0 - e) / d->y[i]);
-        gsl_matrix_set(jac, i, 1, -a * e * d->f[i] / (h * h) / d->y[i]);
+    double h = exp(gsl_vector_get(x, 1));
+    double q = exp(gsl_vector_get(x, 2));
+    for (size_t i = 0; i < c->n; i++) {
+        double e = exp(-c->f[i] / h);
+        double t = c->d[i] / (c->d[i] + q);
+        gsl_matrix_set(jac, i, 0, (1.0 - e) * t / c->y[i]);
+        gsl_matrix_set(jac, i, 1, -a * e * (c->f[i] / h) * t / c->y[i]);
+        gsl_matrix_set(jac, i, 2, -a * (1.0 - e) * t * q / (c->d[i] + q) / c->y[i]);
     }
     return GSL_SUCCESS;
 }
 
-/* Fit (a, h) with a in the unit interval; h is fitted in log space through the starting grid. */
-static enum moe_status fit_curve(const double *f,
-                                 const double *y,
-                                 size_t n,
-                                 double *a_out,
-                                 double *h_out,
-                                 double *rms,
-                                 struct moe_diag *diag)
+/* RMS relative residual of (a, h, q); a solved linearly (least squares) when *a_io <= 0. */
+static double curve_rms(const struct curve_data *c, double *a_io, double h, double q)
 {
-    /* Start from the best point of a coarse grid over h (a solved linearly for each h). */
-    double best_h = 1e6;
-    double best_a = 1.0;
-    double best_err = INFINITY;
-    for (double lh = 3.0; lh <= 13.0; lh += 0.05) {
-        double h = pow(10.0, lh);
+    if (*a_io <= 0.0) {
         double num = 0.0;
         double den = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            double g = (1.0 - exp(-f[i] / h)) / y[i];
+        for (size_t i = 0; i < c->n; i++) {
+            double g = curve_shape(c->f[i], c->d[i], h, q) / c->y[i];
             num += g;
             den += g * g;
         }
-        double a = den > 0.0 ? num / den : 1.0;
-        double err = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            double r = (a * (1.0 - exp(-f[i] / h)) - y[i]) / y[i];
-            err += r * r;
-        }
-        if (err < best_err) {
-            best_err = err;
-            best_h = h;
-            best_a = a;
+        *a_io = den > 0.0 ? num / den : 1.0;
+    }
+    double err = 0.0;
+    for (size_t i = 0; i < c->n; i++) {
+        double r = (*a_io * curve_shape(c->f[i], c->d[i], h, q) - c->y[i]) / c->y[i];
+        err += r * r;
+    }
+    return sqrt(err / (double)c->n);
+}
+
+/* Fit (a, h, q): a coarse grid over (h, q) in log space, then GSL's trust-region solver. */
+static enum moe_status fit_curve(struct curve_data *c,
+                                 double *a_out,
+                                 double *h_out,
+                                 double *q_out,
+                                 double *rms,
+                                 struct moe_diag *diag)
+{
+    double best_h = 1e6;
+    double best_q = 1.0;
+    double best_a = 1.0;
+    double best_err = INFINITY;
+    for (double lh = 0.0; lh <= 13.0; lh += 0.1) {
+        for (double lq = -2.0; lq <= 4.0; lq += 0.05) {
+            double a = 0.0;
+            double err = curve_rms(c, &a, pow(10.0, lh), pow(10.0, lq));
+            if (err < best_err) {
+                best_err = err;
+                best_h = pow(10.0, lh);
+                best_q = pow(10.0, lq);
+                best_a = a;
+            }
         }
     }
-    struct curve_data data = {f, y, n};
-    gsl_multifit_nlinear_fdf fdf = {curve_f, curve_df, NULL, n, 2, &data, 0, 0, 0};
+    gsl_multifit_nlinear_fdf fdf = {curve_f, curve_df, NULL, c->n, 3, c, 0, 0, 0};
     gsl_multifit_nlinear_parameters params = gsl_multifit_nlinear_default_parameters();
     gsl_multifit_nlinear_workspace *w =
-        gsl_multifit_nlinear_alloc(gsl_multifit_nlinear_trust, &params, n, 2);
+        gsl_multifit_nlinear_alloc(gsl_multifit_nlinear_trust, &params, c->n, 3);
     if (w == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "calibrate: out of memory in the GEMM fit");
     }
-    double x0[2] = {best_a, best_h};
-    gsl_vector_view xv = gsl_vector_view_array(x0, 2);
+    double x0[3] = {best_a, log(best_h), log(best_q)};
+    gsl_vector_view xv = gsl_vector_view_array(x0, 3);
     gsl_multifit_nlinear_init(&xv.vector, &fdf, w);
     int info = 0;
     int status = gsl_multifit_nlinear_driver(200, 1e-10, 1e-10, 1e-12, NULL, NULL, &info, w);
     double a = gsl_vector_get(w->x, 0);
-    double h = gsl_vector_get(w->x, 1);
-    if (status != GSL_SUCCESS || !(a > 0.0) || !(h > 0.0) || !isfinite(a) || !isfinite(h)) {
+    double h = exp(gsl_vector_get(w->x, 1));
+    double q = exp(gsl_vector_get(w->x, 2));
+    gsl_multifit_nlinear_free(w);
+    double err = curve_rms(c, &a, h, q);
+    if (status != GSL_SUCCESS || !(a > 0.0) || !isfinite(err) || !(err <= best_err)) {
         a = best_a; /* the grid start is the least-squares optimum on the grid */
         h = best_h;
-    }
-    gsl_multifit_nlinear_free(w);
-    double err = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double r = (a * (1.0 - exp(-f[i] / h)) - y[i]) / y[i];
-        err += r * r;
+        q = best_q;
+        err = best_err;
     }
     *a_out = a;
     *h_out = h;
-    *rms = sqrt(err / (double)n);
+    *q_out = q < 1e-2 ? 0.0 : q; /* a negligible narrow-dimension term is no term */
+    *rms = err;
     return MOE_OK;
 }
 
@@ -159,9 +185,9 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(bench, "gemm");
     double f[MAX_POINTS];
+    double d[MAX_POINTS];
     double y[MAX_POINTS];
     size_t n = 0;
-    double peak = 0.0;
     const cJSON *it = NULL;
     cJSON_ArrayForEach(it, arr)
     {
@@ -169,23 +195,24 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
         double nn = num_of(it, "n");
         double k = num_of(it, "k");
         double g = num_of(it, "gflops");
-        if (!ok_of(it) || !(g > 0.0) || !(m > 0.0) || n >= MAX_POINTS) {
+        if (!ok_of(it) || !(g > 0.0) || !(m > 0.0) || !(nn > 0.0) || !(k > 0.0) ||
+            n >= MAX_POINTS) {
             continue;
         }
         f[n] = 2.0 * m * nn * k;
+        d[n] = fmin(m, fmin(nn, k));
         y[n] = g;
-        peak = g > peak ? g : peak;
         n++;
     }
-    if (n < 3) {
+    if (n < 4) {
         return moe_diag_set(diag, MOE_ERR_INVALID,
-                            "calibrate: the bench has %zu usable GEMM points; need 3 or more", n);
+                            "calibrate: the bench has %zu usable GEMM points; need 4 or more", n);
     }
-    /* Fit the rate itself: its asymptote is the peak the model scales (max_eff 1). Small shapes
-     * that run faster out of cache than the curve allows only raise the residual. */
-    (void)peak;
+    /* Fit the rate itself: its asymptote is the peak the model scales (max_eff 1). */
+    struct curve_data c = {f, d, y, n};
     double rate = 0.0;
-    MOE_TRY(fit_curve(f, y, n, &rate, &fit->gemm_half_flops, &fit->gemm_rms_resid, diag));
+    MOE_TRY(fit_curve(&c, &rate, &fit->gemm_half_flops, &fit->gemm_half_dim, &fit->gemm_rms_resid,
+                      diag));
     fit->gemm_peak_gflops = rate;
     fit->gemm_max_eff = 1.0;
     fit->gemm_points = (int)n;
@@ -201,10 +228,23 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "grouped_gemm"))
     {
         double g = num_of(it, "gflops");
-        double d = num_of(it, "dense_gflops");
+        double e = num_of(it, "experts");
+        double t = num_of(it, "tokens");
+        double in = num_of(it, "in");
+        double out = num_of(it, "out");
         const cJSON *sk = cJSON_GetObjectItemCaseSensitive(it, "skewed");
-        if (ok_of(it) && g > 0.0 && d > 0.0 && !cJSON_IsTrue(sk) && n < MAX_POINTS) {
-            r[n++] = g / d;
+        if (!ok_of(it) || !(g > 0.0) || !(e > 0.0) || !(t > 0.0) || !(in > 0.0) || !(out > 0.0) ||
+            cJSON_IsTrue(sk) || n >= MAX_POINTS) {
+            continue;
+        }
+        /* What model/compute.c prices before grouped_eff: the curve at the total FLOPs with
+         * each expert's own rows as the narrowest dimension. */
+        double rows = t / e;
+        double model =
+            fit->gemm_peak_gflops * curve_shape(2.0 * t * in * out, fmin(rows, fmin(in, out)),
+                                                fit->gemm_half_flops, fit->gemm_half_dim);
+        if (model > 0.0) {
+            r[n++] = g / model;
         }
     }
     if (n == 0) {
@@ -226,6 +266,8 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
     double elem[MAX_POINTS];
     double elem_bytes[MAX_POINTS];
     size_t ne = 0;
+    double adam_best = 0.0;
+    double adam_bytes = 0.0;
     const cJSON *it = NULL;
     /* Streaming bandwidth: the copy with the largest working set (past the caches). */
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "memory"))
@@ -239,8 +281,12 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
         if (strcmp(k->valuestring, "copy") == 0 && b >= copy_bytes) {
             copy_bytes = b;
             copy_best = g;
-        } else if (strcmp(k->valuestring, "copy") != 0 && strcmp(k->valuestring, "axpy") != 0 &&
-                   ne < MAX_POINTS) {
+        } else if (strcmp(k->valuestring, "adamw") == 0) {
+            if (b >= adam_bytes) {
+                adam_bytes = b;
+                adam_best = g;
+            }
+        } else if (strcmp(k->valuestring, "axpy") != 0 && ne < MAX_POINTS) {
             elem[ne] = g;
             elem_bytes[ne] = b;
             ne++;
@@ -251,6 +297,9 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
                             "calibrate: the bench needs memory 'copy' and elementwise points");
     }
     fit->mem_gbps = copy_best;
+    /* The optimizer pass (AdamW) at the largest working set; an older bench without it: the
+     * streaming copy's rate. */
+    fit->optimizer_eff = adam_best > 0.0 ? fmin(adam_best / copy_best, 1.5) : 1.0;
     /* Elementwise efficiency: kernels at working sets past the caches, as the copy. */
     double r[MAX_POINTS];
     size_t n = 0;
@@ -446,6 +495,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->has_mx = true;
     g->num_sms = 1;
     g->gemm.half_flops = fit->gemm_half_flops;
+    g->gemm.half_dim = fit->gemm_half_dim;
     g->gemm.grouped_eff = fit->grouped_eff;
     g->gemm.grouped_tile_m = 1.0;
     for (int i = 0; i < MOE_CLUSTER_NUM_RECIPES; i++) {
@@ -455,6 +505,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->attn_bwd_eff = fit->has_attention ? fit->attn_bwd_eff : fit->gemm_max_eff;
     g->hbm_eff = 1.0; /* mem_gbps is the measured streaming rate itself */
     g->elem_eff = fit->elem_eff;
+    g->optimizer_eff = fit->optimizer_eff;
     g->kernel_launch_us = 0.0; /* ops run synchronously on the CPU: no launch queue to expose */
     g->quant_bytes_per_elem = fit->has_quant ? fit->quant_bytes_per_elem : 0.0;
 

@@ -42,14 +42,16 @@ struct moe_calib_fit {
     int ranks;
     int cores;
     double memory_bytes;     /* host memory */
-    double gemm_peak_gflops; /* best single-rank GEMM rate measured */
-    double gemm_max_eff;     /* eff(F) = max_eff (1 - exp(-F / half_flops)) of the peak */
+    double gemm_peak_gflops; /* fitted asymptotic single-rank GEMM rate */
+    double gemm_max_eff;     /* max_eff (1 - exp(-F / half_flops)) d / (d + half_dim) */
     double gemm_half_flops;
+    double gemm_half_dim;  /* x d / (d + half_dim) for the narrowest dimension d (0: none) */
     double gemm_rms_resid; /* RMS residual of the efficiency fit */
     int gemm_points;
-    double grouped_eff; /* median grouped / dense rate at equal FLOPs */
-    double mem_gbps;    /* streaming copy bandwidth per rank, largest working set */
-    double elem_eff;    /* elementwise kernels' rate / copy bandwidth (median) */
+    double grouped_eff;   /* median grouped rate / the curve at each expert's rows */
+    double mem_gbps;      /* streaming copy bandwidth per rank, largest working set */
+    double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
+    double optimizer_eff; /* AdamW's rate / copy bandwidth, largest working set */
     bool has_attention;
     double attn_fwd_eff; /* attention FLOPs (model convention) / time / peak */
     double attn_bwd_eff;

@@ -188,17 +188,21 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
 {
     printf("# moefold calibrate: %s, %d rank(s) of %d core(s)\n", f->cpu_model, f->ranks, f->cores);
     printf("%-26s %14s  %s\n", "figure", "value", "fit");
-    printf("%-26s %14.2f  best of %d shapes\n", "GEMM peak (GFLOP/s/rank)", f->gemm_peak_gflops,
+    printf("%-26s %14.2f  fitted over %d shapes\n", "GEMM peak (GFLOP/s/rank)", f->gemm_peak_gflops,
            f->gemm_points);
-    printf("%-26s %14.3f  eff(F) = max (1 - exp(-F/half)), RMS residual %.3f\n", "GEMM max_eff",
-           f->gemm_max_eff, f->gemm_rms_resid);
+    printf("%-26s %14.3f  eff = max (1 - exp(-F/half)) d/(d+half_dim), RMS residual %.3f\n",
+           "GEMM max_eff", f->gemm_max_eff, f->gemm_rms_resid);
     printf("%-26s %14.3g  (FLOPs)\n", "GEMM half_flops", f->gemm_half_flops);
-    printf("%-26s %14.3f  median grouped / dense at equal FLOPs\n", "grouped GEMM factor",
-           f->grouped_eff);
+    printf("%-26s %14.3g  (rows: x d/(d+half_dim), d = narrowest dimension)\n", "GEMM half_dim",
+           f->gemm_half_dim);
+    printf("%-26s %14.3f  median grouped rate / the curve at each expert's rows\n",
+           "grouped GEMM factor", f->grouped_eff);
     printf("%-26s %14.2f  streaming copy, largest working set\n", "memory GB/s per rank",
            f->mem_gbps);
     printf("%-26s %14.3f  median elementwise kernel rate / copy\n", "elementwise efficiency",
            f->elem_eff);
+    printf("%-26s %14.3f  AdamW update rate / copy, largest working set\n", "optimizer efficiency",
+           f->optimizer_eff);
     if (f->has_attention) {
         printf("%-26s %14.3f / %.3f  of the GEMM peak (fwd / bwd)\n", "attention efficiency",
                f->attn_fwd_eff, f->attn_bwd_eff);
@@ -300,10 +304,12 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "gemm_peak_gflops", fit.gemm_peak_gflops);
         cJSON_AddNumberToObject(j, "gemm_max_eff", fit.gemm_max_eff);
         cJSON_AddNumberToObject(j, "gemm_half_flops", fit.gemm_half_flops);
+        cJSON_AddNumberToObject(j, "gemm_half_dim", fit.gemm_half_dim);
         cJSON_AddNumberToObject(j, "gemm_rms_resid", fit.gemm_rms_resid);
         cJSON_AddNumberToObject(j, "grouped_eff", fit.grouped_eff);
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);
         cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);
+        cJSON_AddNumberToObject(j, "optimizer_eff", fit.optimizer_eff);
         for (int c = 0; c < MOE_CALIB_NUM_COLL; c++) {
             cJSON *l = cJSON_AddObjectToObject(j, moe_calib_coll_name((enum moe_calib_coll)c));
             cJSON_AddNumberToObject(l, "busbw_gbps", fit.coll[c].busbw_gbps);

@@ -217,9 +217,11 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         pos[i] = i;
     }
     int which = -1;
-    const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope"};
-    const double moved[] = {2.0, 3.0, 2.0, 1.5, 2.0}; /* bytes moved per float of n */
-    for (int i = 0; i < 5; i++) {
+    const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope", "adamw"};
+    /* floats moved per float of n; AdamW updates n/2 parameters: reads weight, m, v and the
+     * gradient, writes weight, m and v (7 floats each) */
+    const double moved[] = {2.0, 3.0, 2.0, 1.5, 2.0, 3.5};
+    for (int i = 0; i < 6; i++) {
         if (strcmp(name, names[i]) == 0) {
             which = i;
         }
@@ -230,6 +232,11 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         moe_eng_heap_free(&heap, w, (size_t)C * sizeof(float));
         moe_eng_heap_free(&heap, pos, (size_t)rows * sizeof(int));
         return MOE_ERR_INVALID;
+    }
+    if (which == 5) {
+        for (size_t i = 0; i < n / 2; i++) {
+            b[i] *= b[i]; /* Adam's second moment is never negative */
+        }
     }
     double ss_in = 0.0;
     for (size_t i = 0; i < (size_t)C; i++) {
@@ -253,8 +260,12 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         case 3:
             k->swiglu_fwd(b, a, rows, C / 2, kc);
             break;
-        default:
+        case 4:
             k->rope_fwd(b, a, pos, rows, C / 64, 64, 0, 64, 10000.0f, false, kc);
+            break;
+        default:
+            k->adamw_step(a, a + n / 2, b, b + n / 2, n / 2, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                          it + cfg->warmup + 1, kc);
             break;
         }
     }
@@ -265,6 +276,8 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
     out->is_ok = true;
     if (which == 0) {
         out->is_ok = memcmp(a, b, n * sizeof(float)) == 0;
+    } else if (which == 5) {
+        out->is_ok = isfinite(a[0]) && isfinite(a[n / 2 - 1]);
     } else if (which == 2 || which == 4) {
         /* RMSNorm: mean square of a row is 1; RoPE: rotations keep the row's norm. */
         double ss = 0.0;

@@ -72,7 +72,7 @@ MOE_NODISCARD enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                                     struct moe_bench_grouped *res);
 
 struct moe_bench_mem {
-    const char *name; /* "copy", "axpy", "rmsnorm", "swiglu", "rope" */
+    const char *name; /* "copy", "axpy", "rmsnorm", "swiglu", "rope", "adamw" */
     size_t bytes;     /* working set of one call (bytes read + written) */
     double time_us;
     double gbps; /* bytes / time */
@@ -80,7 +80,7 @@ struct moe_bench_mem {
 };
 
 /* Memory-bound kernels over a working set of about `bytes`. name: copy, axpy, rmsnorm, swiglu,
- * rope. MOE_ERR_INVALID for another name. */
+ * rope, adamw (the optimizer's update). MOE_ERR_INVALID for another name. */
 MOE_NODISCARD enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
                                                 moe_k_ctx_t *kc,
                                                 const struct moe_bench_cfg *cfg,

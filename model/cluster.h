@@ -37,10 +37,16 @@ enum moe_math {
  * of the precision's peak, the saturating curve fitted to square-GEMM sweeps (hardware.md: H100
  * BF16 0.18 at 1024^3, 0.68 at 2048^3, 0.80 at 4096^3), capped by the HBM roofline separately.
  * Grouped (MoE) GEMMs apply grouped_eff on top, per expert, at the expert's own token count.
+ * A GEMM whose narrowest dimension d = min(m, n, k) is small fills only part of each kernel tile:
+ * eff is multiplied by d / (d + half_dim) (half_dim = 0: no such term, as in the GPU files, whose
+ * sweeps are square). moefold calibrate fits half_flops and half_dim together on the host's
+ * shapes; a skinny 16 x 1024 x 1024 product and a 128 x 256 x 256 one have the same FLOPs but run
+ * at 0.3 and 0.8 of the peak there.
  */
 struct moe_gemm_eff {
     double max_eff[MOE_NUM_MATH]; /* asymptotic fraction of peak per math precision */
     double half_flops;            /* FLOPs at which eff reaches 1-1/e of max (per GEMM) */
+    double half_dim;              /* narrowest dimension at which tile filling halves eff; 0 off */
     double grouped_eff;           /* extra factor for grouped GEMMs vs dense (<= 1) */
     double grouped_tile_m;        /* rows per tile: each expert's token count is padded to it */
     double recipe_eff[MOE_CLUSTER_NUM_RECIPES]; /* per recipe (enum moe_recipe order): factor on
@@ -60,6 +66,7 @@ struct moe_gpu {
     double attn_bwd_eff;              /* fused attention backward, fraction of BF16 peak */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
+    double optimizer_eff;             /* the optimizer pass's (norm, Adam, weight copy) fraction */
     double kernel_launch_us;          /* host time to launch one kernel (no CUDA graph) */
     double quant_bytes_per_elem;      /* extra HBM bytes per element to quantise for FP8/FP4 */
 };

@@ -3,7 +3,8 @@
  *
  * Compute: each GEMM is a roofline of 2mnk FLOPs at the precision's dense peak times the
  * shape-dependent efficiency eff(F) = max_eff * (1 - exp(-F / half_flops)) (cluster file, fitted
- * to square-GEMM sweeps), against its bytes at achieved HBM bandwidth. The efficiency curve is in
+ * to square-GEMM sweeps) times d / (d + half_dim) for its narrowest dimension d (partly filled
+ * tiles; model/cluster.h), against its bytes at achieved HBM bandwidth. The efficiency curve is in
  * time, so half_flops scales with the precision's peak. Grouped expert GEMMs run as one kernel over
  * all local experts, each expert's rows padded to the kernel's tile; without --moe-grouped-gemm
  * each expert is its own GEMM. FP8/FP4 recipes add a quantisation pass over every GEMM input
@@ -56,7 +57,9 @@ static double gemm_roofline(const struct moe_gpu *gpu,
     double bf16 = gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
     double flops = 2.0 * m * n * k;
     double half = gpu->gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0);
-    double eff = gpu->gemm.max_eff[math] * eff_scale * (1.0 - exp(-flops / half));
+    double d = fmin(m, fmin(n, k));
+    double eff = gpu->gemm.max_eff[math] * eff_scale * (1.0 - exp(-flops / half)) * d /
+                 (d + gpu->gemm.half_dim);
     double t_math = flops / (peak * eff);
     double t_mem = bytes / (gpu->hbm_tbps * TBPS * gpu->hbm_eff);
     return t_math > t_mem ? t_math : t_mem;
@@ -90,6 +93,7 @@ struct cctx {
     double elem_bw;      /* bytes/s elementwise kernels achieve */
     double inv_peak;     /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
     double inv_half;     /* 1 / half_flops at the recipe's math */
+    double half_dim;     /* narrowest-dimension term of the efficiency (0: none) */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -113,6 +117,7 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     double bf16 = cl->gpu.peak_tflops[MOE_MATH_BF16] * TFLOPS;
     c->inv_peak = 1.0 / (peak * cl->gpu.gemm.max_eff[c->math] * c->eff_scale);
     c->inv_half = 1.0 / (cl->gpu.gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0));
+    c->half_dim = cl->gpu.gemm.half_dim;
 }
 
 /* Forward and backward time of one GEMM shape. */
@@ -137,6 +142,9 @@ gemm_fb(const struct cctx *c, double m, double n, double k, double groups, doubl
     }
     double flops = 2.0 * m * n * k;
     double t_math = flops * c->inv_peak * eff_div / (1.0 - exp(-flops * c->inv_half));
+    if (c->half_dim > 0.0) {
+        t_math *= 1.0 + c->half_dim / fmin(m / groups, fmin(n, k)); /* each group's own rows */
+    }
     double in = c->in_bytes;
     double w = groups * n * k;
     double t_f = (m * k * in + w * in + m * n * c->ab) * c->inv_hbm;

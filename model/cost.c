@@ -371,7 +371,7 @@ static void stage_tail(const struct pctx *x,
     double state_b =
         4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
     double per_param = 2.0 * state_b + 2.0 * grad_b + param_b;
-    double hbm = cl->gpu.hbm_tbps * 1e12 * cl->gpu.hbm_eff;
+    double hbm = cl->gpu.hbm_tbps * 1e12 * cl->gpu.optimizer_eff; /* the optimizer's own rate */
     double zero_grads = (p.dense + p.expert) * grad_b / hbm;
     double opt_s = shard * per_param / hbm + zero_grads;
     if (opt->optimizer_cpu_offload) {

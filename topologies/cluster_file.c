@@ -112,6 +112,7 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GPU, "attn_bwd_eff", gpu.attn_bwd_eff, 0, 1),
     FIG_REAL(SEC_GPU, "hbm_eff", gpu.hbm_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "elem_eff", gpu.elem_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_GPU, "optimizer_eff", gpu.optimizer_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "kernel_launch_us", gpu.kernel_launch_us, 0, US_MAX),
     FIG_REAL(SEC_GPU, "quant_bytes_per_elem", gpu.quant_bytes_per_elem, 0, 1.0e5),
 
@@ -123,6 +124,7 @@ static const struct cluster_field cluster_fields[] = {
     SECTION(SEC_GEMM, "max_eff", SEC_MAX_EFF),
     SECTION(SEC_GEMM, "recipe_eff", SEC_RECIPE_EFF),
     FIG_REAL(SEC_GEMM, "half_flops", gpu.gemm.half_flops, 0, 1.0e18),
+    FIG_REAL(SEC_GEMM, "half_dim", gpu.gemm.half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_eff", gpu.gemm.grouped_eff, 0, 1),
     FIG_REAL(SEC_GEMM, "grouped_tile_m", gpu.gemm.grouped_tile_m, 0, 1.0e5),
 

@@ -45,6 +45,7 @@ static struct moe_cluster h100_cluster(void)
     cl.gpu.attn_bwd_eff = 0.45;
     cl.gpu.hbm_eff = 0.85;
     cl.gpu.elem_eff = 0.85;
+    cl.gpu.optimizer_eff = 0.85;
     cl.gpu.kernel_launch_us = 5.0;
     cl.gpu.quant_bytes_per_elem = 3.0;
     cl.nvlink.domain_gpus = 8;

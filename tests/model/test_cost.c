@@ -62,6 +62,7 @@ static void test_cluster(struct moe_cluster *cl)
     g->attn_bwd_eff = 0.45;
     g->hbm_eff = 0.8;
     g->elem_eff = 0.8;
+    g->optimizer_eff = 0.8;
     g->kernel_launch_us = 10.0;
     g->quant_bytes_per_elem = 3.0;
     cl->nvlink.domain_gpus = 8;
