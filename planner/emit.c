@@ -7,6 +7,7 @@
 
 #include "model/megatron_args.h"
 #include "planner/report.h"
+#include "topologies/json_util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -158,35 +159,27 @@ enum moe_status moe_plan_write_launch_script(const char *path,
     }
     char *args = NULL;
     MOE_TRY(moe_plan_megatron_args(l->cfg, l->lay, l->opt, 0u, &args, diag));
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 8);
-    if (tmp == NULL) {
+    /* The script is built in memory and written like every other output (temporary name,
+     * fsync, rename: an interrupted write never leaves a torn script), then made executable. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL) {
         free(args);
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory writing %s", path);
     }
-    (void)snprintf(tmp, plen + 8, "%s.tmp", path);
-    enum moe_status st = MOE_OK;
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL) {
-        st = moe_diag_set(diag, MOE_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out_free;
-    }
     write_header(f, l, l->lay->num_gpus / per_node, path);
-    st = write_body(f, l, args, diag);
+    enum moe_status st = write_body(f, l, args, diag);
     if (fclose(f) != 0 && st == MOE_OK) {
-        st = moe_diag_set(diag, MOE_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory writing %s", path);
     }
-    if (st == MOE_OK && chmod(tmp, 0755) != 0) {
-        st = moe_diag_set(diag, MOE_ERR_IO, "cannot make %s executable: %s", tmp, strerror(errno));
+    if (st == MOE_OK) {
+        st = moe_file_write_atomic(path, text, len, diag);
     }
-    if (st == MOE_OK && rename(tmp, path) != 0) {
-        st = moe_diag_set(diag, MOE_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (st == MOE_OK && chmod(path, 0755) != 0) {
+        st = moe_diag_set(diag, MOE_ERR_IO, "cannot make %s executable: %s", path, strerror(errno));
     }
-    if (st != MOE_OK) {
-        (void)remove(tmp);
-    }
-out_free:
-    free(tmp);
+    free(text);
     free(args);
     return st;
 }
