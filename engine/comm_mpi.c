@@ -160,9 +160,12 @@ static void rs_pairwise_f32(MPI_Comm c, const float *send, float *recv, size_t c
     MOE_CHECK_MPI(MPI_Comm_rank(c, &rank));
     MOE_CHECK_MPI(MPI_Comm_size(c, &n));
     bool in_place = (const float *)recv == send;
-    float *acc = in_place ? recv + (size_t)rank * count : recv; /* never sent: a rank's own block */
+    /* The running sum starts in the rank's own block (never sent). In place, block 0 is free
+     * once the round that sends it has sent each chunk, so that round writes its sums there and
+     * the result lands at the start of recv with no extra copy (rank 0's own block is there). */
+    float *acc = in_place ? recv + (size_t)rank * count : recv;
     if (!in_place) {
-        memcpy(acc, send + (size_t)rank * count, count * sizeof(float));
+        memcpy(recv, send + (size_t)rank * count, count * sizeof(float));
     }
     size_t chunk = count < RS_CHUNK ? count : RS_CHUNK;
     float *tmp = malloc((chunk > 0 ? chunk : 1) * sizeof(float));
@@ -174,21 +177,21 @@ static void rs_pairwise_f32(MPI_Comm c, const float *send, float *recv, size_t c
         int to = (rank + i) % n;
         int from = (rank - i + n) % n;
         const float *out = send + (size_t)to * count;
+        float *dst = in_place && to == 0 ? recv : acc;
         for (size_t off = 0; off < count; off += chunk) {
             size_t len = count - off < chunk ? count - off : chunk;
             MOE_CHECK_MPI(MPI_Sendrecv(out + off, icount(len), MPI_FLOAT, to, i, tmp, icount(len),
                                        MPI_FLOAT, from, i, c, MPI_STATUS_IGNORE));
-            float *a = acc + off;
+            const float *a = acc + off;
+            float *d = dst + off;
 #pragma omp simd
             for (size_t j = 0; j < len; j++) {
-                a[j] += tmp[j];
+                d[j] = a[j] + tmp[j];
             }
         }
+        acc = dst;
     }
     free(tmp);
-    if (in_place && rank > 0) {
-        memmove(recv, acc, count * sizeof(float));
-    }
 }
 
 static void mpi_reducescatter(void *h,

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 /* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
 #include <cmocka.h>
@@ -269,6 +270,36 @@ static void test_groups_from_rank_mapping(void **state)
     moe_comm_destroy(w);
 }
 
+/* A float-sum reduce-scatter larger than the pairwise exchange's chunk and not a multiple of it,
+ * in place and out of place, with integer-valued sums (exact in any order). */
+static void test_reducescatter_large(void **state)
+{
+    (void)state;
+    moe_comm_t *w = world_group();
+    int r = moe_comm_rank(w);
+    const size_t count = 3 * 64 * 1024 + 5; /* per rank */
+    size_t total = count * N;
+    float *x = malloc(total * sizeof(float));
+    float *y = malloc(count * sizeof(float));
+    assert_non_null(x);
+    assert_non_null(y);
+    for (size_t i = 0; i < total; i++) {
+        x[i] = (float)((size_t)(r + 1) * (i % 1000));
+    }
+    moe_comm_reducescatter(w, x, y, count, MOE_COMM_F32, MOE_COMM_SUM);
+    const float ranks_sum = (float)(N * (N + 1) / 2);
+    for (size_t i = 0; i < count; i++) {
+        size_t g = (size_t)r * count + i;
+        if (y[i] != ranks_sum * (float)(g % 1000)) {
+            fail_msg("out of place: element %zu of rank %d is %g", i, r, (double)y[i]);
+        }
+    }
+    moe_comm_reducescatter(w, x, x, count, MOE_COMM_F32, MOE_COMM_SUM);
+    assert_memory_equal(x, y, count * sizeof(float));
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -288,6 +319,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_allreduce_allgather),
         cmocka_unit_test(test_reducescatter_alltoall),
+        cmocka_unit_test(test_reducescatter_large),
         cmocka_unit_test(test_p2p_and_nonblocking),
         cmocka_unit_test(test_groups_from_rank_mapping),
     };
