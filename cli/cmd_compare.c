@@ -66,16 +66,21 @@ static double err_pct(double pred, double meas)
     return meas > 0.0 ? 100.0 * (pred / meas - 1.0) : (double)NAN;
 }
 
+/* The run's expert load as the model's imbalance factor means it: the busiest EP rank over the
+ * mean, per exchange (run files before expert_load_rank_max_over_mean: the busiest expert). */
 static double observed_load(const struct moe_run *run)
 {
-    if (run->num_moe_layers == 0) {
+    const double *v =
+        run->num_rank_load_layers > 0 ? run->load_rank_max_over_mean : run->load_max_over_mean;
+    int n = run->num_rank_load_layers > 0 ? run->num_rank_load_layers : run->num_moe_layers;
+    if (n == 0) {
         return (double)NAN;
     }
     double s = 0.0;
-    for (int i = 0; i < run->num_moe_layers; i++) {
-        s += run->load_max_over_mean[i];
+    for (int i = 0; i < n; i++) {
+        s += v[i];
     }
-    return s / run->num_moe_layers;
+    return s / n;
 }
 
 static int
@@ -193,8 +198,10 @@ static void print_table(const struct moe_cli_problem *p,
     double obs = observed_load(run);
     if (!isnan(obs)) {
         printf("\nexpert load (busiest EP rank / mean): predicted %.3f, observed %.3f (mean of %d "
-               "MoE layers)\n",
-               pr->load_factor, obs, run->num_moe_layers);
+               "MoE layers%s)\n",
+               pr->load_factor, obs,
+               run->num_rank_load_layers > 0 ? run->num_rank_load_layers : run->num_moe_layers,
+               run->num_rank_load_layers > 0 ? ", per exchange" : ", busiest expert");
     }
     printf("loss: first step %.4f, last step %.4f\n", run->first_loss, run->final_loss);
     /* One machine-readable line (scripts/validate.sh): step error, total-memory error, and the

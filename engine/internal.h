@@ -306,6 +306,10 @@ struct moe_eng_stats {
     int num_measured;     /* steps in phase_sum (the first step is warm-up when steps
                              > 1) */
     long *expert_tokens;  /* [L, E] tokens per expert summed over steps (stage-reduced) */
+    int *ep_rows;         /* [L, cap_ep_rows] this rank's expert rows per MoE forward (a layer
+                             and micro-batch: a synchronising exchange), in call order */
+    int *num_ep_rows;     /* [L] entries of ep_rows used */
+    int cap_ep_rows;      /* steps x micro-batches */
     double bytes_dropped; /* token copies dropped by the capacity factor (slots) */
     double offload_s;     /* time spent copying to/from the host pool */
 };

@@ -228,6 +228,19 @@ static void pull_counts(struct moe_eng *e, const struct moe_eng_layer_act *a, in
     moe_eng_copy_to_host(e->ctx.dev, a->hc_tpe, a->tokens_per_expert, n * sizeof(int));
 }
 
+/* This rank's expert rows of one MoE forward (statistics; not while recomputing): the EP
+ * exchanges synchronise per layer and micro-batch, so the busiest rank of each one sets the
+ * pace (engine/report.c turns these into expert_load_rank_max_over_mean). */
+static void note_rows(struct moe_eng *e, const struct moe_eng_layer_w *w, int rows)
+{
+    struct moe_eng_stats *st = &e->stats;
+    if (e->is_recomputing || st->num_ep_rows[w->idx] >= st->cap_ep_rows) {
+        return;
+    }
+    st->ep_rows[(size_t)w->idx * (size_t)st->cap_ep_rows + (size_t)st->num_ep_rows[w->idx]++] =
+        rows;
+}
+
 /* Token copies the capacity factor dropped on this rank (statistics; not while recomputing). */
 static void note_dropped(struct moe_eng *e, const struct moe_eng_layer_act *a)
 {
@@ -478,6 +491,7 @@ static void moe_fwd_overlap(struct moe_eng *e,
     }
     pull_counts(e, a, 2);
     halves_plan(e, hv);
+    note_rows(e, w, hv[0].p.rows_exp + hv[1].p.rows_exp);
     for (int i = 0; i < 2; i++) {
         float *sh = send + (size_t)hv[i].send_off * c;
         k->permute(sh, h + (size_t)hv[i].t0 * c, a->row_to_slot + (size_t)hv[i].t0 * (size_t)K,
@@ -605,6 +619,7 @@ void moe_eng_moe_fwd(struct moe_eng *e,
         note_dropped(e, a);
         moe_eng_hier_dispatch(e, a, h);
         p = ep_plan_make(e, a);
+        note_rows(e, w, p.rows_exp);
     } else {
         send = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
         recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
@@ -617,6 +632,7 @@ void moe_eng_moe_fwd(struct moe_eng *e,
         }
         k->permute(send, h, a->row_to_slot, rows, K, C, e->kc);
         p = ep_plan_make(e, a);
+        note_rows(e, w, p.rows_exp);
         check_bound(e, p.rows_recv, d->rows_recv, "EP receive");
         check_bound(e, p.rows_exp, d->rows_exp, "expert");
         ep_exchange(e, &p, send, recv, true);

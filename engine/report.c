@@ -263,6 +263,51 @@ static void add_bytes(struct moe_eng *e, cJSON *o)
     }
 }
 
+/*
+ * Per MoE layer: the sum over its forwards (micro-batches of every step) of the busiest EP rank's
+ * expert rows over the sum of the EP group's mean rows -- the load the exchanges wait for, what
+ * --moe-imbalance prices. [num_layers] on every rank (layers of other stages 1); heap memory.
+ */
+static double *rank_load_per_layer(struct moe_eng *e)
+{
+    enum { CHUNK = 1024 }; /* samples per exchange, bounded engine temporaries */
+    const struct moe_eng_dims *d = &e->d;
+    const struct moe_eng_stats *st = &e->stats;
+    size_t nl = (size_t)d->num_layers;
+    double *load = moe_eng_heap_alloc(&e->ctx.heap, nl * sizeof(double));
+    if (load == NULL) {
+        moe_eng_fatal(__FILE__, __LINE__, "out of memory for the expert load table");
+    }
+    int ep = moe_comm_size(e->groups.ep);
+    for (size_t l = 0; l < nl; l++) {
+        int k = st->num_ep_rows[l]; /* the same on every rank of the EP group */
+        double num = 0.0;
+        double den = 0.0;
+        for (int s0 = 0; s0 < k; s0 += CHUNK) {
+            size_t c = (size_t)(k - s0 < CHUNK ? k - s0 : CHUNK);
+            struct moe_eng_tmark mark = moe_eng_tmark_take(e);
+            int *hx = moe_eng_arena_ints(e->htemp, 2 * c);
+            memcpy(hx, st->ep_rows + l * (size_t)st->cap_ep_rows + (size_t)s0, c * sizeof(int));
+            memcpy(hx + c, hx, c * sizeof(int));
+            int *dx = moe_eng_dev_ints(e, hx, 2 * c);
+            moe_comm_allreduce(e->groups.ep, dx, dx, c, MOE_COMM_I32, MOE_COMM_MAX);
+            moe_comm_allreduce(e->groups.ep, dx + c, dx + c, c, MOE_COMM_I32, MOE_COMM_SUM);
+            const int *r = moe_eng_host_ints(e, dx, 2 * c);
+            for (size_t s = 0; s < c; s++) {
+                num += r[s];
+                den += (double)r[c + s] / ep;
+            }
+            moe_eng_tmark_release(e, mark);
+        }
+        load[l] = den > 0.0 ? num / den : 0.0;
+    }
+    moe_comm_allreduce(e->ctx.world, load, load, nl, MOE_COMM_F64, MOE_COMM_MAX);
+    for (size_t l = 0; l < nl; l++) {
+        load[l] = load[l] > 0.0 ? load[l] : 1.0;
+    }
+    return load;
+}
+
 /* Expert token table [L, E] assembled on every rank (one contributor per stage). */
 static void add_experts(struct moe_eng *e, cJSON *o)
 {
@@ -281,10 +326,12 @@ static void add_experts(struct moe_eng *e, cJSON *o)
         t[i] = contrib ? (double)e->stats.expert_tokens[i] : 0.0;
     }
     moe_comm_allreduce(e->ctx.world, t, t, n, MOE_COMM_F64, MOE_COMM_SUM);
+    double *rank_load = rank_load_per_layer(e);
     if (o != NULL) {
         double steps = e->stats.num_steps > 0 ? (double)e->stats.num_steps : 1.0;
         cJSON *arr = cJSON_AddArrayToObject(o, "tokens_per_expert");
         cJSON *imb = cJSON_AddArrayToObject(o, "expert_load_max_over_mean");
+        cJSON *rimb = cJSON_AddArrayToObject(o, "expert_load_rank_max_over_mean");
         for (int l = 0; l < d->num_layers; l++) {
             if (!(e->plan.model.layer_flags[l] & MOE_LAYER_MOE)) {
                 continue;
@@ -299,8 +346,10 @@ static void add_experts(struct moe_eng *e, cJSON *o)
             }
             cJSON_AddItemToArray(arr, row);
             cJSON_AddItemToArray(imb, cJSON_CreateNumber(sum > 0.0 ? mx * d->experts / sum : 0.0));
+            cJSON_AddItemToArray(rimb, cJSON_CreateNumber(rank_load[l]));
         }
     }
+    moe_eng_heap_free(heap, rank_load, (size_t)d->num_layers * sizeof(double));
     moe_eng_heap_free(heap, t, n * sizeof(double));
 }
 

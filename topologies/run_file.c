@@ -110,24 +110,25 @@ read_losses(const cJSON *arr, const char *w, struct moe_run *run, struct moe_dia
     return MOE_OK;
 }
 
-static enum moe_status read_load(const cJSON *arr, struct moe_run *run, struct moe_diag *diag)
+/* A per-MoE-layer array of loads >= 0 into v; *n entries (0 when the key is absent). */
+static enum moe_status
+read_load(const cJSON *arr, const char *key, double *v, int *n, struct moe_diag *diag)
 {
+    *n = 0;
     if (arr == NULL) {
         return MOE_OK;
     }
     if (!cJSON_IsArray(arr)) {
-        return moe_diag_set(diag, MOE_ERR_INVALID, "expert_load_max_over_mean: expected an array");
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: expected an array", key);
     }
     const cJSON *it = NULL;
     cJSON_ArrayForEach(it, arr)
     {
-        if (run->num_moe_layers >= MOE_RUN_MAX_MOE_LAYERS || !cJSON_IsNumber(it) ||
-            it->valuedouble < 0.0) {
-            return moe_diag_set(diag, MOE_ERR_INVALID,
-                                "expert_load_max_over_mean: expected at most %d numbers >= 0",
+        if (*n >= MOE_RUN_MAX_MOE_LAYERS || !cJSON_IsNumber(it) || it->valuedouble < 0.0) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: expected at most %d numbers >= 0", key,
                                 MOE_RUN_MAX_MOE_LAYERS);
         }
-        run->load_max_over_mean[run->num_moe_layers++] = it->valuedouble;
+        v[(*n)++] = it->valuedouble;
     }
     return MOE_OK;
 }
@@ -162,6 +163,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "bytes_sent",
                                        "tokens_per_expert",
                                        "expert_load_max_over_mean",
+                                       "expert_load_rank_max_over_mean",
                                        "device",
                                        "plan"};
     MOE_TRY(moe_json_check_format(root, MOE_RUN_FILE_FORMAT, MOE_RUN_FILE_VERSION, path, diag));
@@ -194,8 +196,12 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                 &run->expert_rows_factor, path, diag));
     MOE_TRY(read_device(cJSON_GetObjectItemCaseSensitive(root, "device"), "device", run, diag));
     MOE_TRY(read_losses(cJSON_GetObjectItemCaseSensitive(root, "per_step"), path, run, diag));
-    MOE_TRY(
-        read_load(cJSON_GetObjectItemCaseSensitive(root, "expert_load_max_over_mean"), run, diag));
+    MOE_TRY(read_load(cJSON_GetObjectItemCaseSensitive(root, "expert_load_max_over_mean"),
+                      "expert_load_max_over_mean", run->load_max_over_mean, &run->num_moe_layers,
+                      diag));
+    MOE_TRY(read_load(cJSON_GetObjectItemCaseSensitive(root, "expert_load_rank_max_over_mean"),
+                      "expert_load_rank_max_over_mean", run->load_rank_max_over_mean,
+                      &run->num_rank_load_layers, diag));
     return MOE_OK;
 }
 

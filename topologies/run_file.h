@@ -40,7 +40,11 @@ struct moe_run {
     double final_loss;                                 /* loss of the last step */
     double first_loss;                                 /* loss of the first step */
     int num_moe_layers;                                /* entries in load_max_over_mean */
-    double load_max_over_mean[MOE_RUN_MAX_MOE_LAYERS]; /* busiest EP rank / mean, per MoE layer */
+    double load_max_over_mean[MOE_RUN_MAX_MOE_LAYERS]; /* busiest expert / mean, per MoE layer */
+    int num_rank_load_layers; /* entries in load_rank_max_over_mean (0: an older run file) */
+    /* per MoE layer: the busiest EP rank's expert rows over the group's mean, summed over every
+     * forward (layer and micro-batch) -- the load the EP exchanges wait for */
+    double load_rank_max_over_mean[MOE_RUN_MAX_MOE_LAYERS];
     /* Expert rows each rank's buffers were sized for over the mean rows (optional
      * "expert_rows_factor": EP for the engine's worst-case sizing, --moe-buffer-factor when
      * given); 0 when absent (dense models, older run files). */

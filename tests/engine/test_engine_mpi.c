@@ -285,6 +285,12 @@ static void test_run_file_and_bytes(void **state)
         assert_true(fabs(sum - run.step_time_s) <= 1e-6 * run.step_time_s);
         assert_true(t->dp_comm > 0.0 && t->dispatch > 0.0);
         assert_true(run.num_moe_layers == 3 && run.load_max_over_mean[0] >= 1.0);
+        /* The busiest EP rank per exchange over the mean: between 1 and EP (= 2). */
+        assert_int_equal(run.num_rank_load_layers, 3);
+        for (int i = 0; i < 3; i++) {
+            assert_true(run.load_rank_max_over_mean[i] >= 1.0 &&
+                        run.load_rank_max_over_mean[i] <= 2.0);
+        }
         moe_run_fini(&run);
         cJSON *root = NULL;
         assert_int_equal(moe_json_read_file(path, &root, &diag), MOE_OK);
