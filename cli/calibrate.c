@@ -330,9 +330,13 @@ static void fit_attention(const cJSON *bench, struct moe_calib_fit *fit)
     {
         double f = num_of(it, "fwd_gflops");
         double b = num_of(it, "bwd_gflops");
+        /* Relative to the GEMM curve's narrow-dimension term at the head dimension, as
+         * model/compute.c applies it. */
+        double dn = fmin(num_of(it, "head_dim"), num_of(it, "seq"));
+        double tile = dn > 0.0 ? dn / (dn + fit->gemm_half_dim) : 1.0;
         if (ok_of(it) && f > 0.0 && b > 0.0 && n < MAX_POINTS) {
-            fw[n] = f / fit->gemm_peak_gflops;
-            bw[n] = b / fit->gemm_peak_gflops;
+            fw[n] = f / (fit->gemm_peak_gflops * tile);
+            bw[n] = b / (fit->gemm_peak_gflops * tile);
             n++;
         }
     }

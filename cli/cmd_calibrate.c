@@ -204,8 +204,8 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
     printf("%-26s %14.3f  AdamW update rate / copy, largest working set\n", "optimizer efficiency",
            f->optimizer_eff);
     if (f->has_attention) {
-        printf("%-26s %14.3f / %.3f  of the GEMM peak (fwd / bwd)\n", "attention efficiency",
-               f->attn_fwd_eff, f->attn_bwd_eff);
+        printf("%-26s %14.3f / %.3f  of the GEMM peak x the head-dim tile term (fwd / bwd)\n",
+               "attention efficiency", f->attn_fwd_eff, f->attn_bwd_eff);
     } else {
         printf("%-26s %14s  (bench has no attention section: GEMM max_eff used)\n",
                "attention efficiency", "-");

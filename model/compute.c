@@ -255,8 +255,12 @@ static void attention(const struct cctx *c,
     }
     double flops = 2.0 * t * kv_avg * a_loc * (d_qk + d_v);
     double peak = c->gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
-    p->core_f = flops / (peak * c->gpu->attn_fwd_eff);
-    p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff);
+    /* The score and value products are GEMMs whose narrowest dimension is the head dimension:
+     * the same tile-filling term as every GEMM (1 where half_dim is 0). */
+    double dn = fmin(fmin(d_qk, d_v), s);
+    double tile = dn / (dn + c->half_dim);
+    p->core_f = flops / (peak * c->gpu->attn_fwd_eff * tile);
+    p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff * tile);
     p->elem_bytes += t_sp * h * 2.0 * 5.0; /* RMSNorm read+write, residual add */
 }
 
