@@ -34,6 +34,14 @@ NO_CUDA := 1
 else
 OPT_FLAGS := -O2 -g
 SAN_LDFLAGS :=
+# Link-time optimisation of the cost model and the planner (the search's hot path): moefold and
+# the benchmarks are linked with it; test binaries use the same objects' regular code (fat LTO
+# objects), so their links stay fast. GCC only; bench_predict: about +10% predictions per second.
+ifneq ($(shell $(CC) --version 2>/dev/null | grep -c 'Free Software Foundation'),0)
+LTO_CFLAGS := -flto=auto -ffat-lto-objects
+LTO_LDFLAGS := -flto=auto $(OPT_FLAGS)
+AR := gcc-ar
+endif
 endif
 CPPFLAGS_BASE := -I. -MMD -MP
 CFLAGS_ALL = $(CSTD_FLAGS) $(OPT_FLAGS) $(WARN_FLAGS) $(CPPFLAGS_BASE) $(FEATURE_DEFS) $(PKG_CFLAGS)
@@ -160,6 +168,7 @@ $(call objs,$(ENGINE_SRC) $(wildcard engine/*_main.c)): EXTRA_CFLAGS = $(MPI_CFL
 $(call objs,$(KERNELS_SRC)): EXTRA_CFLAGS = $(BLAS_CFLAGS)
 $(OBJ)/kernels/kernels.o: $(filter kernels/cuda/%,$(CUDA_SRC))
 $(call objs,$(TOPOHW_SRC)): EXTRA_CFLAGS = $(HWLOC_CFLAGS)
+$(call objs,$(MODEL_SRC) $(PLANNER_SRC)): EXTRA_CFLAGS = $(LTO_CFLAGS)
 
 $(OBJ)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -172,7 +181,7 @@ define make_lib
 $(1): $(call objs,$(2))
 	@mkdir -p $$(dir $$@)
 	@rm -f $$@
-	$$(if $$^,ar rcs $$@ $$^,ar rcs $$@)
+	$$(if $$^,$$(AR) rcs $$@ $$^,$$(AR) rcs $$@)
 endef
 $(eval $(call make_lib,$(LIB_MODEL),$(MODEL_SRC)))
 $(eval $(call make_lib,$(LIB_TOPO),$(TOPO_SRC)))
@@ -184,12 +193,12 @@ $(eval $(call make_lib,$(LIB_CLI),$(CLI_SRC)))
 $(LIB_CUDA): $(patsubst %.cu,$(OBJ)/%.o,$(CUDA_SRC))
 	@mkdir -p $(dir $@)
 	@rm -f $@
-	ar rcs $@ $^
+	$(AR) rcs $@ $^
 
 $(BIN)/moefold: $(OBJ)/cli/moefold_main.o $(LIB_CLI) $(LIB_PLANNER) $(LIB_TOPO) $(LIB_MODEL)
 	$(call need,GSL,libgsl-dev)$(call need,CJSON,libcjson-dev)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_LDFLAGS) -o $@ $< $(LINK_PLANNER)
+	$(CC) $(SAN_LDFLAGS) $(LTO_LDFLAGS) -o $@ $< $(LINK_PLANNER)
 
 $(BIN)/moefold-%: $(OBJ)/engine/%_main.o $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOPO) $(LIB_MODEL)
 	$(call need,MPI,libopenmpi-dev)$(call need,BLAS,libopenblas-dev)$(call need,HWLOC,libhwloc-dev)
@@ -223,7 +232,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BIN)/bench/%,$(BENCH_SRC))
 $(call objs,$(BENCH_SRC)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(BLAS_CFLAGS) $(HWLOC_CFLAGS)
 $(BIN)/bench/%: $(OBJ)/tests/bench/%.o $(TEST_UTIL_OBJ) $(LIB_CLI) $(LIB_PLANNER) $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOPO) $(LIB_MODEL)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_LDFLAGS) -o $@ $< $(TEST_UTIL_OBJ) $(LIB_CLI) $(LIB_PLANNER) $(LINK_ENGINE)
+	$(CC) $(SAN_LDFLAGS) $(LTO_LDFLAGS) -o $@ $< $(TEST_UTIL_OBJ) $(LIB_CLI) $(LIB_PLANNER) $(LINK_ENGINE)
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)

@@ -41,6 +41,14 @@ struct kernel_counts {
 };
 static const struct kernel_counts kernel_counts = {7.0, 5.0, 5.0, 6.0, 5.0, 7.0, 3.0};
 
+/* 1 - exp(-x), x >= 0. Past x = 40 the exponential is below 2^-57, so the difference rounds to
+ * exactly 1.0 in double: skipping exp() there changes no result (the search's hot path calls this
+ * for every GEMM shape, and large GEMMs sit far past the knee). */
+static inline double saturation(double x)
+{
+    return x > 40.0 ? 1.0 : 1.0 - exp(-x);
+}
+
 /* Roofline of one GEMM-shaped op: flops of an m x n x k product against `bytes` of HBM traffic. */
 static double gemm_roofline(const struct moe_gpu *gpu,
                             enum moe_math math,
@@ -58,7 +66,7 @@ static double gemm_roofline(const struct moe_gpu *gpu,
     double flops = 2.0 * m * n * k;
     double half = gpu->gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0);
     double d = fmin(m, fmin(n, k));
-    double eff = gpu->gemm.max_eff[math] * eff_scale * (1.0 - exp(-flops / half)) * d /
+    double eff = gpu->gemm.max_eff[math] * eff_scale * saturation(flops / half) * d /
                  (d + gpu->gemm.half_dim);
     double t_math = flops / (peak * eff);
     double t_mem = bytes / (gpu->hbm_tbps * TBPS * gpu->hbm_eff);
@@ -141,7 +149,7 @@ gemm_fb(const struct cctx *c, double m, double n, double k, double groups, doubl
         return r;
     }
     double flops = 2.0 * m * n * k;
-    double t_math = flops * c->inv_peak * eff_div / (1.0 - exp(-flops * c->inv_half));
+    double t_math = flops * c->inv_peak * eff_div / saturation(flops * c->inv_half);
     if (c->half_dim > 0.0) {
         t_math *= 1.0 + c->half_dim / fmin(m / groups, fmin(n, k)); /* each group's own rows */
     }

@@ -377,7 +377,7 @@ static void layer_bwd_working(const struct moe_model_cfg *cfg,
     double fe = (double)cfg->moe_ffn_hidden_size / lay->etp;
     double r = t_sp * cfg->moe_router_topk * lay->etp * load_factor;
     double experts = r * fmax((mats + 1.0) * fe, mats * fe + h);
-    out[1] = moe_cfg_is_moe(cfg) ? b * fmax(attn, experts) : out[0];
+    out[1] = cfg->num_experts > 0 ? b * fmax(attn, experts) : out[0]; /* used for MoE layers only */
 }
 
 void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
