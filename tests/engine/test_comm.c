@@ -298,6 +298,7 @@ static void test_reducescatter_large(void **state)
     assert_memory_equal(x, y, count * sizeof(float));
     free(x);
     free(y);
+    moe_comm_destroy(w);
 }
 
 int main(int argc, char **argv)
