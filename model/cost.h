@@ -128,6 +128,7 @@ struct moe_prediction {
  */
 struct moe_cost_prep {
     const struct moe_model_cfg *cfg;
+    uint64_t cfg_hash;                        /* of the model's bytes: the workspace's key */
     bool is_moe;                              /* any routed-expert layer */
     struct moe_flops_terms flops;             /* Megatron FLOP terms */
     uint16_t prefix_moe[MOE_MAX_LAYERS + 1];  /* MoE layers among the first i */

@@ -479,6 +479,66 @@ static void test_more_imbalance_slower(void **state)
     assert_true(e.step_time_s > d.step_time_s && e.step_time_s <= b.step_time_s);
 }
 
+/*
+ * One workspace reused across layouts and models (the search's pattern) gives exactly the
+ * predictions of a fresh workspace each time: the workspace's per-layout arrays are recomputed
+ * whenever the model (other layer count, other bytes at the same address) or the layout changes.
+ */
+static void test_workspace_reuse(void **state)
+{
+    (void)state;
+    struct shape {
+        int gpus, tp, pp, vpp, ep;
+    };
+    static const struct shape shapes[] = {
+        {16, 2, 2, 1, 4}, {16, 2, 4, 2, 4}, {16, 1, 2, 2, 8}, {16, 2, 2, 1, 4}, {32, 2, 4, 1, 8},
+    };
+    struct moe_cluster cl;
+    test_cluster(&cl);
+    struct moe_model_cfg cfg;
+    size_t cap = 1 << 20;
+    void *shared = malloc(cap);
+    assert_non_null(shared);
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        for (int model = 0; model < 2; model++) {
+            const struct shape *sh = &shapes[i];
+            struct moe_layout lay;
+            struct moe_options opt;
+            setup(&cfg, &cl, &lay, &opt, sh->gpus, sh->tp, sh->pp, sh->vpp, sh->ep);
+            if (model == 1) { /* same address, other contents: first two layers dense */
+                moe_cfg_set_first_dense(&cfg, 2);
+                cfg.moe_ffn_hidden_size = 2048;
+                struct moe_diag d = {0};
+                assert_int_equal(moe_layout_resolve(&cfg, &cl, &opt, &lay, &d), MOE_OK);
+            }
+            struct moe_cost_prep prep;
+            moe_cost_prepare(&cfg, &prep);
+            size_t n = moe_cost_workspace_bytes(&lay, MOE_SCHED_CLOSED_FORM);
+            assert_true(n <= cap);
+            for (int rep = 0; rep < 2; rep++) {
+                struct moe_prediction a;
+                struct moe_prediction b;
+                struct moe_diag d = {0};
+                void *fresh = calloc(1, n);
+                assert_non_null(fresh);
+                assert_int_equal(moe_cost_predict_prepared(&prep, &cl, &lay, &opt, NULL,
+                                                           MOE_SCHED_CLOSED_FORM, shared, cap, &a,
+                                                           &d),
+                                 MOE_OK);
+                assert_int_equal(moe_cost_predict_prepared(&prep, &cl, &lay, &opt, NULL,
+                                                           MOE_SCHED_CLOSED_FORM, fresh, n, &b, &d),
+                                 MOE_OK);
+                assert_true(a.step_time_s == b.step_time_s);
+                assert_true(a.mem.total == b.mem.total && a.mem.weights == b.mem.weights);
+                free(fresh);
+                opt.recompute = MOE_RECOMPUTE_FULL; /* other options, same layout */
+                opt.recompute_num_layers = 1;
+            }
+        }
+    }
+    free(shared);
+}
+
 static void test_unresolved_layout_rejected(void **state)
 {
     (void)state;
@@ -515,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_imbalance),
         cmocka_unit_test(test_more_imbalance_slower),
         cmocka_unit_test(test_unresolved_layout_rejected),
+        cmocka_unit_test(test_workspace_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
