@@ -122,9 +122,10 @@ struct shared {
     int num_top, keep;
     struct entry *pareto; /* staircase: memory ascending, time descending */
     int num_pareto, cap_pareto;
-    _Atomic double t1;     /* fastest fitting step time so far */
-    _Atomic double tk;     /* keep-th best layout time (INFINITY until keep layouts) */
-    _Atomic double best_m; /* closest pass: least memory so far */
+    atomic_long pareto_version; /* bumped by every change of the staircase (under mu) */
+    _Atomic double t1;          /* fastest fitting step time so far */
+    _Atomic double tk;          /* keep-th best layout time (INFINITY until keep layouts) */
+    _Atomic double best_m;      /* closest pass: least memory so far */
     bool has_closest;
     struct entry closest;
     atomic_long next;   /* next work item of the running phase */
@@ -273,6 +274,12 @@ struct worker {
     bool has_stats;
     struct moe_load_stats stats;
     bool has_best; /* best fitting plan of the current layout */
+    /* The worker's copy of the staircase for pareto_open, refreshed when pareto_version moves:
+     * the test runs millions of times per search and took the lock each time. A stale copy
+     * holds no point the real one lacks a dominator for, so it only prunes less. */
+    struct entry *psnap;
+    int num_psnap, cap_psnap;
+    long psnap_version;
     struct entry best;
     struct counters c;
     long resolves;
@@ -288,15 +295,15 @@ static void atomic_min_double(_Atomic double *a, double v)
     }
 }
 
-/* Index of the last staircase point with memory <= m, or -1. Caller holds the lock. */
-static int pareto_find(const struct shared *sh, double m)
+/* Index of the last point of staircase a[n] with memory <= m, or -1. */
+static int staircase_find(const struct entry *a, int n, double m)
 {
     int lo = 0;
-    int hi = sh->num_pareto - 1;
+    int hi = n - 1;
     int ans = -1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
-        if (sh->pareto[mid].m <= m) {
+        if (a[mid].m <= m) {
             ans = mid;
             lo = mid + 1;
         } else {
@@ -304,6 +311,12 @@ static int pareto_find(const struct shared *sh, double m)
         }
     }
     return ans;
+}
+
+/* Index of the last staircase point with memory <= m, or -1. Caller holds the lock. */
+static int pareto_find(const struct shared *sh, double m)
+{
+    return staircase_find(sh->pareto, sh->num_pareto, m);
 }
 
 /* Insert e unless a point dominates it; drop the points it dominates. Caller holds the lock.
@@ -335,12 +348,45 @@ static bool pareto_insert(struct shared *sh, const struct entry *e)
             (size_t)(sh->num_pareto - pos) * sizeof(*sh->pareto));
     sh->pareto[pos] = *e;
     sh->num_pareto++;
+    atomic_fetch_add(&sh->pareto_version, 1);
     return true;
 }
 
-/* Could a plan with step time >= lb_t and memory >= lb_m still enter the Pareto front? */
-static bool pareto_open(struct search *s, double lb_t, double lb_m)
+/* Bring w's copy of the staircase up to date; false when it could not grow (then nothing is
+ * pruned by it). */
+static bool pareto_refresh(struct worker *w)
 {
+    struct shared *sh = &w->s->sh;
+    if (atomic_load(&sh->pareto_version) == w->psnap_version) {
+        return true;
+    }
+    bool ok = true;
+    pthread_mutex_lock(&sh->mu);
+    if (sh->num_pareto > w->cap_psnap) {
+        int cap = sh->cap_pareto > sh->num_pareto ? sh->cap_pareto : sh->num_pareto;
+        struct entry *p = realloc(w->psnap, (size_t)cap * sizeof(*p));
+        if (p == NULL) {
+            ok = false;
+        } else {
+            w->psnap = p;
+            w->cap_psnap = cap;
+        }
+    }
+    if (ok) {
+        if (sh->num_pareto > 0) {
+            memcpy(w->psnap, sh->pareto, (size_t)sh->num_pareto * sizeof(*w->psnap));
+        }
+        w->num_psnap = sh->num_pareto;
+        w->psnap_version = atomic_load(&sh->pareto_version);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return ok;
+}
+
+/* Could a plan with step time >= lb_t and memory >= lb_m still enter the Pareto front? */
+static bool pareto_open(struct worker *w, double lb_t, double lb_m)
+{
+    const struct search *s = w->s;
     const struct moe_plan_request *req = s->req;
     if (req->pareto_window <= 0.0) {
         return false;
@@ -348,18 +394,18 @@ static bool pareto_open(struct search *s, double lb_t, double lb_m)
     if (lb_t > req->pareto_window * atomic_load(&s->sh.t1)) {
         return false;
     }
-    pthread_mutex_lock(&s->sh.mu);
-    int i = pareto_find(&s->sh, lb_m);
-    bool open = true;
+    if (!pareto_refresh(w)) {
+        return true;
+    }
+    int i = staircase_find(w->psnap, w->num_psnap, lb_m);
     if (i >= 0) {
-        const struct entry *q = &s->sh.pareto[i];
+        const struct entry *q = &w->psnap[i];
         /* q beats every plan with t >= lb_t and m >= lb_m when strictly better in one. */
         if (q->t <= lb_t && (q->t < lb_t || q->m < lb_m)) {
-            open = false;
+            return false;
         }
     }
-    pthread_mutex_unlock(&s->sh.mu);
-    return open;
+    return true;
 }
 
 /*
@@ -383,7 +429,7 @@ static bool prune(struct worker *w, double lb_t, double lb_m, const struct moe_p
             return false; /* could be its layout's best, and that layout among the best */
         }
     }
-    return !pareto_open(s, lb_t, lb_m);
+    return !pareto_open(w, lb_t, lb_m);
 }
 
 static void offer_top(struct search *s, const struct entry *e)
@@ -414,7 +460,7 @@ static void offer_fit(struct worker *w, const struct entry *e)
 {
     struct search *s = w->s;
     bool better = !w->has_best || entry_cmp(e, &w->best) < 0;
-    bool pareto = s->req->pareto_window > 0.0 && pareto_open(s, e->t, e->m);
+    bool pareto = s->req->pareto_window > 0.0 && pareto_open(w, e->t, e->m);
     if (!better && !pareto) {
         return;
     }
@@ -1126,6 +1172,7 @@ static void search_fine(struct worker *w,
                         double lb_r,
                         const struct moe_prediction *pr_none,
                         const bool *has,
+                        const bool *late,
                         const struct memo *m)
 {
     const struct search *s = w->s;
@@ -1140,7 +1187,11 @@ static void search_fine(struct worker *w,
             continue;
         }
         if (!has[fi]) {
-            w->c.pruned_memory += w->leaf * rc_mult(w, ri);
+            if (late[fi]) {
+                w->c.pruned_time += w->leaf * rc_mult(w, ri);
+            } else {
+                w->c.pruned_memory += w->leaf * rc_mult(w, ri);
+            }
             continue;
         }
         struct moe_plan_okey k = *kr;
@@ -1280,6 +1331,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
     unsigned src_mods[MOE_PLAN_MAX_OFF + 1];
     double src_lb[MOE_PLAN_MAX_OFF + 1];
     bool fine_has[MOE_PLAN_MAX_OFF];
+    bool fine_late[MOE_PLAN_MAX_OFF]; /* pruned by time before its memory was evaluated */
     struct memo fine_m[MOE_PLAN_MAX_OFF];
     for (int ri = 0; ri < sp->num_rc; ri++) {
         if (sp->num_off <= 1) {
@@ -1322,11 +1374,20 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                     }
                 }
                 fine_has[fi] = false;
+                fine_late[fi] = false;
                 if (!s->req->exhaustive && lbm > s->cap) {
                     continue;
                 }
                 struct moe_plan_okey k = kr;
                 set_off(&k, &sp->offs[fi]);
+                /* Offload never makes the row faster: lb_r bounds every set's time, lbm its
+                 * memory, and prune is monotone in memory, so a set pruned here would be
+                 * pruned with its exact memory too (the Pareto pass evaluated the memory of
+                 * most sets only to reject them). */
+                if (prune(w, lb_r[ri], lbm, &k)) {
+                    fine_late[fi] = true;
+                    continue;
+                }
                 if (has_row_lb && sp->offs[fi].mods == sp->fine_all) {
                     fine_m[fi] = row_m; /* the row bound's set */
                 } else {
@@ -1355,7 +1416,8 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             }
         }
         if (fine_row) {
-            search_fine(w, &kr, ri, lb_r[ri], has_r[ri] ? &pr_r[ri] : NULL, fine_has, fine_m);
+            search_fine(w, &kr, ri, lb_r[ri], has_r[ri] ? &pr_r[ri] : NULL, fine_has, fine_late,
+                        fine_m);
         }
     }
 }
@@ -2712,6 +2774,7 @@ static void workers_free(struct worker *ws, int n)
         free(ws[i].fine_src);
         free(ws[i].rcb);
         free(ws[i].views);
+        free(ws[i].psnap);
         free(ws[i].vm.g);
         free(ws[i].vm.r);
         free(ws[i].vm.f);
@@ -2751,6 +2814,7 @@ static struct worker *workers_create(struct search *s, int n)
         w->views = calloc(VIEW_SLOTS, sizeof(*w->views));
         w->rcb_stamp = 1;
         w->rc_key = -1;
+        w->psnap_version = -1;
         const struct moe_plan_space *sp = &s->sp;
         int nd = sp->num_dispatchers > sp->num_dispatchers_ep1 ? sp->num_dispatchers
                                                                : sp->num_dispatchers_ep1;
@@ -2805,6 +2869,7 @@ static void shared_init(struct shared *sh, int keep)
     atomic_init(&sh->done, 0);
     atomic_init(&sh->failed, false);
     atomic_init(&sh->violations, 0);
+    atomic_init(&sh->pareto_version, 0);
     atomic_init(&sh->faster, 0);
     sh->keep = keep;
 }
