@@ -539,7 +539,12 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
         buffers += logits * (ab * (1.0 + sc.num_mtp) + 4.0);
     }
     if (sc.num_moe > 0 && lay->ep > 1) {
-        if (opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP) {
+        bool flex =
+            opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
+        /* DeepEP/HybridEP preallocate a fixed pool (the cluster's figure); a cluster without one
+         * (0: moefold's own engine on a CPU host) dispatches into per-call row buffers as the
+         * all-to-all path does. */
+        if (flex && cl->overheads.flex_buffer_gib > 0.0) {
             buffers += cl->overheads.flex_buffer_gib * GIB;
         } else {
             double t_sp = t / lay->tp;
