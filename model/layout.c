@@ -760,14 +760,8 @@ static void mark_ends(const struct moe_model_cfg *cfg, struct moe_layout *lay)
     lay->chunks[lay->num_chunks - 1].num_mtp = (uint8_t)cfg->mtp_num_layers;
 }
 
-/*
- * Balanced layout for num_layers that do not divide: every chunk gets the same load target
- * T = ceil((L + mtp) / C) counting an MTP layer as one decoder layer, then the excess is taken
- * away one layer at a time from the first chunk (embedding), the last (loss, MTP) and the middle
- * chunks from the back, round-robin. For DeepSeek-V3 (61 layers, 1 MTP, pp 16 x vpp 2) this
- * gives the published "Et|(tt|)*30mL".
- */
-static void balanced_chunks(const struct moe_model_cfg *cfg, struct moe_layout *lay)
+/* Balanced chunks when the layers do not divide (model/layout.h). */
+void moe_layout_balanced_chunks(const struct moe_model_cfg *cfg, struct moe_layout *lay)
 {
     int c_n = lay->num_chunks;
     int mtp = cfg->mtp_num_layers;
@@ -803,7 +797,7 @@ static void balanced_chunks(const struct moe_model_cfg *cfg, struct moe_layout *
 static enum moe_status
 suggest_layout(const struct moe_model_cfg *cfg, struct moe_layout *lay, struct moe_diag *diag)
 {
-    balanced_chunks(cfg, lay);
+    moe_layout_balanced_chunks(cfg, lay);
     char text[256];
     moe_layout_format_pp_string(lay, text, (int)sizeof(text));
     lay->num_chunks = 0;

@@ -220,6 +220,15 @@ MOE_NODISCARD enum moe_status moe_layout_parse_pp_string(const char *s,
 void moe_layout_format_pp_string(const struct moe_layout *lay, char *buf, int len);
 
 /*
+ * Balanced chunks over lay->num_chunks (pp x vpp) when the layers do not divide: every chunk gets
+ * ceil((L + mtp) / chunks) layers counting an MTP layer as one, the excess taken away from the
+ * first, the last and the middle chunks from the back, round-robin (Megatron's suggestion;
+ * DeepSeek-V3 on pp 16 x vpp 2 gives "Et|(tt|)*30mL"). Fills chunks[] with the embedding, loss
+ * and MTP marks; leaves has_custom_pp_layout to the caller.
+ */
+void moe_layout_balanced_chunks(const struct moe_model_cfg *cfg, struct moe_layout *lay);
+
+/*
  * Count the chunks (virtual pipeline stages) a layout string describes, as Megatron's
  * PipelineParallelLayerLayout.get_num_stages_from_str does, so a caller can derive
  * vpp = chunks / pp before parsing. MOE_ERR_PARSE naming the column on malformed text.

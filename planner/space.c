@@ -488,44 +488,8 @@ void moe_plan_balanced_chunks(const struct moe_model_cfg *cfg,
                               int vpp,
                               struct moe_layout *lay)
 {
-    int c_n = pp * vpp;
-    int mtp = cfg->mtp_num_layers;
-    int target = (cfg->num_layers + mtp + c_n - 1) / c_n;
-    long total = 0;
-    lay->num_chunks = c_n;
-    for (int c = 0; c < c_n; c++) {
-        memset(&lay->chunks[c], 0, sizeof(lay->chunks[c]));
-        int cap = (c == c_n - 1) ? target - mtp : target;
-        lay->chunks[c].num_layers = (uint16_t)(cap > 0 ? cap : 0);
-        total += lay->chunks[c].num_layers;
-    }
-    long excess = total - cfg->num_layers;
-    while (excess > 0) {
-        bool took = false;
-        for (int k = 0; k < c_n && excess > 0; k++) {
-            /* order: first, last, then c_n-2, c_n-3, ..., 1 */
-            int c = (k == 0) ? 0 : (k == 1 ? c_n - 1 : c_n - k);
-            if (c_n == 1) {
-                c = 0;
-            }
-            if (lay->chunks[c].num_layers > 0) {
-                lay->chunks[c].num_layers--;
-                excess--;
-                took = true;
-            }
-        }
-        if (!took) {
-            break;
-        }
-    }
-    int next = 0;
-    for (int c = 0; c < c_n; c++) {
-        lay->chunks[c].first_layer = (uint16_t)next;
-        next += lay->chunks[c].num_layers;
-    }
-    lay->chunks[0].has_embedding = 1;
-    lay->chunks[c_n - 1].has_loss = 1;
-    lay->chunks[c_n - 1].num_mtp = (uint8_t)mtp;
+    lay->num_chunks = pp * vpp;
+    moe_layout_balanced_chunks(cfg, lay);
     lay->has_custom_pp_layout = true;
 }
 
