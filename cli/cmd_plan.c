@@ -94,19 +94,6 @@ static int plan_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *d
     return 0;
 }
 
-/* Expert-load statistics as `moefold predict` computes them (--moe-imbalance auto), for the
- * layouts the search visits; called under the planner's cache lock (one scratch problem). */
-static enum moe_status cli_load(void *ctx,
-                                const struct moe_layout *lay,
-                                struct moe_load_stats *out,
-                                bool *used,
-                                struct moe_diag *diag)
-{
-    struct moe_cli_problem *q = ctx;
-    q->lay = *lay;
-    return moe_cli_load_stats(q, out, used, diag);
-}
-
 /* The search request of problem p; *lc / *scratch set up for --moe-imbalance auto. */
 static enum moe_status build_request(const struct moe_cli_problem *p,
                                      const struct moe_plan_cli_opts *o,
@@ -124,20 +111,7 @@ static enum moe_status build_request(const struct moe_cli_problem *p,
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "no cluster: give --cluster NAME (see `moefold clusters`)");
     }
-    moe_plan_request_init(req);
-    MOE_TRY(moe_plan_cli_request(&p->cfg, &p->cl, p->num_gpus, &p->lay, &p->opt, &p->mres, o, req,
-                                 diag));
-    if (!p->opt.force_load_balancing && p->opt.moe_imbalance == 0.0 && moe_cfg_is_moe(&p->cfg)) {
-        *scratch = malloc(sizeof(**scratch));
-        *lc = *scratch != NULL ? moe_plan_load_cache_create(cli_load, *scratch) : NULL;
-        if (*lc == NULL) {
-            return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
-        }
-        **scratch = *p;
-        req->load_fn = moe_plan_load_cache_fn;
-        req->load_ctx = *lc;
-    }
-    return MOE_OK;
+    return moe_cli_plan_request(p, o, req, lc, scratch, diag);
 }
 
 /* The plan's prediction as predict prints it, in a problem made of the plan. */

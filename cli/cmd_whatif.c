@@ -217,18 +217,6 @@ static enum moe_status apply_value(enum dim d,
     }
 }
 
-/* Expert-load statistics as `moefold predict` computes them (cmd_plan.c has the same). */
-static enum moe_status cli_load(void *ctx,
-                                const struct moe_layout *lay,
-                                struct moe_load_stats *out,
-                                bool *used,
-                                struct moe_diag *diag)
-{
-    struct moe_cli_problem *q = ctx;
-    q->lay = *lay;
-    return moe_cli_load_stats(q, out, used, diag);
-}
-
 /* The best plan of problem q under options o (top 1, no Pareto front). */
 static enum moe_status search_point(struct moe_cli_problem *q,
                                     const struct moe_plan_cli_opts *o,
@@ -245,22 +233,9 @@ static enum moe_status search_point(struct moe_cli_problem *q,
     if (req == NULL) {
         goto out_free;
     }
-    moe_plan_request_init(req);
-    st = moe_plan_cli_request(&q->cfg, &q->cl, q->num_gpus, &q->lay, &q->opt, &q->mres, o, req,
-                              diag);
+    st = moe_cli_plan_request(q, o, req, &lc, &scratch, diag);
     if (st != MOE_OK) {
         goto out_free;
-    }
-    if (!q->opt.force_load_balancing && q->opt.moe_imbalance == 0.0 && moe_cfg_is_moe(&q->cfg)) {
-        scratch = malloc(sizeof(*scratch));
-        lc = scratch != NULL ? moe_plan_load_cache_create(cli_load, scratch) : NULL;
-        if (lc == NULL) {
-            st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
-            goto out_free;
-        }
-        *scratch = *q;
-        req->load_fn = moe_plan_load_cache_fn;
-        req->load_ctx = lc;
     }
     req->top_k = 1;
     req->pareto_window = 0.0;

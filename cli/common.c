@@ -4,6 +4,8 @@
 #include "cli/common.h"
 
 #include "model/imbalance.h"
+#include "planner/cliopt.h"
+#include "planner/search.h"
 #include "topologies/cluster_file.h"
 #include "topologies/model_file.h"
 #include "topologies/plan_file.h"
@@ -461,4 +463,42 @@ void moe_cli_error(const char *cmd, const struct moe_diag *diag)
     } else {
         fprintf(stderr, "moefold %s: %s\n", cmd, diag->message);
     }
+}
+
+/* Expert-load statistics for a layout the search visits; called under the load cache's lock
+ * (one scratch problem). */
+static enum moe_status cli_load(void *ctx,
+                                const struct moe_layout *lay,
+                                struct moe_load_stats *out,
+                                bool *used,
+                                struct moe_diag *diag)
+{
+    struct moe_cli_problem *q = ctx;
+    q->lay = *lay;
+    return moe_cli_load_stats(q, out, used, diag);
+}
+
+enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,
+                                     const struct moe_plan_cli_opts *o,
+                                     struct moe_plan_request *req,
+                                     struct moe_plan_load_cache **lc,
+                                     struct moe_cli_problem **scratch,
+                                     struct moe_diag *diag)
+{
+    *lc = NULL;
+    *scratch = NULL;
+    moe_plan_request_init(req);
+    MOE_TRY(moe_plan_cli_request(&p->cfg, &p->cl, p->num_gpus, &p->lay, &p->opt, &p->mres, o, req,
+                                 diag));
+    if (!p->opt.force_load_balancing && p->opt.moe_imbalance == 0.0 && moe_cfg_is_moe(&p->cfg)) {
+        *scratch = malloc(sizeof(**scratch));
+        *lc = *scratch != NULL ? moe_plan_load_cache_create(cli_load, *scratch) : NULL;
+        if (*lc == NULL) {
+            return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+        }
+        **scratch = *p;
+        req->load_fn = moe_plan_load_cache_fn;
+        req->load_ctx = *lc;
+    }
+    return MOE_OK;
 }

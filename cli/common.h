@@ -82,6 +82,24 @@ MOE_NODISCARD enum moe_status moe_cli_load_stats(const struct moe_cli_problem *p
                                                  bool *used,
                                                  struct moe_diag *diag);
 
+struct moe_plan_cli_opts;
+struct moe_plan_request;
+struct moe_plan_load_cache;
+
+/*
+ * The planner's request for problem p under the search options o (moe_plan_request_init, then
+ * moe_plan_cli_request). With --moe-imbalance auto on an MoE model, the searched layouts get
+ * their expert-load statistics as `moefold predict` computes them, through a load cache over a
+ * scratch copy of p: *lc and *scratch (else NULL) are the caller's to release with
+ * moe_plan_load_cache_destroy and free, on failure too.
+ */
+MOE_NODISCARD enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,
+                                                   const struct moe_plan_cli_opts *o,
+                                                   struct moe_plan_request *req,
+                                                   struct moe_plan_load_cache **lc,
+                                                   struct moe_cli_problem **scratch,
+                                                   struct moe_diag *diag);
+
 /* Predict with the event-simulated schedule (allocates the workspace). */
 MOE_NODISCARD enum moe_status moe_cli_run_predict(const struct moe_cli_problem *p,
                                                   const struct moe_load_stats *load,
