@@ -1616,7 +1616,7 @@ static void load_for_layout(struct worker *w)
     if (moe_cost_predict_prepared(&s->prep, s->req->cl, &w->lay, &opt,
                                   w->has_stats ? &w->stats : NULL, MOE_SCHED_CLOSED_FORM, w->ws,
                                   w->ws_bytes, &p, NULL) == MOE_OK) {
-        w->load = p.load_factor;
+        w->load = p.load_factor_p99;
     }
 }
 

@@ -139,6 +139,43 @@ static void test_exhaustive_moe(void **state)
     check_exhaustive(&p.req);
 }
 
+/* Load statistics that make the p99 load (which sizes memory) differ from the mean (which sets
+ * the time), as --moe-imbalance auto does. */
+static enum moe_status skewed_load(void *ctx,
+                                   const struct moe_layout *lay,
+                                   struct moe_load_stats *out,
+                                   bool *used,
+                                   struct moe_diag *diag)
+{
+    (void)ctx;
+    (void)diag;
+    out->mean_factor = 1.2;
+    out->p50_factor = 1.15;
+    out->p99_factor = lay->ep > 1 ? 1.6 : 1.0;
+    *used = true;
+    return MOE_OK;
+}
+
+/* With load statistics the search's memory matches the predictions' (p99-sized; search()
+ * asserts no mismatch) and the pruned search still equals the exhaustive one. */
+static void test_exhaustive_load_stats(void **state)
+{
+    (void)state;
+    struct problem p;
+    load_problem(&p, "qwen3-30b-a3b", "dgx-h100", 8, 64);
+    p.req.opt.force_load_balancing = false;
+    p.req.load_fn = skewed_load;
+    p.req.recipes = 1u << MOE_RECIPE_FP8_BLOCKWISE;
+    p.req.dispatchers = 1u << MOE_DISPATCH_ALLTOALL;
+    fix_int(&p.req, MOE_PK_TP, &p.req.lay.tp, 1);
+    fix_int(&p.req, MOE_PK_CP, &p.req.lay.cp, 1);
+    fix_int(&p.req, MOE_PK_EP, &p.req.lay.ep, 4);
+    fix_int(&p.req, MOE_PK_MBS, &p.req.lay.mbs, 2);
+    p.req.top_k = 3;
+    p.req.pareto_window = 1.3;
+    check_exhaustive(&p.req);
+}
+
 /* The same under a memory cap that only recompute and offload meet, every offload module set. */
 #define TIGHT_GIB 68.0
 static void test_exhaustive_tight(void **state)
@@ -796,6 +833,7 @@ int main(void)
         cmocka_unit_test(test_exhaustive_dense),
         cmocka_unit_test(test_exhaustive_moe),
         cmocka_unit_test(test_exhaustive_tight),
+        cmocka_unit_test(test_exhaustive_load_stats),
         cmocka_unit_test(test_exhaustive_interleaved),
         cmocka_unit_test(test_threads_deterministic),
         cmocka_unit_test(test_constraints),
