@@ -471,6 +471,47 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     *host_bytes = host;
 }
 
+/* DeepEP/HybridEP preallocate a fixed pool (the cluster's figure); a cluster without one (0:
+ * moefold's own engine on a CPU host) dispatches into per-call row buffers as the all-to-all path
+ * does. */
+static bool flex_pool(const struct moe_cluster *cl, const struct moe_options *opt)
+{
+    bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
+    return flex && cl->overheads.flex_buffer_gib > 0.0;
+}
+
+void moe_mem_opt_key(const struct moe_cluster *cl,
+                     const struct moe_options *opt,
+                     struct moe_mem_opt_key *key)
+{
+    bool selective = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
+    bool full = opt->recompute == MOE_RECOMPUTE_FULL;
+    bool fine = opt->fine_grained_offload;
+    uint64_t a = 0;
+    a = a << 8 | (uint64_t)opt->recipe;
+    a = a << 4 | (uint64_t)opt->recompute;
+    a = a << 4 | (uint64_t)(full ? opt->recompute_method : 0);
+    a = a << 16 | (uint64_t)(selective ? opt->recompute_modules & 0xffffu : 0u);
+    a = a << 16 | (uint64_t)(fine ? opt->offload_modules & 0xffffu : 0u);
+    a = a << 4 | (uint64_t)opt->main_grads_dtype;
+    a = a << 4 | (uint64_t)opt->exp_avg_dtype;
+    a = a << 4 | (uint64_t)opt->exp_avg_sq_dtype;
+    uint64_t b = 0;
+    b = b << 16 | (uint64_t)(full ? (uint16_t)opt->recompute_num_layers : 0u);
+    b = b << 16 | (uint64_t)(uint16_t)opt->cpu_offloading_num_layers;
+    b = b << 16 | (uint64_t)(uint16_t)opt->moe_hot_expert_replicas;
+    b = b << 1 | (uint64_t)opt->is_fp32_training;
+    b = b << 1 | (uint64_t)fine;
+    b = b << 1 | (uint64_t)opt->fp8_param_gather;
+    b = b << 1 | (uint64_t)opt->use_distributed_optimizer;
+    b = b << 1 | (uint64_t)opt->optimizer_cpu_offload;
+    b = b << 1 | (uint64_t)flex_pool(cl, opt);
+    key->bits[0] = a;
+    key->bits[1] = b;
+    key->optimizer_offload_fraction =
+        opt->optimizer_cpu_offload ? opt->optimizer_offload_fraction : 0.0;
+}
+
 void moe_mem_stage_with(const struct moe_model_cfg *cfg,
                         const struct moe_cluster *cl,
                         const struct moe_layout *lay,
@@ -539,12 +580,7 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
         buffers += logits * (ab * (1.0 + sc.num_mtp) + 4.0);
     }
     if (sc.num_moe > 0 && lay->ep > 1) {
-        bool flex =
-            opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
-        /* DeepEP/HybridEP preallocate a fixed pool (the cluster's figure); a cluster without one
-         * (0: moefold's own engine on a CPU host) dispatches into per-call row buffers as the
-         * all-to-all path does. */
-        if (flex && cl->overheads.flex_buffer_gib > 0.0) {
+        if (flex_pool(cl, opt)) {
             buffers += cl->overheads.flex_buffer_gib * GIB;
         } else {
             double t_sp = t / lay->tp;

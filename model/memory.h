@@ -152,6 +152,23 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
                         struct moe_mem_bytes *out);
 
 /*
+ * Every option the memory model reads (moe_mem_stage_with and the layer views), in canonical form:
+ * two option sets with equal keys (memcmp) have equal memory for one model, cluster, layout and
+ * load factor. Options it does not read (overlaps, grouped GEMM, CUDA graphs, the dispatcher beyond
+ * the kind of buffer it allocates) and fields of a disabled feature (the modules of a recompute
+ * that is not selective, the offload fraction of an optimizer kept on the GPU) are left out, so a
+ * caller can share one memory figure among option sets that differ only there (the planner does).
+ */
+struct moe_mem_opt_key {
+    uint64_t bits[2];
+    double optimizer_offload_fraction;
+};
+
+void moe_mem_opt_key(const struct moe_cluster *cl,
+                     const struct moe_options *opt,
+                     struct moe_mem_opt_key *key);
+
+/*
  * Bytes per element of a tensor stored in the recipe's GEMM-input format, scales included (BF16 2;
  * FP8 1; blockwise adds an FP32 scale per 128, MXFP8 an E8M0 scale per 32, NVFP4 half a byte plus
  * an E4M3 scale per 16).

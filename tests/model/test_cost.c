@@ -3,7 +3,8 @@
  * of groups on NVLink domains, hypergeometric node reach, memory by hand for a tiny model,
  * pipeline bubble closed form vs event simulation, phases summing to the step, and invariants
  * (more bandwidth never slower, more recompute never more memory, an EP group inside one domain
- * never slower than across domains, more imbalance never faster).
+ * never slower than across domains, more imbalance never faster), and the memory model's option
+ * key (equal keys, equal memory).
  */
 #include "model/comm_cost.h"
 #include "model/cost.h"
@@ -539,6 +540,95 @@ static void test_workspace_reuse(void **state)
     free(shared);
 }
 
+/* xorshift64*: deterministic random options for the key test. */
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 2685821657736338717ULL;
+}
+
+/* Re-draw the fields of opt chosen by mask (bit i: field i below); memory reads some of them. */
+static void random_fields(struct moe_options *opt, uint32_t mask, uint64_t *x)
+{
+    static const double fractions[] = {0.25, 0.5, 1.0};
+#define DRAW(bit, field, expr)                                                                     \
+    if (mask & (1u << (bit))) {                                                                    \
+        field = (expr);                                                                            \
+    }
+    DRAW(0, opt->recipe, (enum moe_recipe)(rng_next(x) % MOE_NUM_RECIPES));
+    DRAW(1, opt->is_fp32_training, rng_next(x) % 4 == 0);
+    DRAW(2, opt->fp8_param_gather, rng_next(x) % 2 == 0);
+    DRAW(3, opt->use_distributed_optimizer, rng_next(x) % 2 == 0);
+    DRAW(4, opt->optimizer_cpu_offload, rng_next(x) % 2 == 0);
+    DRAW(5, opt->optimizer_offload_fraction, fractions[rng_next(x) % 3]);
+    DRAW(6, opt->main_grads_dtype, rng_next(x) % 2 ? MOE_DTYPE_FP32 : MOE_DTYPE_BF16);
+    DRAW(7, opt->exp_avg_dtype, rng_next(x) % 2 ? MOE_DTYPE_FP32 : MOE_DTYPE_BF16);
+    DRAW(8, opt->dispatcher, (enum moe_dispatcher)(rng_next(x) % MOE_NUM_DISPATCHERS));
+    DRAW(9, opt->recompute, (enum moe_recompute_granularity)(rng_next(x) % 3));
+    DRAW(10, opt->recompute_method, rng_next(x) % 2 ? MOE_RECOMPUTE_BLOCK : MOE_RECOMPUTE_UNIFORM);
+    DRAW(11, opt->recompute_num_layers, (int)(rng_next(x) % 4));
+    DRAW(12, opt->recompute_modules, (unsigned)(rng_next(x) & MOE_RC_ALL));
+    DRAW(13, opt->cpu_offloading_num_layers, (int)(rng_next(x) % 3));
+    DRAW(14, opt->fine_grained_offload, rng_next(x) % 2 == 0);
+    DRAW(15, opt->offload_modules, (unsigned)(rng_next(x) & MOE_OFF_ALL));
+    DRAW(16, opt->moe_hot_expert_replicas, rng_next(x) % 3 == 0 ? 4 : 0);
+    /* Options the memory model does not read. */
+    DRAW(17, opt->tp_comm_overlap, rng_next(x) % 2 == 0);
+    DRAW(18, opt->overlap_moe_ep_comm, rng_next(x) % 2 == 0);
+    DRAW(19, opt->moe_grouped_gemm, rng_next(x) % 2 == 0);
+    DRAW(20, opt->cuda_graph_impl, rng_next(x) % 2 ? MOE_CG_NONE : MOE_CG_LOCAL);
+#undef DRAW
+}
+
+/* Option sets with equal memory keys have equal memory on every stage (the planner shares one
+ * figure among them); pairs are a random set and a copy with a few fields re-drawn, so both
+ * outcomes occur often. */
+static void test_mem_opt_key(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options base;
+    setup(&cfg, &cl, &lay, &base, 32, 2, 4, 1, 8);
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    int equal = 0;
+    int differ = 0;
+    for (int i = 0; i < 4000; i++) {
+        cl.overheads.flex_buffer_gib = (i / 2000) ? 0.0 : 2.0; /* with and without a pool */
+        struct moe_options a = base;
+        random_fields(&a, 0x1fffffu, &x);
+        struct moe_options b = a;
+        random_fields(
+            &b, (uint32_t)(1u << (rng_next(&x) % 21)) | (uint32_t)(1u << (rng_next(&x) % 21)), &x);
+        struct moe_mem_opt_key ka;
+        struct moe_mem_opt_key kb;
+        memset(&ka, 0, sizeof(ka));
+        memset(&kb, 0, sizeof(kb));
+        moe_mem_opt_key(&cl, &a, &ka);
+        moe_mem_opt_key(&cl, &b, &kb);
+        bool same_key = memcmp(&ka, &kb, sizeof(ka)) == 0;
+        bool same_mem = true;
+        for (int p = 0; p < lay.pp; p++) {
+            struct moe_mem_bytes ma;
+            struct moe_mem_bytes mb;
+            moe_mem_stage(&cfg, &cl, &lay, &a, p, 1.3, &ma);
+            moe_mem_stage(&cfg, &cl, &lay, &b, p, 1.3, &mb);
+            same_mem = same_mem && ma.total == mb.total && ma.host_offload == mb.host_offload &&
+                       ma.activations == mb.activations && ma.weights == mb.weights;
+        }
+        if (same_key && !same_mem) {
+            fail_msg("pair %d: equal memory keys, different memory", i);
+        }
+        equal += same_key;
+        differ += !same_mem;
+    }
+    assert_true(equal > 1000);  /* many pairs differ only where memory does not look */
+    assert_true(differ > 1000); /* and many where it does */
+}
+
 static void test_unresolved_layout_rejected(void **state)
 {
     (void)state;
@@ -576,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_more_imbalance_slower),
         cmocka_unit_test(test_unresolved_layout_rejected),
         cmocka_unit_test(test_workspace_reuse),
+        cmocka_unit_test(test_mem_opt_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
