@@ -115,6 +115,28 @@ static void recipe_terms(const struct moe_plan_space *sp,
             continue;
         }
         struct moe_layer_kind kind = {m != 0, w != 0};
+        if (!kind.is_moe) {
+            /* A dense layer reads neither the grouped-GEMM nor the dispatcher option
+             * (model/compute.c: only moe_block does): one evaluation serves every value. */
+            bound_options(sp, recipe, sp->grouped[0], disp[0], &opt);
+            moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
+            t->fwdc[kd] = lc.fwd_compute;
+            t->bwdc[kd] = lc.bwd_compute;
+            t->tp[kd] = (lc.fwd_tp + lc.bwd_tp) * tp_keep;
+            t->cp[kd] =
+                pos(lc.fwd_cp - ov * lc.attn_core_fwd) + pos(lc.bwd_cp - ov * lc.attn_core_bwd);
+            for (int gi = 0; gi < sp->num_grouped; gi++) {
+                t->fwde[kd][gi] = lc.fwd_expert;
+                t->bwde[kd][gi] = lc.bwd_expert;
+            }
+            for (int di = 0; di < num_disp; di++) {
+                t->fd[kd][di] = lc.fwd_dispatch;
+                t->fc[kd][di] = lc.fwd_combine;
+                t->bd[kd][di] = lc.bwd_dispatch;
+                t->bc[kd][di] = lc.bwd_combine;
+            }
+            continue;
+        }
         for (int gi = 0; gi < sp->num_grouped; gi++) {
             bound_options(sp, recipe, sp->grouped[gi], disp[0], &opt);
             moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);

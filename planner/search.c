@@ -92,6 +92,11 @@ static bool pareto_dominates(const struct entry *a, const struct entry *b)
     return key_cmp(a, b) < 0;
 }
 
+/* A staircase point in a worker's copy (pareto_open reads only these). */
+struct point {
+    double m, t;
+};
+
 /* Search node: sizes and micro-batch size; vpp and placement are enumerated inside. */
 struct ptable;
 
@@ -192,6 +197,21 @@ struct view_slot {
     struct moe_act_bytes dense, moe;
 };
 
+/* Memory of one option set on the current layout (memory_of); groups that differ only in options
+ * the memory model does not read (moe_mem_opt_key) share it. */
+#define MEM_SLOTS 4096
+struct memo {
+    double total;  /* worst stage */
+    double host;   /* its host offload */
+    double stat;   /* its weights + gradients + optimizer state */
+    double act[4]; /* per-kind activation totals after recompute / after offload (dedupe key) */
+};
+struct mem_slot {
+    long serial; /* layout */
+    struct moe_mem_opt_key key;
+    struct memo m;
+};
+
 /* Per-rank recompute time of one recompute value, summed over the ranks (rc_bound). */
 struct rc_sums {
     unsigned stamp;
@@ -239,11 +259,11 @@ struct worker {
     const struct node *node;       /* node of the current layout */
     long layout_serial;            /* counts layouts searched (invalidates per-layout caches) */
     long set0_serial;              /* layout of the cached no-option activation view */
-    int set0_gidx;                 /* its group */
+    int set0_recipe;               /* its recipe (the only group option the views read) */
     struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
     struct moe_prediction *fine_src; /* [MOE_PLAN_MAX_OFF + 1] search_fine's bound sources */
-    long set1_serial;                /* layout, group and recompute modules of the cached */
-    int set1_gidx;                   /* views after selective recompute */
+    long set1_serial;                /* layout, recipe and recompute modules of the cached */
+    int set1_recipe;                 /* views after selective recompute */
     unsigned set1_mods;
     struct moe_act_bytes set1_dense, set1_moe;
     struct moe_layout scratch;    /* placements built for their bound before resolving */
@@ -255,6 +275,7 @@ struct worker {
     unsigned rcb_stamp;
     struct rc_sums *rcb;     /* [MOE_PLAN_MAX_RC] */
     struct view_slot *views; /* [VIEW_SLOTS] */
+    struct mem_slot *mems;   /* [MEM_SLOTS] */
     struct moe_plan_rc_terms rc_terms;
     struct moe_plan_okey gk; /* its knobs */
     void *ws;
@@ -277,7 +298,7 @@ struct worker {
     /* The worker's copy of the staircase for pareto_open, refreshed when pareto_version moves:
      * the test runs millions of times per search and took the lock each time. A stale copy
      * holds no point the real one lacks a dominator for, so it only prunes less. */
-    struct entry *psnap;
+    struct point *psnap;
     int num_psnap, cap_psnap;
     long psnap_version;
     struct entry best;
@@ -297,6 +318,24 @@ static void atomic_min_double(_Atomic double *a, double v)
 
 /* Index of the last point of staircase a[n] with memory <= m, or -1. */
 static int staircase_find(const struct entry *a, int n, double m)
+{
+    int lo = 0;
+    int hi = n - 1;
+    int ans = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (a[mid].m <= m) {
+            ans = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return ans;
+}
+
+/* The same over a worker's copy. */
+static int points_find(const struct point *a, int n, double m)
 {
     int lo = 0;
     int hi = n - 1;
@@ -364,7 +403,7 @@ static bool pareto_refresh(struct worker *w)
     pthread_mutex_lock(&sh->mu);
     if (sh->num_pareto > w->cap_psnap) {
         int cap = sh->cap_pareto > sh->num_pareto ? sh->cap_pareto : sh->num_pareto;
-        struct entry *p = realloc(w->psnap, (size_t)cap * sizeof(*p));
+        struct point *p = realloc(w->psnap, (size_t)cap * sizeof(*p));
         if (p == NULL) {
             ok = false;
         } else {
@@ -373,8 +412,8 @@ static bool pareto_refresh(struct worker *w)
         }
     }
     if (ok) {
-        if (sh->num_pareto > 0) {
-            memcpy(w->psnap, sh->pareto, (size_t)sh->num_pareto * sizeof(*w->psnap));
+        for (int i = 0; i < sh->num_pareto; i++) {
+            w->psnap[i] = (struct point){sh->pareto[i].m, sh->pareto[i].t};
         }
         w->num_psnap = sh->num_pareto;
         w->psnap_version = atomic_load(&sh->pareto_version);
@@ -397,9 +436,9 @@ static bool pareto_open(struct worker *w, double lb_t, double lb_m)
     if (!pareto_refresh(w)) {
         return true;
     }
-    int i = staircase_find(w->psnap, w->num_psnap, lb_m);
+    int i = points_find(w->psnap, w->num_psnap, lb_m);
     if (i >= 0) {
-        const struct entry *q = &w->psnap[i];
+        const struct point *q = &w->psnap[i];
         /* q beats every plan with t >= lb_t and m >= lb_m when strictly better in one. */
         if (q->t <= lb_t && (q->t < lb_t || q->m < lb_m)) {
             return false;
@@ -499,13 +538,6 @@ static void offer_closest(struct worker *w, const struct entry *e)
 /* ------------------------------------------------------------------------------------------ */
 /* Evaluation                                                                                   */
 
-struct memo {
-    double total;  /* worst stage */
-    double host;   /* its host offload */
-    double stat;   /* its weights + gradients + optimizer state */
-    double act[4]; /* per-kind activation totals after recompute / after offload (dedupe key) */
-};
-
 static bool contents_equal(const struct moe_stage_contents *a, const struct moe_stage_contents *b)
 {
     return a->num_dense == b->num_dense && a->num_moe == b->num_moe &&
@@ -531,27 +563,27 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
 {
     const struct moe_model_cfg *cfg = w->s->req->cfg;
     const struct moe_layout *lay = &w->lay;
-    if (w->set0_serial != w->layout_serial || w->set0_gidx != w->gidx) {
+    if (w->set0_serial != w->layout_serial || w->set0_recipe != (int)opt->recipe) {
         struct moe_options o0 = *opt;
         o0.recompute = MOE_RECOMPUTE_NONE;
         o0.fine_grained_offload = false;
         moe_mem_layer_set_init(cfg, lay, &o0, w->load, &w->set0);
         w->set0_serial = w->layout_serial;
-        w->set0_gidx = w->gidx;
+        w->set0_recipe = (int)opt->recipe;
     }
     *set = w->set0;
     bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
     bool has_off = opt->fine_grained_offload;
     if (has_rc) {
         /* Also the same for every offload value of a recompute value. */
-        if (w->set1_serial != w->layout_serial || w->set1_gidx != w->gidx ||
+        if (w->set1_serial != w->layout_serial || w->set1_recipe != (int)opt->recipe ||
             w->set1_mods != opt->recompute_modules) {
             moe_mem_layer_activations(cfg, lay, opt, false, w->load, MOE_MEM_APPLY_RECOMPUTE,
                                       &w->set1_dense);
             moe_mem_layer_activations(cfg, lay, opt, true, w->load, MOE_MEM_APPLY_RECOMPUTE,
                                       &w->set1_moe);
             w->set1_serial = w->layout_serial;
-            w->set1_gidx = w->gidx;
+            w->set1_recipe = (int)opt->recipe;
             w->set1_mods = opt->recompute_modules;
         }
         set->dense[1] = w->set1_dense;
@@ -586,6 +618,16 @@ static void memory_of(struct worker *w, const struct moe_options *opt, struct me
 {
     const struct search *s = w->s;
     const struct moe_layout *lay = &w->lay;
+    struct moe_mem_opt_key key;
+    memset(&key, 0, sizeof(key));
+    moe_mem_opt_key(s->req->cl, opt, &key);
+    uint64_t h = (key.bits[0] * 0x9e3779b97f4a7c15ULL) ^ (key.bits[1] * 0xbf58476d1ce4e5b9ULL) ^
+                 (uint64_t)(key.optimizer_offload_fraction * 1024.0);
+    struct mem_slot *slot = &w->mems[(h ^ h >> 29) & (MEM_SLOTS - 1)];
+    if (slot->serial == w->layout_serial && memcmp(&slot->key, &key, sizeof(key)) == 0) {
+        *out = slot->m;
+        return;
+    }
     struct moe_mem_layer_set set;
     layer_set(w, opt, &set);
     out->total = -1.0;
@@ -608,6 +650,9 @@ static void memory_of(struct worker *w, const struct moe_options *opt, struct me
     out->act[2] = set.moe[1].total;
     out->act[3] = set.moe[2].total;
     w->c.mem_evaluated++;
+    slot->serial = w->layout_serial;
+    slot->key = key;
+    slot->m = *out;
 }
 
 static bool memo_fits(const struct search *s, const struct memo *m)
@@ -831,8 +876,18 @@ static int graph_local_twin(const struct moe_plan_space *sp, int g)
  * overlap (in the group), every pass of a dominated candidate is no shorter in either direction,
  * and the closed-form schedule then grows by at least the sum of the ranks' growth, more than the
  * tail can lose (overlap_eff <= 1): no slack at all.
+ *
+ * The time-only knobs keep that property under EP overlap too (GROW_PASSES): TP overlap off adds
+ * exposed TP traffic, CUDA graphs other than full iteration add host launches and the dropless
+ * sync (model/cost.c layer_exposed: a pass costs max(GPU, host) + sync), and neither touches the
+ * compute or expert time the 1F1B EP overlap pairs dispatch and combine against, so no pass of an
+ * X variant is shorter in either direction than its base's.
  */
-enum { GROW_ALL = 0x1f, GROW_EXTRAS = 0x10 }; /* bit k: decoder-layer kind k; 0x10: extras */
+enum {
+    GROW_ALL = 0x1f,    /* bit k: decoder-layer kind k */
+    GROW_EXTRAS = 0x10, /* embedding, loss and MTP extras */
+    GROW_PASSES = 0x20, /* no pass shorter in either direction, EP overlap or not */
+};
 
 /*
  * With interleaving, the same holds for candidates whose growth is confined to kinds whose every
@@ -853,13 +908,13 @@ static double dominance_slack(const struct worker *w,
     if (dp == 0.0) {
         return 0.0;
     }
-    if (d->ep_overlap || ov > 1.0) {
+    if ((d->ep_overlap && !(grows & GROW_PASSES)) || ov > 1.0) {
         return dp;
     }
     if (w->lay.vpp == 1) {
         return 0.0;
     }
-    return (grows & ~w->grow_ok) != 0 ? dp : 0.0;
+    return (grows & GROW_ALL & ~w->grow_ok) != 0 ? dp : 0.0;
 }
 
 /* Which growth kinds satisfy g_k >= 0 on the current layout (dominance_slack). */
@@ -902,7 +957,7 @@ x_variants(struct worker *w, const struct moe_plan_okey *base, const struct moe_
     if (xl->n <= 1) {
         return;
     }
-    double slack = dominance_slack(w, base, p, GROW_ALL);
+    double slack = dominance_slack(w, base, p, GROW_ALL | GROW_PASSES);
     if (slack <= 0.0 && !w->s->req->exhaustive) {
         return; /* never faster, same memory, later in the knob order */
     }
@@ -2774,6 +2829,7 @@ static void workers_free(struct worker *ws, int n)
         free(ws[i].fine_src);
         free(ws[i].rcb);
         free(ws[i].views);
+        free(ws[i].mems);
         free(ws[i].psnap);
         free(ws[i].vm.g);
         free(ws[i].vm.r);
@@ -2812,6 +2868,7 @@ static struct worker *workers_create(struct search *s, int n)
         w->fine_src = calloc(MOE_PLAN_MAX_OFF + 1, sizeof(*w->fine_src));
         w->rcb = calloc(MOE_PLAN_MAX_RC, sizeof(*w->rcb));
         w->views = calloc(VIEW_SLOTS, sizeof(*w->views));
+        w->mems = calloc(MEM_SLOTS, sizeof(*w->mems));
         w->rcb_stamp = 1;
         w->rc_key = -1;
         w->psnap_version = -1;
@@ -2837,7 +2894,7 @@ static struct worker *workers_create(struct search *s, int n)
             w->statics == NULL || w->pl == NULL || w->terms == NULL || w->vm.g == NULL ||
             w->vm.r == NULL || w->vm.f == NULL || w->vm.x == NULL || w->vm.rf == NULL ||
             w->vm.rx == NULL || w->vm.fx == NULL || w->kinds == NULL || w->mtp == NULL ||
-            w->fine_src == NULL || w->rcb == NULL || w->views == NULL) {
+            w->fine_src == NULL || w->rcb == NULL || w->views == NULL || w->mems == NULL) {
             workers_free(ws, n);
             return NULL;
         }
