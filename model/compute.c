@@ -576,9 +576,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     }
 
     if (offload_bytes > 0.0) {
-        double link =
-            cl->host.link_gbps * GIBPS * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
-        out->offload_copy = offload_bytes / link;
+        out->offload_copy = moe_compute_offload_copy_s(cl, offload_bytes);
     }
 
     /* Host: launches per pass (backward launches about twice as many kernels). */
@@ -599,6 +597,12 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
                          !(opt->cuda_graph_impl != MOE_CG_NONE &&
                            (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION));
     out->host_sync = dropless_sync ? cl->overheads.moe_host_sync_us * 1e-6 : 0.0;
+}
+
+double moe_compute_offload_copy_s(const struct moe_cluster *cl, double bytes)
+{
+    double link = cl->host.link_gbps * GIBPS * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
+    return bytes / link;
 }
 
 void moe_compute_loss(const struct moe_model_cfg *cfg,

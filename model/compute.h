@@ -60,6 +60,9 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
                        double offload_bytes,
                        struct moe_layer_cost *out);
 
+/* Seconds to copy `bytes` of activations to host memory over the host link (offload). */
+double moe_compute_offload_copy_s(const struct moe_cluster *cl, double bytes);
+
 /* Output layer + cross-entropy (one logits pass) and, per MTP layer, its eh projection. */
 void moe_compute_loss(const struct moe_model_cfg *cfg,
                       const struct moe_cluster *cl,

@@ -71,12 +71,20 @@ static double phases_sum(const struct pass_phases *p)
     return p->compute + p->expert + p->dispatch + p->combine + p->tp + p->cp + p->pp + p->host;
 }
 
-/* Exposed forward and backward phases of one layer with the options' overlaps applied. */
+double moe_pass_with_copy(const struct moe_pass_parts *p, double copy_s)
+{
+    double gpu = p->gpu_s + pos(copy_s - p->hide_s);
+    return gpu > p->host_s ? gpu : p->host_s;
+}
+
+/* Exposed forward and backward phases of one layer with the options' overlaps applied; parts
+ * (NULL: not wanted) gets each pass before the offload copy. */
 static void layer_exposed(const struct moe_cluster *cl,
                           const struct moe_options *opt,
                           const struct moe_layer_cost *lc,
                           struct pass_phases *fwd,
-                          struct pass_phases *bwd)
+                          struct pass_phases *bwd,
+                          struct moe_pass_parts parts[2])
 {
     double ov = cl->overheads.overlap_eff;
     *fwd = (struct pass_phases){0};
@@ -127,6 +135,12 @@ static void layer_exposed(const struct moe_cluster *cl,
         bwd->dispatch = lc->bwd_dispatch;
         bwd->combine = lc->bwd_combine;
     }
+    if (parts != NULL) {
+        parts[0] =
+            (struct moe_pass_parts){fwd->compute + fwd->expert, phases_sum(fwd), lc->host_fwd};
+        parts[1] =
+            (struct moe_pass_parts){bwd->compute + bwd->expert, phases_sum(bwd), lc->host_bwd};
+    }
     /* Activation offload copies run on their own stream behind the pass's compute. */
     fwd->compute += pos(lc->offload_copy - (fwd->compute + fwd->expert));
     bwd->compute += pos(lc->offload_copy - (bwd->compute + bwd->expert));
@@ -147,6 +161,7 @@ struct pctx {
     double load;
     struct pass_phases kind_f[2][2]; /* [is_moe][is_windowed] */
     struct pass_phases kind_b[2][2];
+    struct moe_pass_parts kind_parts[2][2][2]; /* before the offload copy (moe_prediction) */
     bool kind_ready[2][2];
     struct pass_phases loss_f, loss_b, mtp_f, mtp_b, emb_f, emb_b;
     double p2p_s;
@@ -160,18 +175,21 @@ struct pctx {
     struct moe_group_place edp_group;          /* EDP group (expert gradients) */
 };
 
-static double offload_bytes_for(const struct pctx *x, bool is_moe)
+double moe_cost_offload_bytes(const struct moe_model_cfg *cfg,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              bool is_moe,
+                              double load_factor)
 {
-    const struct moe_options *opt = x->opt;
     if (!opt->fine_grained_offload && opt->cpu_offloading_num_layers <= 0) {
         return 0.0;
     }
     struct moe_act_bytes rc;
     struct moe_act_bytes both;
-    moe_mem_layer_activations(x->cfg, x->lay, opt, is_moe, x->load, MOE_MEM_APPLY_RECOMPUTE, &rc);
+    moe_mem_layer_activations(cfg, lay, opt, is_moe, load_factor, MOE_MEM_APPLY_RECOMPUTE, &rc);
     double bytes = 0.0;
     if (opt->fine_grained_offload) {
-        moe_mem_layer_activations(x->cfg, x->lay, opt, is_moe, x->load,
+        moe_mem_layer_activations(cfg, lay, opt, is_moe, load_factor,
                                   MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD, &both);
         bytes += rc.total - both.total;
     }
@@ -188,9 +206,10 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     }
     struct moe_layer_cost lc;
     struct moe_layer_kind kind = {is_moe, windowed};
-    moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load, offload_bytes_for(x, is_moe),
-                      &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed]);
+    moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load,
+                      moe_cost_offload_bytes(x->cfg, x->lay, x->opt, is_moe, x->load), &lc);
+    layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed],
+                  x->kind_parts[is_moe][windowed]);
     x->kind_ready[is_moe][windowed] = true;
     double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
     if (is_moe == x->is_moe && base > 0.0) {
@@ -213,11 +232,11 @@ static void extras_init(struct pctx *x)
 {
     struct moe_layer_cost lc;
     moe_compute_loss(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->loss_f, &x->loss_b);
+    layer_exposed(x->cl, x->opt, &lc, &x->loss_f, &x->loss_b, NULL);
     moe_compute_mtp_extra(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->mtp_f, &x->mtp_b);
+    layer_exposed(x->cl, x->opt, &lc, &x->mtp_f, &x->mtp_b, NULL);
     moe_compute_embedding(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->emb_f, &x->emb_b);
+    layer_exposed(x->cl, x->opt, &lc, &x->emb_f, &x->emb_b, NULL);
 
     /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
     const struct moe_layout *lay = x->lay;
@@ -738,6 +757,7 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     out->time = st.t;
     out->step_time_s = st.total;
     out->load_factor = x.load;
+    memcpy(out->pass, x.kind_parts, sizeof(out->pass));
     out->stage_time_s[0] = st.stage_max_s;
     out->stage_time_s[1] = st.stage0_s;
     out->comm.dp_bytes = st.dp_bytes;

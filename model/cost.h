@@ -101,6 +101,30 @@ struct moe_load_stats {
     double p99_factor;  /* 99th percentile over steps */
 };
 
+/*
+ * One decoder layer's pass of one micro-batch as priced before its activation-offload copy is
+ * added: the copy runs behind hide_s (compute and expert GEMMs) and the pass costs
+ * max(host_s, gpu_s + the copy's exposed part) plus the layer's fixed sync (moe_pass_with_copy).
+ * What a caller needs to price other offload volumes under the same options (the planner bounds
+ * fine-grained offload sets with it).
+ */
+struct moe_pass_parts {
+    double hide_s; /* compute + expert GEMM time the copy overlaps */
+    double gpu_s;  /* every GPU phase of the pass, no copy exposed */
+    double host_s; /* host launch time of the pass */
+};
+
+/* Seconds one pass takes, sync excluded, with a copy of copy_s seconds. */
+double moe_pass_with_copy(const struct moe_pass_parts *p, double copy_s);
+
+/* Activation bytes one layer of the kind moves to host per micro-batch under opt's offload
+ * (fine-grained modules and whole-layer CPU offloading), at the given expert load factor. */
+double moe_cost_offload_bytes(const struct moe_model_cfg *cfg,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              bool is_moe,
+                              double load_factor);
+
 struct moe_prediction {
     double flops_per_step;          /* model FLOPs of one global batch (Megatron convention) */
     double executed_flops_per_step; /* incl. recompute */
@@ -120,6 +144,9 @@ struct moe_prediction {
     double load_factor_p99;    /* the one memory is sized for (99th percentile step) */
     enum moe_phase bottleneck; /* largest phase */
     double stage_time_s[2];    /* fwd+bwd per micro-batch: slowest stage, first stage */
+    /* Decoder-layer passes at load_factor, [is_moe][is_windowed][0 forward, 1 backward]; zero for
+     * kinds the layout does not have. */
+    struct moe_pass_parts pass[2][2][2];
 };
 
 /*

@@ -4,9 +4,10 @@
  * pipeline bubble closed form vs event simulation, phases summing to the step, and invariants
  * (more bandwidth never slower, more recompute never more memory, an EP group inside one domain
  * never slower than across domains, more imbalance never faster), and the memory model's option
- * key (equal keys, equal memory).
+ * key (equal keys, equal memory) and the pass parts that price other offload volumes.
  */
 #include "model/comm_cost.h"
+#include "model/compute.h"
 #include "model/cost.h"
 #include "model/imbalance.h"
 #include "model/memory.h"
@@ -629,6 +630,43 @@ static void test_mem_opt_key(void **state)
     assert_true(differ > 1000); /* and many where it does */
 }
 
+/* The pass parts a prediction exports price another offload volume exactly: on one pipeline rank
+ * the per-micro-batch pass sum grows by what moe_pass_with_copy gives for each layer. */
+static void test_pass_parts_price_offload(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 16, 2, 1, 1, 4);
+    cl.host.link_gbps = 2.0; /* slow enough that the copies show */
+    struct moe_prediction p0 = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    const unsigned sets[] = {MOE_OFF_EXPERT_FC1 | MOE_OFF_MOE_ACT, MOE_OFF_ALL};
+    for (int ep_overlap = 0; ep_overlap < 2; ep_overlap++) {
+        opt.overlap_moe_ep_comm = ep_overlap != 0;
+        p0 = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+        for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+            struct moe_options o = opt;
+            o.fine_grained_offload = true;
+            o.offload_modules = sets[i];
+            struct moe_prediction p1 = predict(&cfg, &cl, &lay, &o, MOE_SCHED_CLOSED_FORM);
+            double grow = 0.0;
+            for (int l = 0; l < cfg.num_layers; l++) {
+                bool is_moe = (cfg.layer_flags[l] & MOE_LAYER_MOE) != 0;
+                double c = moe_compute_offload_copy_s(
+                    &cl, moe_cost_offload_bytes(&cfg, &lay, &o, is_moe, p0.load_factor));
+                for (int d = 0; d < 2; d++) {
+                    const struct moe_pass_parts *pp = &p0.pass[is_moe][0][d];
+                    grow += moe_pass_with_copy(pp, c) - moe_pass_with_copy(pp, 0.0);
+                }
+            }
+            assert_true(grow > 0.0);
+            ASSERT_NEAR(p1.stage_time_s[0] - p0.stage_time_s[0], grow, 1e-9 * p1.stage_time_s[0]);
+        }
+    }
+}
+
 static void test_unresolved_layout_rejected(void **state)
 {
     (void)state;
@@ -667,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_unresolved_layout_rejected),
         cmocka_unit_test(test_workspace_reuse),
         cmocka_unit_test(test_mem_opt_key),
+        cmocka_unit_test(test_pass_parts_price_offload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
