@@ -36,6 +36,7 @@
 #define _GNU_SOURCE 1 /* for sched_getaffinity / CPU_COUNT (falls back to sysconf) */
 #include "planner/search.h"
 
+#include "model/compute.h"
 #include "model/cost.h"
 #include "model/memory.h"
 #include "planner/bound.h"
@@ -877,11 +878,12 @@ static int graph_local_twin(const struct moe_plan_space *sp, int g)
  * and the closed-form schedule then grows by at least the sum of the ranks' growth, more than the
  * tail can lose (overlap_eff <= 1): no slack at all.
  *
- * The time-only knobs keep that property under EP overlap too (GROW_PASSES): TP overlap off adds
- * exposed TP traffic, CUDA graphs other than full iteration add host launches and the dropless
- * sync (model/cost.c layer_exposed: a pass costs max(GPU, host) + sync), and neither touches the
- * compute or expert time the 1F1B EP overlap pairs dispatch and combine against, so no pass of an
- * X variant is shorter in either direction than its base's.
+ * Two kinds of growth keep that property under EP overlap too (GROW_PASSES), because neither
+ * touches the compute or expert time the 1F1B EP overlap pairs dispatch and combine against
+ * (model/cost.c layer_exposed): the time-only knobs (TP overlap off adds exposed TP traffic, CUDA
+ * graphs other than full iteration add host launches and the dropless sync; a pass costs
+ * max(GPU, host) + sync), and more fine-grained offload (its copy time is added to the pass after
+ * the EP pairing is priced). No pass of such a candidate is shorter in either direction.
  */
 enum {
     GROW_ALL = 0x1f,    /* bit k: decoder-layer kind k */
@@ -1211,6 +1213,54 @@ static double offload_memory_bound(struct worker *w, const struct moe_plan_okey 
 static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int gi);
 
 /*
+ * Bound on the step time of options opt (a fine-grained offload set) from p0, the prediction of
+ * the same options without activation offload. model/cost.c adds a layer's offload copy after it
+ * has priced the pass's EP overlap, and the pass then costs max(host, GPU + max(0, copy - hide))
+ * (moe_pass_with_copy, with p0's parts): each pass's growth is known exactly and none is negative.
+ * With D_p the growth of rank p's passes per micro-batch, the closed form grows by at least
+ * (m - 1/vpp) min_p D_p + sum_p D_p / vpp, and the DP tails shrink by at most overlap_eff max_p D_p
+ * (their overlap windows are the rank's pass sums), so T(opt) >= T(p0) + that growth. A relative
+ * 1e-9 is given away for the different order of the additions.
+ */
+static double offload_time_bound(const struct worker *w,
+                                 const struct moe_options *opt,
+                                 const struct moe_prediction *p0)
+{
+    const struct search *s = w->s;
+    const struct moe_layout *lay = &w->lay;
+    double copy[2];
+    for (int m = 0; m < 2; m++) {
+        double bytes = moe_cost_offload_bytes(s->req->cfg, lay, opt, m != 0, p0->load_factor);
+        copy[m] = moe_compute_offload_copy_s(s->req->cl, bytes);
+    }
+    double grow[MOE_PLAN_KINDS];
+    for (int k = 0; k < MOE_PLAN_KINDS; k++) {
+        const struct moe_pass_parts *pp = p0->pass[k >> 1][k & 1];
+        grow[k] = 0.0;
+        for (int d = 0; d < 2; d++) {
+            grow[k] += moe_pass_with_copy(&pp[d], copy[k >> 1]) - moe_pass_with_copy(&pp[d], 0.0);
+        }
+    }
+    int last = s->bm.last_moe * 2 + s->bm.last_win;
+    double lo = INFINITY;
+    double hi = 0.0;
+    double sum = 0.0;
+    for (int p = 0; p < lay->pp; p++) {
+        double d = w->mtp[p] * grow[last];
+        for (int k = 0; k < MOE_PLAN_KINDS; k++) {
+            d += w->kinds[p][k] * grow[k];
+        }
+        lo = fmin(lo, d);
+        hi = fmax(hi, d);
+        sum += d;
+    }
+    double v = lay->vpp;
+    double g = ((double)lay->num_microbatches - 1.0 / v) * lo + sum / v -
+               s->req->cl->overheads.overlap_eff * hi;
+    return p0->step_time_s + g - 1e-9 * p0->step_time_s;
+}
+
+/*
  * The fine-grained offload values of recompute row kr (dom with its recompute value), their
  * memory known (has[fi], m[fi]; a value without memory cannot fit). First in knob order: the
  * values that cannot fit or cannot beat lb_r (the row's bound), duplicates (a set that leaves
@@ -1226,6 +1276,7 @@ static void search_fine(struct worker *w,
                         int ri,
                         double lb_r,
                         const struct moe_prediction *pr_none,
+                        const double *tlb,
                         const bool *has,
                         const bool *late,
                         const struct memo *m)
@@ -1251,7 +1302,7 @@ static void search_fine(struct worker *w,
         }
         struct moe_plan_okey k = *kr;
         set_off(&k, &sp->offs[fi]);
-        if (prune(w, lb_r, m[fi].total, &k)) {
+        if (prune(w, tlb[fi], m[fi].total, &k)) {
             w->c.pruned_time += w->leaf * rc_mult(w, ri);
             continue;
         }
@@ -1288,6 +1339,8 @@ static void search_fine(struct worker *w,
             src_mods[nsrc++] = 0u;
         }
     }
+    /* src[0]: the row without activation offload; tlb has its bound when pr_none was known */
+    bool has_base = nsrc > 0 && pr_none == NULL;
     for (int j = s->num_fine_order - 1; j >= 0; j--) {
         int fi = s->fine_order[j];
         if (!live[fi]) {
@@ -1295,10 +1348,10 @@ static void search_fine(struct worker *w,
         }
         const struct memo *mf = &m[fi];
         unsigned mods = sp->offs[fi].mods;
-        /* only the kinds f offloads from grow */
-        unsigned grows =
-            (mf->act[0] != mf->act[1] ? 0x3u : 0u) | (mf->act[2] != mf->act[3] ? 0xcu : 0u);
-        double lb = lb_r;
+        /* only the kinds f offloads from grow, and no pass gets shorter (GROW_PASSES) */
+        unsigned grows = GROW_PASSES | (mf->act[0] != mf->act[1] ? 0x3u : 0u) |
+                         (mf->act[2] != mf->act[3] ? 0xcu : 0u);
+        double lb = tlb[fi];
         for (int q = 0; q < nsrc; q++) {
             if ((src_mods[q] & ~mods) == 0) {
                 lb = fmax(lb, src[q].step_time_s - dominance_slack(w, kr, &src[q], grows));
@@ -1306,6 +1359,10 @@ static void search_fine(struct worker *w,
         }
         struct moe_plan_okey k = *kr;
         set_off(&k, &sp->offs[fi]);
+        if (has_base && !s->req->exhaustive) {
+            moe_plan_okey_apply(sp, &k, &opt);
+            lb = fmax(lb, offload_time_bound(w, &opt, &src[0]));
+        }
         if (eval_candidate(w, &k, lb, mf, &src[nsrc])) {
             src_mods[nsrc++] = mods;
         }
@@ -1388,6 +1445,7 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
     bool fine_has[MOE_PLAN_MAX_OFF];
     bool fine_late[MOE_PLAN_MAX_OFF]; /* pruned by time before its memory was evaluated */
     struct memo fine_m[MOE_PLAN_MAX_OFF];
+    double fine_tlb[MOE_PLAN_MAX_OFF]; /* time bound of each set (offload_time_bound) */
     for (int ri = 0; ri < sp->num_rc; ri++) {
         if (sp->num_off <= 1) {
             break;
@@ -1430,16 +1488,21 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 }
                 fine_has[fi] = false;
                 fine_late[fi] = false;
+                fine_tlb[fi] = lb_r[ri];
                 if (!s->req->exhaustive && lbm > s->cap) {
                     continue;
                 }
                 struct moe_plan_okey k = kr;
                 set_off(&k, &sp->offs[fi]);
+                if (has_r[ri] && !s->req->exhaustive) {
+                    moe_plan_okey_apply(sp, &k, &opt);
+                    fine_tlb[fi] = fmax(lb_r[ri], offload_time_bound(w, &opt, &pr_r[ri]));
+                }
                 /* Offload never makes the row faster: lb_r bounds every set's time, lbm its
                  * memory, and prune is monotone in memory, so a set pruned here would be
                  * pruned with its exact memory too (the Pareto pass evaluated the memory of
                  * most sets only to reject them). */
-                if (prune(w, lb_r[ri], lbm, &k)) {
+                if (prune(w, fine_tlb[fi], lbm, &k)) {
                     fine_late[fi] = true;
                     continue;
                 }
@@ -1471,8 +1534,8 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             }
         }
         if (fine_row) {
-            search_fine(w, &kr, ri, lb_r[ri], has_r[ri] ? &pr_r[ri] : NULL, fine_has, fine_late,
-                        fine_m);
+            search_fine(w, &kr, ri, lb_r[ri], has_r[ri] ? &pr_r[ri] : NULL, fine_tlb, fine_has,
+                        fine_late, fine_m);
         }
     }
 }
@@ -1738,7 +1801,15 @@ static void search_options(struct worker *w)
     const uint8_t *disp = w->lay.ep > 1 ? sp->dispatchers : sp->dispatchers_ep1;
     int num_disp = w->lay.ep > 1 ? sp->num_dispatchers : sp->num_dispatchers_ep1;
     bool a2a_ok = moe_plan_bound_ep_overlap_possible(sp, &w->lay);
+    /* The group bound does not depend on the optimizer choice: once per recipe, dispatcher,
+     * grouped-GEMM and EP-overlap value (NAN until needed). */
+    double glb[MOE_NUM_DISPATCHERS][2][2];
     for (int ri = 0; ri < sp->num_recipes; ri++) {
+        for (int di = 0; di < MOE_NUM_DISPATCHERS; di++) {
+            for (int gi = 0; gi < 2; gi++) {
+                glb[di][gi][0] = glb[di][gi][1] = NAN;
+            }
+        }
         for (int si = 0; si < sp->num_statics; si++) {
             for (int di = 0; di < num_disp; di++) {
                 for (int gi = 0; gi < sp->num_grouped; gi++) {
@@ -1758,11 +1829,14 @@ static void search_options(struct worker *w)
                             continue;
                         }
                         if (!s->req->exhaustive) {
-                            struct moe_plan_kind_lb g;
-                            moe_plan_bound_group(sp, &s->bm, w->cur_terms, ri, gi, di,
-                                                 k.ep_overlap != 0, num_disp, &g);
-                            double lb = moe_plan_bound_time(sp, &s->bm, &g, &w->lay);
-                            if (prune(w, lb, mst, &k)) {
+                            double *lb = &glb[di][gi][ai];
+                            if (isnan(*lb)) {
+                                struct moe_plan_kind_lb g;
+                                moe_plan_bound_group(sp, &s->bm, w->cur_terms, ri, gi, di,
+                                                     k.ep_overlap != 0, num_disp, &g);
+                                *lb = moe_plan_bound_time(sp, &s->bm, &g, &w->lay);
+                            }
+                            if (prune(w, *lb, mst, &k)) {
                                 w->c.pruned_time += w->gsize;
                                 continue;
                             }
