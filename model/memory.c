@@ -413,27 +413,27 @@ static void stage_activations(const struct moe_model_cfg *cfg,
                               double *host_bytes,
                               double *transient)
 {
-    const struct moe_act_bytes dense_full = set->dense[0];
-    const struct moe_act_bytes moe_full = set->moe[0];
-    const struct moe_act_bytes dense_rc = set->dense[1];
-    const struct moe_act_bytes moe_rc = set->moe[1];
-    const struct moe_act_bytes dense_opt = set->dense[2];
-    const struct moe_act_bytes moe_opt = set->moe[2];
+    const struct moe_act_bytes *dense_full = &set->dense[0];
+    const struct moe_act_bytes *moe_full = &set->moe[0];
+    const struct moe_act_bytes *dense_rc = &set->dense[1];
+    const struct moe_act_bytes *moe_rc = &set->moe[1];
+    const struct moe_act_bytes *dense_opt = &set->dense[2];
+    const struct moe_act_bytes *moe_opt = &set->moe[2];
 
     int last_moe = cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE);
     double n_moe = sc->num_moe + (last_moe ? sc->num_mtp : 0);
     double n_dense = sc->num_dense + (last_moe ? 0 : sc->num_mtp);
     double n_layers = n_moe + n_dense;
     double per_layer_opt =
-        n_layers > 0 ? (n_moe * moe_opt.total + n_dense * dense_opt.total) / n_layers : 0.0;
+        n_layers > 0 ? (n_moe * moe_opt->total + n_dense * dense_opt->total) / n_layers : 0.0;
     double per_layer_full =
-        n_layers > 0 ? (n_moe * moe_full.total + n_dense * dense_full.total) / n_layers : 0.0;
-    double layer_input = dense_full.attn_norm; /* checkpointed input of a recomputed layer */
+        n_layers > 0 ? (n_moe * moe_full->total + n_dense * dense_full->total) / n_layers : 0.0;
+    double layer_input = dense_full->attn_norm; /* checkpointed input of a recomputed layer */
     double chunks = sc->num_chunks > 0 ? sc->num_chunks : 1;
     double layers_per_chunk = n_layers / chunks;
 
     double saved;
-    double max_layer = moe_full.total > dense_full.total ? moe_full.total : dense_full.total;
+    double max_layer = moe_full->total > dense_full->total ? moe_full->total : dense_full->total;
     *transient = 0.0;
     if (opt->recompute == MOE_RECOMPUTE_FULL) {
         double n_rc = opt->recompute_num_layers > 0 ? opt->recompute_num_layers : 1;
@@ -450,7 +450,7 @@ static void stage_activations(const struct moe_model_cfg *cfg,
         saved = n_layers * per_layer_opt;
         if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
             *transient =
-                max_layer - (moe_opt.total < dense_opt.total ? moe_opt.total : dense_opt.total);
+                max_layer - (moe_opt->total < dense_opt->total ? moe_opt->total : dense_opt->total);
         }
     }
     /* Whole-layer CPU offloading moves that many layers per chunk to host memory. */
@@ -464,8 +464,8 @@ static void stage_activations(const struct moe_model_cfg *cfg,
         saved -= host;
     }
     if (opt->fine_grained_offload && opt->recompute != MOE_RECOMPUTE_FULL) {
-        host +=
-            n_moe * (moe_rc.total - moe_opt.total) + n_dense * (dense_rc.total - dense_opt.total);
+        host += n_moe * (moe_rc->total - moe_opt->total) +
+                n_dense * (dense_rc->total - dense_opt->total);
     }
     *gpu_bytes = saved;
     *host_bytes = host;
@@ -523,30 +523,30 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
                         struct moe_mem_bytes *out)
 {
     *out = (struct moe_mem_bytes){0};
-    const struct moe_stage_contents sc = *stage_contents;
-    const struct moe_gpu_params p = *params_gpu;
+    const struct moe_stage_contents *sc = stage_contents;
+    const struct moe_gpu_params *p = params_gpu;
     double load_factor = set->load_factor;
 
     /* Hot-expert clones: each EP rank hosts its share of the replicas (weights + grads). */
     double replica_params = 0.0;
-    if (opt->moe_hot_expert_replicas > 0 && cfg->num_experts > 0 && sc.num_moe > 0) {
+    if (opt->moe_hot_expert_replicas > 0 && cfg->num_experts > 0 && sc->num_moe > 0) {
         double per_rank = ceil((double)opt->moe_hot_expert_replicas / lay->ep);
         double expert_one = (double)cfg->hidden_size * cfg->moe_ffn_hidden_size *
                             (cfg->is_swiglu ? 3.0 : 2.0) / lay->etp;
-        replica_params = per_rank * expert_one * sc.num_moe;
+        replica_params = per_rank * expert_one * sc->num_moe;
     }
 
-    double params = p.dense + p.expert + replica_params;
+    double params = p->dense + p->expert + replica_params;
     double ab = opt->is_fp32_training ? 4.0 : 2.0; /* BF16 (or FP32) weights */
     double w_bytes = opt->fp8_param_gather ? 1.0 : ab;
     out->weights =
-        (params - p.gemm) * ab + (p.gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
+        (params - p->gemm) * ab + (p->gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
     out->grads = params * moe_dtype_bytes(opt->main_grads_dtype);
     double per_param_opt =
         4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
     double dense_shard = opt->use_distributed_optimizer ? (double)lay->dp * lay->cp : 1.0;
     double expert_shard = opt->use_distributed_optimizer ? (double)lay->edp : 1.0;
-    double opt_bytes = per_param_opt * (p.dense / dense_shard + p.expert / expert_shard);
+    double opt_bytes = per_param_opt * (p->dense / dense_shard + p->expert / expert_shard);
     if (opt->optimizer_cpu_offload) {
         double frac = opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
         out->host_offload += opt_bytes * frac;
@@ -557,7 +557,7 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     double act_per_mb;
     double host_per_mb;
     double transient;
-    stage_activations(cfg, opt, &sc, set, &act_per_mb, &host_per_mb, &transient);
+    stage_activations(cfg, opt, sc, set, &act_per_mb, &host_per_mb, &transient);
     double inflight = moe_mem_inflight(lay, stage);
     double chunk_share = lay->vpp > 1 ? 1.0 / lay->vpp : 1.0; /* chunk-micro-batches hold 1/vpp */
     out->activations = act_per_mb * inflight * chunk_share;
@@ -567,19 +567,19 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     double t = (double)lay->mbs * lay->seq_length / lay->cp;
     /* The backward working set of the stage's largest layer rides on top of the saved tensors. */
     double working = 0.0;
-    if (sc.num_dense + sc.num_mtp > 0) {
+    if (sc->num_dense + sc->num_mtp > 0) {
         working = set->bwd_working[0];
     }
-    if (sc.num_moe > 0 && set->bwd_working[1] > working) {
+    if (sc->num_moe > 0 && set->bwd_working[1] > working) {
         working = set->bwd_working[1];
     }
     double buffers = transient + working;
-    if (sc.has_loss) {
+    if (sc->has_loss) {
         double vp = moe_cfg_padded_vocab(cfg, lay->tp);
         double logits = t * vp / lay->tp;
-        buffers += logits * (ab * (1.0 + sc.num_mtp) + 4.0);
+        buffers += logits * (ab * (1.0 + sc->num_mtp) + 4.0);
     }
-    if (sc.num_moe > 0 && lay->ep > 1) {
+    if (sc->num_moe > 0 && lay->ep > 1) {
         if (flex_pool(cl, opt)) {
             buffers += cl->overheads.flex_buffer_gib * GIB;
         } else {

@@ -263,16 +263,12 @@ struct worker {
     int set0_recipe;               /* its recipe (the only group option the views read) */
     struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
     struct moe_prediction *fine_src; /* [MOE_PLAN_MAX_OFF + 1] search_fine's bound sources */
-    long set1_serial;                /* layout, recipe and recompute modules of the cached */
-    int set1_recipe;                 /* views after selective recompute */
-    unsigned set1_mods;
-    struct moe_act_bytes set1_dense, set1_moe;
-    struct moe_layout scratch;    /* placements built for their bound before resolving */
-    int (*kinds)[MOE_PLAN_KINDS]; /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
-    unsigned grow_ok;             /* dominance_slack's kinds with g_k >= 0 */
-    int *mtp;                     /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
-    long rc_key;                  /* key index, recipe and grouped of rc_terms; -1 none */
-    long rcb_serial, rcb_key;     /* layout and rc_key of the cached per-rank recompute sums */
+    struct moe_layout scratch;       /* placements built for their bound before resolving */
+    int (*kinds)[MOE_PLAN_KINDS];    /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
+    unsigned grow_ok;                /* dominance_slack's kinds with g_k >= 0 */
+    int *mtp;                        /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
+    long rc_key;                     /* key index, recipe and grouped of rc_terms; -1 none */
+    long rcb_serial, rcb_key;        /* layout and rc_key of the cached per-rank recompute sums */
     unsigned rcb_stamp;
     struct rc_sums *rcb;     /* [MOE_PLAN_MAX_RC] */
     struct view_slot *views; /* [VIEW_SLOTS] */
@@ -559,6 +555,29 @@ static bool contents_equal(const struct moe_stage_contents *a, const struct moe_
  * offload); only the views after offload are computed each time. A prediction's memory is checked
  * against this (memory_mismatches).
  */
+/* The layer views of opt after `apply` (recompute, or recompute and offload), from the layout's
+ * cache: keyed by the options moe_mem_layer_activations reads (model/memory.c: recipe, selective
+ * recompute modules, offload modules; FP32 training is the run's), so option groups that differ
+ * elsewhere share them. */
+static const struct view_slot *view_of(struct worker *w, const struct moe_options *opt, bool off)
+{
+    bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
+    uint64_t key = (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 | (uint64_t)off << 46 |
+                   (uint64_t)(has_rc ? opt->recompute_modules & 0x3fffffffu : 0u) << 16 |
+                   (uint64_t)(off ? opt->offload_modules & 0xffffu : 0u);
+    uint64_t h = (key ^ (uint64_t)w->layout_serial * 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
+    struct view_slot *v = &w->views[(h >> 40) & (VIEW_SLOTS - 1)];
+    if (v->serial != w->layout_serial || v->key != key) {
+        const struct moe_model_cfg *cfg = w->s->req->cfg;
+        unsigned apply = MOE_MEM_APPLY_RECOMPUTE | (off ? MOE_MEM_APPLY_OFFLOAD : 0u);
+        moe_mem_layer_activations(cfg, &w->lay, opt, false, w->load, apply, &v->dense);
+        moe_mem_layer_activations(cfg, &w->lay, opt, true, w->load, apply, &v->moe);
+        v->serial = w->layout_serial;
+        v->key = key;
+    }
+    return v;
+}
+
 static void
 layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_set *set)
 {
@@ -573,40 +592,14 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
         w->set0_recipe = (int)opt->recipe;
     }
     *set = w->set0;
-    bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
-    bool has_off = opt->fine_grained_offload;
-    if (has_rc) {
+    if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
         /* Also the same for every offload value of a recompute value. */
-        if (w->set1_serial != w->layout_serial || w->set1_recipe != (int)opt->recipe ||
-            w->set1_mods != opt->recompute_modules) {
-            moe_mem_layer_activations(cfg, lay, opt, false, w->load, MOE_MEM_APPLY_RECOMPUTE,
-                                      &w->set1_dense);
-            moe_mem_layer_activations(cfg, lay, opt, true, w->load, MOE_MEM_APPLY_RECOMPUTE,
-                                      &w->set1_moe);
-            w->set1_serial = w->layout_serial;
-            w->set1_recipe = (int)opt->recipe;
-            w->set1_mods = opt->recompute_modules;
-        }
-        set->dense[1] = w->set1_dense;
-        set->moe[1] = w->set1_moe;
+        const struct view_slot *v = view_of(w, opt, false);
+        set->dense[1] = v->dense;
+        set->moe[1] = v->moe;
     }
-    if (has_off) {
-        /* Cached per layout by the options moe_mem_layer_activations reads (model/memory.c:
-         * recipe, selective recompute modules, offload modules; FP32 training is the run's), so
-         * option groups that differ elsewhere share them. */
-        uint64_t key = (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 |
-                       (uint64_t)(has_rc ? opt->recompute_modules & 0x7fffffffu : 0u) << 16 |
-                       (uint64_t)(opt->offload_modules & 0xffffu);
-        uint64_t h =
-            (key ^ (uint64_t)w->layout_serial * 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
-        struct view_slot *v = &w->views[(h >> 40) & (VIEW_SLOTS - 1)];
-        if (v->serial != w->layout_serial || v->key != key) {
-            const unsigned all = MOE_MEM_APPLY_RECOMPUTE | MOE_MEM_APPLY_OFFLOAD;
-            moe_mem_layer_activations(cfg, lay, opt, false, w->load, all, &v->dense);
-            moe_mem_layer_activations(cfg, lay, opt, true, w->load, all, &v->moe);
-            v->serial = w->layout_serial;
-            v->key = key;
-        }
+    if (opt->fine_grained_offload) {
+        const struct view_slot *v = view_of(w, opt, true);
         set->dense[2] = v->dense;
         set->moe[2] = v->moe;
     } else {
