@@ -267,13 +267,15 @@ struct worker {
     int (*kinds)[MOE_PLAN_KINDS];    /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
     unsigned grow_ok;                /* dominance_slack's kinds with g_k >= 0 */
     int *mtp;                        /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
-    long rc_key;                     /* key index, recipe and grouped of rc_terms; -1 none */
-    long rcb_serial, rcb_key;        /* layout and rc_key of the cached per-rank recompute sums */
-    unsigned rcb_stamp;
-    struct rc_sums *rcb;     /* [MOE_PLAN_MAX_RC] */
+    /* Recompute terms and per-rank sums, one slot per grouped-GEMM index (the groups alternate
+     * between the two). */
+    long rc_key[2];             /* key index, recipe and grouped of rc_terms; -1 none */
+    long rcb_serial[2], rcb_key[2]; /* layout and rc_key of the cached per-rank recompute sums */
+    unsigned rcb_stamp[2];
+    struct rc_sums *rcb;     /* [2][MOE_PLAN_MAX_RC] */
     struct view_slot *views; /* [VIEW_SLOTS] */
     struct mem_slot *mems;   /* [MEM_SLOTS] */
-    struct moe_plan_rc_terms rc_terms;
+    struct moe_plan_rc_terms rc_terms[2];
     struct moe_plan_okey gk; /* its knobs */
     void *ws;
     size_t ws_bytes;
@@ -1605,16 +1607,17 @@ static double rc_bound(struct worker *w,
     const struct moe_layout *lay = &w->lay;
     const struct moe_cluster *cl = s->req->cl;
     /* The per-rank recompute sums depend on the layout, the recompute terms and the value only. */
-    if (w->rcb_serial != w->layout_serial || w->rcb_key != w->rc_key) {
-        w->rcb_serial = w->layout_serial;
-        w->rcb_key = w->rc_key;
-        w->rcb_stamp++;
+    int g = w->group_gi;
+    if (w->rcb_serial[g] != w->layout_serial || w->rcb_key[g] != w->rc_key[g]) {
+        w->rcb_serial[g] = w->layout_serial;
+        w->rcb_key[g] = w->rc_key[g];
+        w->rcb_stamp[g]++;
     }
-    struct rc_sums *rs = &w->rcb[ri];
-    if (rs->stamp != w->rcb_stamp) {
+    struct rc_sums *rs = &w->rcb[g * MOE_PLAN_MAX_RC + ri];
+    if (rs->stamp != w->rcb_stamp[g]) {
         double r[MOE_PLAN_KINDS];
         for (int k = 0; k < MOE_PLAN_KINDS; k++) {
-            r[k] = moe_plan_bound_rc_layer(&w->rc_terms, &s->sp.rcs[ri], k);
+            r[k] = moe_plan_bound_rc_layer(&w->rc_terms[g], &s->sp.rcs[ri], k);
         }
         int last = s->bm.last_moe * 2 + s->bm.last_win;
         rs->sum = 0.0;
@@ -1629,7 +1632,7 @@ static double rc_bound(struct worker *w,
             rs->min = fmin(rs->min, raw);
             rs->max = fmax(rs->max, raw);
         }
-        rs->stamp = w->rcb_stamp;
+        rs->stamp = w->rcb_stamp[g];
     }
     double eo = cl->overheads.ep_overlap_eff;
     double fac = dom->ep_overlap ? fmax(0.0, 1.0 - eo) : 1.0;
@@ -1646,11 +1649,11 @@ static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int
 {
     const struct moe_plan_space *sp = &w->s->sp;
     long key = ((long)nd->key * MOE_NUM_RECIPES + ri) * 2 + gi;
-    if (w->rc_key == key) {
+    if (w->rc_key[gi] == key) {
         return;
     }
-    moe_plan_bound_rc_terms(sp, &w->lay, sp->recipes[ri], sp->grouped[gi], &w->rc_terms);
-    w->rc_key = key;
+    moe_plan_bound_rc_terms(sp, &w->lay, sp->recipes[ri], sp->grouped[gi], &w->rc_terms[gi]);
+    w->rc_key[gi] = key;
 }
 
 /*
@@ -2933,11 +2936,11 @@ static struct worker *workers_create(struct search *s, int n)
         w->kinds = calloc(MOE_MAX_PP_CHUNKS, sizeof(*w->kinds));
         w->mtp = calloc(MOE_MAX_PP_CHUNKS, sizeof(*w->mtp));
         w->fine_src = calloc(MOE_PLAN_MAX_OFF + 1, sizeof(*w->fine_src));
-        w->rcb = calloc(MOE_PLAN_MAX_RC, sizeof(*w->rcb));
+        w->rcb = calloc(2 * MOE_PLAN_MAX_RC, sizeof(*w->rcb));
         w->views = calloc(VIEW_SLOTS, sizeof(*w->views));
         w->mems = calloc(MEM_SLOTS, sizeof(*w->mems));
-        w->rcb_stamp = 1;
-        w->rc_key = -1;
+        w->rcb_stamp[0] = w->rcb_stamp[1] = 1;
+        w->rc_key[0] = w->rc_key[1] = -1;
         w->psnap_version = -1;
         const struct moe_plan_space *sp = &s->sp;
         int nd = sp->num_dispatchers > sp->num_dispatchers_ep1 ? sp->num_dispatchers
