@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #define GIB            1073741824.0
+#define PARETO_BUCKETS 1024
 #define MAX_THREADS    64
 #define VALID_LOG2     16   /* hash validity cache (per layer count): 64k entries per thread */
 #define STATIC_SLOTS   4096 /* static-memory bound cache per thread */
@@ -269,7 +270,7 @@ struct worker {
     int *mtp;                        /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
     /* Recompute terms and per-rank sums, one slot per grouped-GEMM index (the groups alternate
      * between the two). */
-    long rc_key[2];             /* key index, recipe and grouped of rc_terms; -1 none */
+    long rc_key[2];                 /* key index, recipe and grouped of rc_terms; -1 none */
     long rcb_serial[2], rcb_key[2]; /* layout and rc_key of the cached per-rank recompute sums */
     unsigned rcb_stamp[2];
     struct rc_sums *rcb;     /* [2][MOE_PLAN_MAX_RC] */
@@ -300,6 +301,10 @@ struct worker {
     struct point *psnap;
     int num_psnap, cap_psnap;
     long psnap_version;
+    /* Over PARETO_BUCKETS equal slices of [0, cap) of memory: the step time of the last copied
+     * point with memory <= the slice's low edge (env_lo) and < its high edge (env_hi), INFINITY
+     * when none, so that most tests need no search of the copy (pareto_open). */
+    double env_lo[PARETO_BUCKETS], env_hi[PARETO_BUCKETS];
     struct entry best;
     struct counters c;
     long resolves;
@@ -418,6 +423,23 @@ static bool pareto_refresh(struct worker *w)
         w->psnap_version = atomic_load(&sh->pareto_version);
     }
     pthread_mutex_unlock(&sh->mu);
+    if (ok) {
+        double width = w->s->cap / PARETO_BUCKETS;
+        int lo = -1; /* last point with m <= the low edge */
+        int hi = -1; /* last point with m < the high edge */
+        for (int b = 0; b < PARETO_BUCKETS; b++) {
+            double edge_lo = b * width;
+            double edge_hi = (b + 1) * width;
+            while (lo + 1 < w->num_psnap && w->psnap[lo + 1].m <= edge_lo) {
+                lo++;
+            }
+            while (hi + 1 < w->num_psnap && w->psnap[hi + 1].m < edge_hi) {
+                hi++;
+            }
+            w->env_lo[b] = lo >= 0 ? w->psnap[lo].t : (double)INFINITY;
+            w->env_hi[b] = hi >= 0 ? w->psnap[hi].t : (double)INFINITY;
+        }
+    }
     return ok;
 }
 
@@ -434,6 +456,19 @@ static bool pareto_open(struct worker *w, double lb_t, double lb_m)
     }
     if (!pareto_refresh(w)) {
         return true;
+    }
+    /* The staircase's times fall as memory grows: a point at or below the slice's low edge
+     * faster than lb_t beats the candidate; when even the fastest point below the high edge is
+     * slower, none can. Otherwise search. */
+    double b = lb_m / (s->cap / PARETO_BUCKETS);
+    if (b >= 0.0 && b < PARETO_BUCKETS) {
+        int bi = (int)b;
+        if (w->env_lo[bi] < lb_t) {
+            return false;
+        }
+        if (w->env_hi[bi] > lb_t) {
+            return true;
+        }
     }
     int i = points_find(w->psnap, w->num_psnap, lb_m);
     if (i >= 0) {
