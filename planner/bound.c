@@ -107,6 +107,7 @@ static void recipe_terms(const struct moe_plan_space *sp,
     int num_disp = lay->ep > 1 ? sp->num_dispatchers : sp->num_dispatchers_ep1;
     struct moe_options opt;
     struct moe_layer_cost lc;
+    struct moe_layer_cost lc0 = {0};
     memset(t, 0, sizeof(*t));
     for (int kd = 0; kd < MOE_PLAN_KINDS; kd++) {
         int m = kd >> 1;
@@ -143,6 +144,7 @@ static void recipe_terms(const struct moe_plan_space *sp,
             t->fwde[kd][gi] = lc.fwd_expert;
             t->bwde[kd][gi] = lc.bwd_expert;
             if (gi == 0) {
+                lc0 = lc;
                 t->fwdc[kd] = lc.fwd_compute;
                 t->bwdc[kd] = lc.bwd_compute;
                 t->tp[kd] = (lc.fwd_tp + lc.bwd_tp) * tp_keep;
@@ -153,9 +155,14 @@ static void recipe_terms(const struct moe_plan_space *sp,
                 t->bwdc[kd] = fmin(t->bwdc[kd], lc.bwd_compute);
             }
         }
+        struct moe_layer_cost first = lc0; /* grouped[0] with disp[0], from the loop above */
         for (int di = 0; di < num_disp; di++) {
-            bound_options(sp, recipe, sp->grouped[0], disp[di], &opt);
-            moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
+            if (di == 0) {
+                lc = first;
+            } else {
+                bound_options(sp, recipe, sp->grouped[0], disp[di], &opt);
+                moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
+            }
             t->fd[kd][di] = lc.fwd_dispatch;
             t->fc[kd][di] = lc.fwd_combine;
             t->bd[kd][di] = lc.bwd_dispatch;
