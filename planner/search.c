@@ -28,6 +28,15 @@
  * never faster, and sort after the dominator on ties (space.c orders dominant values first), so
  * they are skipped without evaluation.
  *
+ * Fine-grained offload sets are bounded more tightly from their row's prediction without offload
+ * (offload_time_bound: the copy is priced after the EP pairing, so each pass's growth is exact),
+ * before their memory is evaluated.
+ *
+ * Sharing. Memory depends on few of a group's options (moe_mem_opt_key), so groups that differ
+ * only in grouped GEMM, EP overlap or a dispatcher with the same buffers read one figure per
+ * recompute and offload value from the layout's memo; activation views, recompute terms and
+ * per-rank recompute sums are cached per layout the same way.
+ *
  * Exactness across threads: pruning reads shared thresholds that only tighten, and a candidate is
  * dropped only when its bound is strictly above them, so whatever the interleaving the surviving
  * set contains every plan of the final top-k and Pareto front; ties are broken by the knob order.
