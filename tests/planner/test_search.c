@@ -197,6 +197,28 @@ static void test_exhaustive_tight(void **state)
     check_exhaustive(&p.req);
 }
 
+/* Offload copies that show (a host link 20x slower), with and without EP overlap: the offload
+ * sets' bound from their row's prediction (search.c offload_time_bound) prunes only what the
+ * exhaustive search also rejects. */
+static void test_exhaustive_slow_host(void **state)
+{
+    (void)state;
+    struct problem p;
+    load_problem(&p, "qwen3-30b-a3b", "dgx-h100", 8, 64);
+    p.cl.host.link_gbps /= 20.0;
+    p.req.recipes = 1u << MOE_RECIPE_FP8_BLOCKWISE;
+    p.req.dispatchers = 1u << MOE_DISPATCH_ALLTOALL;
+    fix_int(&p.req, MOE_PK_TP, &p.req.lay.tp, 1);
+    fix_int(&p.req, MOE_PK_CP, &p.req.lay.cp, 1);
+    fix_int(&p.req, MOE_PK_EP, &p.req.lay.ep, 8);
+    fix_int(&p.req, MOE_PK_PP, &p.req.lay.pp, 1);
+    fix_int(&p.req, MOE_PK_MBS, &p.req.lay.mbs, 2);
+    p.req.max_memory_bytes = TIGHT_GIB * 1073741824.0;
+    p.req.top_k = 3;
+    p.req.pareto_window = 1.5;
+    check_exhaustive(&p.req);
+}
+
 static void test_exhaustive_interleaved(void **state)
 {
     (void)state;
@@ -641,13 +663,16 @@ static void test_claim_equivalence(void **state)
 
 /* The dominator bound (search.c): T(c) >= T(d) - dp_comm(d) for c in d's group; exactly
  * T(c) >= T(d) without interleaving and without 1F1B EP overlap. The same between fine-grained
- * offload sets, a set against its subsets (search_fine). */
+ * offload sets, a set against its subsets (search_fine), and for the time-only values against
+ * the dominant ones: those two exact under EP overlap too (GROW_PASSES). */
 static void test_claim_dominator(void **state)
 {
     (void)state;
     double ov_max = 0.0;
     int exact = 0;
     int subsets = 0;
+    int subsets_ep = 0;
+    int variants = 0;
     for (int m = 0; m < NUM_CLAIM_MODELS; m++) {
         struct claim_ctx *c = claim_setup(m, 1001 + (uint64_t)m);
         ov_max = fmax(ov_max, c->p.cl.overheads.overlap_eff);
@@ -675,6 +700,17 @@ static void test_claim_dominator(void **state)
                 assert_true(pk.p.step_time_s >= pd.p.step_time_s * (1 - 1e-12));
                 exact++;
             }
+            /* time-only values (GROW_PASSES): k against k with the dominant TP overlap and CUDA
+             * graph is exact without interleaving, EP overlap or not */
+            struct moe_plan_okey kx = k;
+            kx.tp_overlap = d.tp_overlap;
+            kx.graph = d.graph;
+            struct pred px;
+            predict(&c->sp, &c->lay, &kx, &px);
+            if (c->lay.vpp == 1 && c->p.cl.overheads.overlap_eff <= 1.0) {
+                assert_true(pk.p.step_time_s >= px.p.step_time_s * (1 - 1e-12));
+                variants += k.ep_overlap && (k.tp_overlap != kx.tp_overlap || k.graph != kx.graph);
+            }
             /* fine-grained offload: (r, f, X) against (r, g, X) for g contained in f (search_fine)
              */
             if (k.off == 1) {
@@ -685,9 +721,12 @@ static void test_claim_dominator(void **state)
                 predict(&c->sp, &c->lay, &g, &pg);
                 assert_true(pk.p.step_time_s >=
                             (pg.p.step_time_s - pg.p.time.dp_comm) * (1 - 1e-12));
-                if (c->lay.vpp == 1 && !k.ep_overlap && c->p.cl.overheads.overlap_eff <= 1.0) {
+                /* exact without interleaving, EP overlap or not (GROW_PASSES: the copy is
+                 * priced after the EP pairing) */
+                if (c->lay.vpp == 1 && c->p.cl.overheads.overlap_eff <= 1.0) {
                     assert_true(pk.p.step_time_s >= pg.p.step_time_s * (1 - 1e-12));
                     subsets++;
+                    subsets_ep += k.ep_overlap;
                 }
             }
         }
@@ -695,6 +734,8 @@ static void test_claim_dominator(void **state)
     }
     assert_true(exact > 0);
     assert_true(subsets > 0);
+    assert_true(subsets_ep > 0);
+    assert_true(variants > 0);
     assert_true(ov_max <= 1.0);
 }
 
@@ -833,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_exhaustive_dense),
         cmocka_unit_test(test_exhaustive_moe),
         cmocka_unit_test(test_exhaustive_tight),
+        cmocka_unit_test(test_exhaustive_slow_host),
         cmocka_unit_test(test_exhaustive_load_stats),
         cmocka_unit_test(test_exhaustive_interleaved),
         cmocka_unit_test(test_threads_deterministic),
