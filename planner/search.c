@@ -55,6 +55,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -329,33 +330,20 @@ static void atomic_min_double(_Atomic double *a, double v)
     }
 }
 
-/* Index of the last point of staircase a[n] with memory <= m, or -1. */
-static int staircase_find(const struct entry *a, int n, double m)
+/* Index of the last of n staircase points with memory <= m (m ascending), or -1; point i's memory
+ * figure is at byte offset + i * stride of base (the shared entries and the workers' copies hold
+ * it in different records). */
+static int staircase_find(const void *base, size_t stride, size_t offset, int n, double m)
 {
+    const char *first = (const char *)base + offset;
     int lo = 0;
     int hi = n - 1;
     int ans = -1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
-        if (a[mid].m <= m) {
-            ans = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return ans;
-}
-
-/* The same over a worker's copy. */
-static int points_find(const struct point *a, int n, double m)
-{
-    int lo = 0;
-    int hi = n - 1;
-    int ans = -1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (a[mid].m <= m) {
+        double v;
+        memcpy(&v, first + (size_t)mid * stride, sizeof(v));
+        if (v <= m) {
             ans = mid;
             lo = mid + 1;
         } else {
@@ -368,7 +356,11 @@ static int points_find(const struct point *a, int n, double m)
 /* Index of the last staircase point with memory <= m, or -1. Caller holds the lock. */
 static int pareto_find(const struct shared *sh, double m)
 {
-    return staircase_find(sh->pareto, sh->num_pareto, m);
+    if (sh->num_pareto == 0) {
+        return -1;
+    }
+    return staircase_find(sh->pareto, sizeof(*sh->pareto), offsetof(struct entry, m),
+                          sh->num_pareto, m);
 }
 
 /* Insert e unless a point dominates it; drop the points it dominates. Caller holds the lock.
@@ -469,17 +461,20 @@ static bool pareto_open(struct worker *w, double lb_t, double lb_m)
     /* The staircase's times fall as memory grows: a point at or below the slice's low edge
      * faster than lb_t beats the candidate; when even the fastest point below the high edge is
      * slower, none can. Otherwise search. */
-    double b = lb_m / (s->cap / PARETO_BUCKETS);
+    double width = s->cap / PARETO_BUCKETS;
+    double b = lb_m / width;
     if (b >= 0.0 && b < PARETO_BUCKETS) {
         int bi = (int)b;
-        if (w->env_lo[bi] < lb_t) {
+        if (w->env_lo[bi] < lb_t && bi * width <= lb_m) { /* the edge as refresh computed it */
             return false;
         }
         if (w->env_hi[bi] > lb_t) {
             return true;
         }
     }
-    int i = points_find(w->psnap, w->num_psnap, lb_m);
+    int i = w->num_psnap > 0 ? staircase_find(w->psnap, sizeof(*w->psnap),
+                                              offsetof(struct point, m), w->num_psnap, lb_m)
+                             : -1;
     if (i >= 0) {
         const struct point *q = &w->psnap[i];
         /* q beats every plan with t >= lb_t and m >= lb_m when strictly better in one. */
