@@ -1528,8 +1528,8 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 }
                 struct moe_plan_okey k = kr;
                 set_off(&k, &sp->offs[fi]);
+                moe_plan_okey_apply(sp, &k, &opt); /* for the time bound and the memory */
                 if (has_r[ri] && !s->req->exhaustive) {
-                    moe_plan_okey_apply(sp, &k, &opt);
                     fine_tlb[fi] = fmax(lb_r[ri], offload_time_bound(w, &opt, &pr_r[ri]));
                 }
                 /* Offload never makes the row faster: lb_r bounds every set's time, lbm its
@@ -1543,7 +1543,6 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
                 if (has_row_lb && sp->offs[fi].mods == sp->fine_all) {
                     fine_m[fi] = row_m; /* the row bound's set */
                 } else {
-                    moe_plan_okey_apply(sp, &k, &opt);
                     memory_of(w, &opt, &fine_m[fi]);
                 }
                 fine_has[fi] = true;

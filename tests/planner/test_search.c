@@ -176,23 +176,30 @@ static void test_exhaustive_load_stats(void **state)
     check_exhaustive(&p.req);
 }
 
-/* The same under a memory cap that only recompute and offload meet, every offload module set. */
+/* Qwen3-30B-A3B on 8 H100 under a memory cap that only recompute and offload meet: FP8 blockwise,
+ * all-to-all, TP1 CP1 EP8 PP1, micro-batch 2, top 3. */
 #define TIGHT_GIB 68.0
+static void tight_problem(struct problem *p)
+{
+    load_problem(p, "qwen3-30b-a3b", "dgx-h100", 8, 64);
+    p->req.recipes = 1u << MOE_RECIPE_FP8_BLOCKWISE;
+    p->req.dispatchers = 1u << MOE_DISPATCH_ALLTOALL;
+    fix_int(&p->req, MOE_PK_TP, &p->req.lay.tp, 1);
+    fix_int(&p->req, MOE_PK_CP, &p->req.lay.cp, 1);
+    fix_int(&p->req, MOE_PK_EP, &p->req.lay.ep, 8);
+    fix_int(&p->req, MOE_PK_PP, &p->req.lay.pp, 1);
+    fix_int(&p->req, MOE_PK_MBS, &p->req.lay.mbs, 2);
+    p->req.max_memory_bytes = TIGHT_GIB * 1073741824.0;
+    p->req.top_k = 3;
+}
+
+/* The tight problem with every offload module set. */
 static void test_exhaustive_tight(void **state)
 {
     (void)state;
     struct problem p;
-    load_problem(&p, "qwen3-30b-a3b", "dgx-h100", 8, 64);
-    p.req.recipes = 1u << MOE_RECIPE_FP8_BLOCKWISE;
-    p.req.dispatchers = 1u << MOE_DISPATCH_ALLTOALL;
-    fix_int(&p.req, MOE_PK_TP, &p.req.lay.tp, 1);
-    fix_int(&p.req, MOE_PK_CP, &p.req.lay.cp, 1);
-    fix_int(&p.req, MOE_PK_EP, &p.req.lay.ep, 8);
-    fix_int(&p.req, MOE_PK_PP, &p.req.lay.pp, 1);
-    fix_int(&p.req, MOE_PK_MBS, &p.req.lay.mbs, 2);
+    tight_problem(&p);
     p.req.all_offload_sets = true;
-    p.req.max_memory_bytes = TIGHT_GIB * 1073741824.0;
-    p.req.top_k = 3;
     p.req.pareto_window = 1.3;
     check_exhaustive(&p.req);
 }
@@ -204,17 +211,8 @@ static void test_exhaustive_slow_host(void **state)
 {
     (void)state;
     struct problem p;
-    load_problem(&p, "qwen3-30b-a3b", "dgx-h100", 8, 64);
+    tight_problem(&p);
     p.cl.host.link_gbps /= 20.0;
-    p.req.recipes = 1u << MOE_RECIPE_FP8_BLOCKWISE;
-    p.req.dispatchers = 1u << MOE_DISPATCH_ALLTOALL;
-    fix_int(&p.req, MOE_PK_TP, &p.req.lay.tp, 1);
-    fix_int(&p.req, MOE_PK_CP, &p.req.lay.cp, 1);
-    fix_int(&p.req, MOE_PK_EP, &p.req.lay.ep, 8);
-    fix_int(&p.req, MOE_PK_PP, &p.req.lay.pp, 1);
-    fix_int(&p.req, MOE_PK_MBS, &p.req.lay.mbs, 2);
-    p.req.max_memory_bytes = TIGHT_GIB * 1073741824.0;
-    p.req.top_k = 3;
     p.req.pareto_window = 1.5;
     check_exhaustive(&p.req);
 }
