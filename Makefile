@@ -72,7 +72,9 @@ ifneq ($(NVCC),)
 HAVE_CUDA := y
 CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(NVCC)))
 ifneq ($(NO_NCCL),1)
-NCCL_HOME ?= $(CUDA_HOME)
+# NCCL: the toolkit's (CUDA_HOME/include/nccl.h) or the system's (libnccl-dev: /usr/include); set
+# NCCL_HOME for another one (a folder with include/nccl.h and lib/ or lib64/ holding libnccl.so).
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))) $(CUDA_HOME))
 HAVE_NCCL := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),y,)
 endif
 endif
@@ -135,8 +137,12 @@ LIB_CLI     := $(LIBDIR)/libmoe_cli.a
 LIB_CUDA    := $(if $(CUDA_SRC),$(LIBDIR)/libmoe_cuda.a)
 
 comma := ,
+# A NCCL outside the toolkit and the system's folders adds its own library path (and rpath).
+NCCL_EXTRA := $(if $(HAVE_NCCL),$(filter-out $(CUDA_HOME) /usr,$(NCCL_HOME)))
+NCCL_LIBS := $(if $(NCCL_EXTRA),$(foreach l,lib64 lib,-L$(NCCL_EXTRA)/$(l) -Wl$(comma)-rpath$(comma)$(NCCL_EXTRA)/$(l))) \
+             $(if $(HAVE_NCCL),-lnccl)
 CUDA_LIBS := $(if $(LIB_CUDA),-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 \
-             -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib -lcublasLt -lcublas $(if $(HAVE_NCCL),-lnccl) -lcudart -lstdc++)
+             -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib -lcublasLt -lcublas $(NCCL_LIBS) -lcudart -lstdc++)
 
 # Link sets per layer (STYLE.md §1): planner side never sees MPI, hwloc, BLAS or CUDA.
 LINK_MODEL   := $(LIB_MODEL) $(GSL_LIBS) -lm
@@ -163,7 +169,7 @@ $(OBJ)/%.o: %.c
 # Engine, kernels and topologies-hwloc objects also see MPI/BLAS/hwloc headers. Engine objects see
 # the CUDA toolkit's C headers (cuda_runtime_api.h, nccl.h) as system headers when CUDA is built:
 # the engine's device runtime and NCCL backend (engine/device.c, engine/comm_nccl.c) use them.
-CUDA_CFLAGS := $(if $(HAVE_CUDA),-isystem $(CUDA_HOME)/include $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include))
+CUDA_CFLAGS := $(if $(HAVE_CUDA),-isystem $(CUDA_HOME)/include $(if $(NCCL_EXTRA),-isystem $(NCCL_EXTRA)/include))
 $(call objs,$(ENGINE_SRC) $(wildcard engine/*_main.c)): EXTRA_CFLAGS = $(MPI_CFLAGS) $(HWLOC_CFLAGS) $(BLAS_CFLAGS) $(CUDA_CFLAGS)
 $(call objs,$(KERNELS_SRC)): EXTRA_CFLAGS = $(BLAS_CFLAGS)
 $(OBJ)/kernels/kernels.o: $(filter kernels/cuda/%,$(CUDA_SRC))

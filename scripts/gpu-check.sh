@@ -31,21 +31,24 @@
 # into a private prefix (/tmp/moefold-sysroot) and points pkg-config, the compiler, the loader and
 # Open MPI (OPAL_PREFIX) there.
 # Environment: NVCC (default: /usr/local/cuda/bin/nvcc, else nvcc on PATH), CUDA_ARCH (default
-# 90), GPU_CHECK_JOBS (make -j), GPU_CHECK_BUDGET_S (default 465).
+# 90), NCCL_HOME (default: the toolkit's, /usr, else python3's nvidia.nccl wheel), GPU_CHECK_JOBS
+# (make -j), GPU_CHECK_BUDGET_S (default 465), GPU_CHECK_FORCE_DEBS=1 (use .debs/ even where the
+# system has the libraries). The build runs with WERROR=0: another compiler's new warnings must
+# not stop a check of the GPU code.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 
-# Build libraries, and Open MPI + hwloc with their runtime libraries (Debian 12 names; the core
-# C/C++ runtime, zlib and udev are left to the machine).
+# Build libraries, and Open MPI + hwloc with their runtime libraries, and make (Debian 12 names;
+# the C compiler, the core C/C++ runtime, zlib and udev are left to the machine).
 debs_needed=(pkg-config pkgconf pkgconf-bin libpkgconf3 libcmocka0 libcmocka-dev libopenblas0
     libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 libquadmath0
     libgsl27 libgslcblas0 libgsl-dev libcjson1 libcjson-dev
     openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 libevent-2.1-7
     libevent-core-2.1-7 libevent-pthreads-2.1-7 libhwloc15 libhwloc-dev libhwloc-plugins
     libfabric1 libucx0 libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1
-    libnl-3-200 libnl-route-3-200 libnuma1 libpciaccess0 libmunge2 libxnvctrl0 libltdl7)
+    libnl-3-200 libnl-route-3-200 libnuma1 libpciaccess0 libmunge2 libxnvctrl0 libltdl7 make)
 
 if [ "${1:-}" = "--fetch-debs" ]; then
     mkdir -p .debs && (cd .debs && apt-get download "${debs_needed[@]}") || exit 1
@@ -162,6 +165,10 @@ for pc in gsl libcjson openblas cmocka hwloc; do
 done
 pkg-config --exists ompi-c 2>/dev/null || pkg-config --exists mpi-c 2>/dev/null ||
     command -v mpicc >/dev/null 2>&1 || missing+=(ompi-c)
+command -v make >/dev/null 2>&1 || missing+=(make)
+# GPU_CHECK_FORCE_DEBS=1: use the carried packages even where the system has (other versions of)
+# the libraries.
+[ "${GPU_CHECK_FORCE_DEBS:-0}" = 1 ] && [ ${#missing[@]} -eq 0 ] && missing+=(forced)
 if [ ${#missing[@]} -gt 0 ]; then
     if ls .debs/*.deb >/dev/null 2>&1; then
         sysroot=/tmp/moefold-sysroot
@@ -178,6 +185,10 @@ if [ ${#missing[@]} -gt 0 ]; then
         export PATH="$sysroot/usr/bin:$PATH"
         export PKG_CONFIG_LIBDIR="$multi/pkgconfig:$multi/openblas-pthread/pkgconfig:$multi/openmpi/lib/pkgconfig:$sysroot/usr/share/pkgconfig"
         export PKG_CONFIG_SYSROOT_DIR="$sysroot"
+        # Keep -L/-I of the packages' own "system" folders: under the sysroot they are not the
+        # system's, and the compiler's default folders (searched before LIBRARY_PATH) may hold
+        # other versions.
+        export PKG_CONFIG_ALLOW_SYSTEM_LIBS=1 PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1
         export CPATH="$sysroot/usr/include:$sysroot/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
         export LIBRARY_PATH="$multi:$multi/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
         export LD_LIBRARY_PATH="$multi:$multi/openblas-pthread:$multi/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -190,6 +201,33 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
+# NCCL: the toolkit's or the system's (the Makefile finds those), else the one in the NVIDIA wheel
+# beside PyTorch (python3's nvidia.nccl: include/nccl.h, lib/libnccl.so.2), through a folder that
+# adds the unversioned libnccl.so the linker asks for.
+cuda_home=$(dirname "$cuda_bin")
+if [ -z "${NCCL_HOME:-}" ]; then
+    for d in "$cuda_home" /usr; do
+        [ -f "$d/include/nccl.h" ] && NCCL_HOME=$d && break
+    done
+fi
+if [ -z "${NCCL_HOME:-}" ] && command -v python3 >/dev/null 2>&1; then
+    wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
+        NCCL_HOME=/tmp/moefold-nccl
+        mkdir -p "$NCCL_HOME/lib"
+        ln -sfn "$wheel/include" "$NCCL_HOME/include"
+        for f in "$wheel"/lib/libnccl.so*; do
+            ln -sf "$f" "$NCCL_HOME/lib/"
+        done
+        [ -e "$NCCL_HOME/lib/libnccl.so" ] ||
+            ln -sf "$(ls "$wheel"/lib/libnccl.so.* | head -1)" "$NCCL_HOME/lib/libnccl.so"
+        export LD_LIBRARY_PATH="$NCCL_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+fi
+echo "[gpu-check] NCCL: ${NCCL_HOME:-not found (the NCCL tests will fail)}; cc: $(${CC:-cc} --version | head -1)"
+nccl_make=()
+[ -n "${NCCL_HOME:-}" ] && nccl_make=(NCCL_HOME="$NCCL_HOME")
+
 # ---- 2. Build -----------------------------------------------------------------------------------
 jobs=${GPU_CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
 test_bin=$build/bin/tests/kernels/test_cuda_ops
@@ -199,7 +237,7 @@ train=$build/bin/moefold-train
 moefold=$build/bin/moefold
 t0=$(date +%s)
 t=$(step_timeout 240 60)
-if timeout "$t" make -j"$jobs" BUILD="$build" NVCC="$NVCC" "$test_bin" "$nccl_bin" "$engine_bin" \
+if timeout "$t" make -j"$jobs" BUILD="$build" NVCC="$NVCC" WERROR=0 ${nccl_make[@]+"${nccl_make[@]}"} "$test_bin" "$nccl_bin" "$engine_bin" \
     "$train" "$moefold" >"$logdir/build.log" 2>&1; then
     record build ok $(($(date +%s) - t0)) "op tests, engine GPU tests, moefold, moefold-train"
 else
