@@ -37,10 +37,18 @@ SAN_LDFLAGS :=
 # Link-time optimisation of the cost model and the planner (the search's hot path): moefold and
 # the benchmarks are linked with it; test binaries use the same objects' regular code (fat LTO
 # objects), so their links stay fast. GCC only; bench_predict: about +10% predictions per second.
+# NO_LTO=1 turns it off; so does a compiler whose LTO link fails (a wrapper without lto-wrapper,
+# seen on a GPU machine's image), probed once (exported to recursive makes).
+ifeq ($(origin NO_LTO),undefined)
+NO_LTO := $(shell printf 'int main(void){return 0;}\n' | $(CC) -flto -x c - -o /dev/null >/dev/null 2>&1 && echo 0 || echo 1)
+export NO_LTO
+endif
+ifneq ($(NO_LTO),1)
 ifneq ($(shell $(CC) --version 2>/dev/null | grep -c 'Free Software Foundation'),0)
 LTO_CFLAGS := -flto=auto -ffat-lto-objects
 LTO_LDFLAGS := -flto=auto $(OPT_FLAGS)
 AR := gcc-ar
+endif
 endif
 endif
 CPPFLAGS_BASE := -I. -MMD -MP
