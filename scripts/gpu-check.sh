@@ -33,7 +33,9 @@
 # Environment: NVCC (default: /usr/local/cuda/bin/nvcc, else nvcc on PATH), CUDA_ARCH (default
 # 90), NCCL_HOME (default: the toolkit's, /usr, else python3's nvidia.nccl wheel), GPU_CHECK_JOBS
 # (make -j), GPU_CHECK_BUDGET_S (default 465), GPU_CHECK_FORCE_DEBS=1 (use .debs/ even where the
-# system has the libraries). The build runs with WERROR=0: another compiler's new warnings must
+# system has the libraries), GPU_CHECK_PROFILE=1 (then scripts/gpu-profile.sh: the GPU time of
+# one gpu-moe step per kernel, through CUPTI), GPU_CHECK_ONLY=LIST (the build, then only the named
+# steps of ops,nccl,engine,train,bench,sanitizer,profile). The build runs with WERROR=0: another compiler's new warnings must
 # not stop a check of the GPU code.
 set -uo pipefail
 
@@ -69,6 +71,8 @@ times=()
 details=()
 failed=0
 
+# want STEP: the step is asked for (GPU_CHECK_ONLY unset, or the comma list names it).
+want() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ ",$GPU_CHECK_ONLY," == *",$1,"* ]]; }
 elapsed() { echo $(($(date +%s) - t_start)); }
 left() { echo $((budget_s - $(elapsed))); }
 record() { # name state seconds detail
@@ -248,12 +252,12 @@ else
 fi
 
 # ---- 3. CUDA vs CPU op tests ----------------------------------------------------------------
-run_tests "cuda-vs-cpu op tests" "$test_bin" 120 20 0
+want ops && run_tests "cuda-vs-cpu op tests" "$test_bin" 120 20 0
 
 # ---- 4. The engine's GPU tests (one GPU: every NCCL test runs on one rank) ------------------------
-run_tests "nccl vs mpi backend" "$nccl_bin" 60 10 0
+want nccl && run_tests "nccl vs mpi backend" "$nccl_bin" 60 10 0
 # test_refused_without_gpu skips on a machine with a GPU, by design.
-run_tests "engine cuda vs cpu" "$engine_bin" 180 30 1
+want engine && run_tests "engine cuda vs cpu" "$engine_bin" 180 30 1
 
 # ---- 5. Training on the GPU: measured vs predicted ------------------------------------------------
 tmp=$(mktemp -d)
@@ -304,7 +308,9 @@ train_run() {
         echo "[gpu-check] moefold predict failed: $(tail -1 "$logdir/predict-$name.log")"
 }
 
-if [ ! -f "$cluster" ]; then
+if ! want train; then
+    : # not asked for (GPU_CHECK_ONLY)
+elif [ ! -f "$cluster" ]; then
     record "train tiny-moe" skipped 0 "python3 missing (derives the 1-GPU cluster file and the table)"
 else
     train_run tiny-moe 20 60 20 tiny-moe "--model tiny-moe" --gemm-math fp32 -- \
@@ -366,7 +372,9 @@ rm -rf "$tmp"
 
 # ---- 6. Grouped expert GEMM vs dense BF16 GEMM ----------------------------------------------
 t=$(step_timeout 90 20)
-if [ "$t" -eq 0 ]; then
+if ! want bench; then
+    :
+elif [ "$t" -eq 0 ]; then
     record "grouped GEMM bench" skipped 0 "time budget spent ($(elapsed) s)"
 else
     t0=$(date +%s)
@@ -383,6 +391,7 @@ fi
 
 # ---- 7. compute-sanitizer (as time allows) ---------------------------------------------------
 for tool in memcheck racecheck synccheck; do
+    want sanitizer || continue
     if [ -z "$sanitizer" ]; then
         record "sanitizer $tool" skipped 0 "compute-sanitizer not found next to nvcc or on PATH"
         continue
@@ -407,5 +416,22 @@ for tool in memcheck racecheck synccheck; do
     fi
 done
 
+# ---- 8. Where the step's GPU time goes (GPU_CHECK_PROFILE=1; as time allows) ----------------
+if [ "${GPU_CHECK_PROFILE:-0}" = 1 ] || [[ ",${GPU_CHECK_ONLY:-}," == *,profile,* ]]; then
+    t=$(step_timeout 120 20)
+    if [ "$t" -eq 0 ]; then
+        record "profile gpu-moe" skipped 0 "time budget spent ($(elapsed) s)"
+    else
+        t0=$(date +%s)
+        if GPU_PROFILE_DIR=$logdir/profile timeout "$t" scripts/gpu-profile.sh "$build" \
+            >"$logdir/profile.txt" 2>&1; then
+            record "profile gpu-moe" ok $(($(date +%s) - t0)) "table: $logdir/profile.txt"
+        else
+            record "profile gpu-moe" FAIL $(($(date +%s) - t0)) "$(tail -1 "$logdir/profile.txt")"
+        fi
+    fi
+fi
+
 summary
+[ -f "$logdir/profile.txt" ] && cat "$logdir/profile.txt"
 exit $failed

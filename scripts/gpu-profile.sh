@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Where one training step of the single-GPU MoE goes on the GPU: every kernel of one
-# `moefold-train --backend cuda` step timed by Nsight Compute (gpu__time_duration only: no replay,
-# caches and clocks left alone), summed per kernel name, against the same step's wall time
-# without the profiler. The sum over kernels is the GPU's busy time; the rest of the step is the
-# GPU waiting for the host (launches, synchronisations).
+# Where one training step of the single-GPU MoE goes on the GPU: every kernel, memcpy and memset
+# of `moefold-train --backend cuda` recorded through CUPTI activity tracing (scripts/cupti_profile.c,
+# loaded as a CUDA injection library: about a microsecond per activity, so the step keeps its
+# shape), summed per name. Two runs, of 2 and of 6 steps; their difference over 4 is one steady
+# step, set-up and the first step excluded. The union of busy intervals is the GPU's busy time;
+# the rest of the step is the GPU waiting for the host (launches, synchronisations).
+# (Nsight Compute was tried first: one gpu-moe step did not finish in 150 s under it.)
 #
 # Usage: scripts/gpu-profile.sh BUILD_DIR [MODEL_JSON] [-- TRAINING FLAGS]
-#   (after scripts/gpu-check.sh BUILD_DIR has built moefold-train; defaults: gpu-moe, one
-#   micro-batch of 2 x 2048 tokens, BF16 GEMM math). Output: a table on stdout; the per-kernel CSV
-#   in $GPU_PROFILE_DIR (default BUILD_DIR/gpu-profile).
+#   after scripts/gpu-check.sh BUILD_DIR has built moefold-train (run it in the same environment:
+#   gpu-check's carried libraries need its LD_LIBRARY_PATH/OPAL_PREFIX). Defaults: gpu-moe, one
+#   micro-batch of 2 x 2048 tokens, BF16 GEMM math. Output: a table on stdout; the traces in
+#   $GPU_PROFILE_DIR (default BUILD_DIR/gpu-profile). Needs CUPTI's headers (the toolkit's include/
+#   or extras/CUPTI/include) to build the library, else MOE_CUPTI_LIB naming a built one.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -26,40 +30,83 @@ flags=("$@")
 out=${GPU_PROFILE_DIR:-$build/gpu-profile}
 mkdir -p "$out"
 train=$build/bin/moefold-train
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -x "$train" ] || { echo "gpu-profile: $train missing (run scripts/gpu-check.sh $build first)"; exit 1; }
-[ -n "$ncu" ] || { echo "gpu-profile: ncu (Nsight Compute) not found"; exit 1; }
+[ -x "$train" ] || {
+    echo "gpu-profile: $train missing (run scripts/gpu-check.sh $build first)"
+    exit 1
+}
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+cuda_home=$(dirname "$(dirname "$nvcc")")
+lib=
+for inc in "$cuda_home/include" "$cuda_home/extras/CUPTI/include"; do
+    [ -f "$inc/cupti.h" ] || continue
+    lib=$out/libmoe_cupti_profile.so
+    ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -shared -fPIC -I"$inc" -I"$cuda_home/include" \
+        -o "$lib" scripts/cupti_profile.c -L"$cuda_home/lib64" \
+        -L"$cuda_home/extras/CUPTI/lib64" -lcupti || lib=
+    break
+done
+[ -z "$lib" ] && lib=${MOE_CUPTI_LIB:-}
+if [ -z "$lib" ] || [ ! -f "$lib" ]; then
+    echo "gpu-profile: no CUPTI headers under $cuda_home and MOE_CUPTI_LIB unset"
+    exit 1
+fi
+for d in "$cuda_home/lib64" "$cuda_home/extras/CUPTI/lib64"; do
+    if ls "$d"/libcupti.so* >/dev/null 2>&1; then
+        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+done
 
-# The step without the profiler (median of steps 2..4).
-"$train" --model "$model" --backend cuda --gemm-math bf16 --steps 4 --synthetic \
-    --out "$out/run.json" -- "${flags[@]}" >"$out/train.log" 2>&1 || { tail -5 "$out/train.log"; exit 1; }
-# One step under the profiler: every kernel's duration.
-timeout "${GPU_PROFILE_TIMEOUT_S:-240}" "$ncu" --metrics gpu__time_duration.sum --csv \
-    --cache-control none --clock-control none \
-    "$train" --model "$model" --backend cuda --gemm-math bf16 --steps 1 --synthetic \
-    --out "$out/run-ncu.json" -- "${flags[@]}" >"$out/ncu.csv" 2>"$out/ncu.log"
-echo "gpu-profile: ncu exit $? ($(grep -c gpu__time_duration "$out/ncu.csv") kernels)"
-python3 - "$out/ncu.csv" "$out/run.json" <<'EOF'
-import csv, json, sys, collections
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-head, data = rows[0], rows[1:]
-ki, mi, vi, ui = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value"), head.index("Metric Unit")
-scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
-tot, cnt = collections.Counter(), collections.Counter()
-for r in data:
-    if r[mi] != "gpu__time_duration.sum":
-        continue
-    name = r[ki].split("(")[0][:70]
-    tot[name] += float(r[vi].replace(",", "")) * scale.get(r[ui], 1e-9)
-    cnt[name] += 1
-run = json.load(open(sys.argv[2]))
-step = run["step_time_s"]
-busy = sum(tot.values())
-print("# one step: %d kernels, GPU busy %.1f ms (profiled step: all kernels incl. the first step's"
-      " set-up); unprofiled step %.1f ms" % (sum(cnt.values()), busy * 1e3, step * 1e3))
-print("# phases (unprofiled, ms): " + ", ".join("%s %.1f" % (k, v * 1e3) for k, v in run["time_s"].items() if v > 0))
-print("%-70s %7s %10s %7s" % ("kernel", "calls", "total_ms", "share"))
-for name, t in tot.most_common(30):
-    print("%-70s %7d %10.3f %6.1f%%" % (name, cnt[name], t * 1e3, 100 * t / busy))
+for steps in 2 6; do
+    CUDA_INJECTION64_PATH=$(readlink -f "$lib") MOE_CUPTI_OUT=$out/trace-$steps.tsv \
+        "$train" --model "$model" --backend cuda --gemm-math bf16 --steps $steps --synthetic \
+        --out "$out/run-$steps.json" -- "${flags[@]}" >"$out/train-$steps.log" 2>&1 || {
+        tail -5 "$out/train-$steps.log"
+        exit 1
+    }
+done
+
+python3 - "$out" <<'EOF'
+import json, sys, collections
+out = sys.argv[1]
+def load(steps):
+    """Per-name totals and calls, and (activities, span, busy union) of one trace."""
+    tot, cnt, iv = collections.Counter(), collections.Counter(), []
+    for line in open("%s/trace-%d.tsv" % (out, steps)):
+        f = line.rstrip("\n").split("\t")
+        if len(f) < 4:
+            continue
+        s, e = int(f[1]), int(f[2])
+        key = f[0] + " " + f[3][:90]
+        tot[key] += (e - s) * 1e-9
+        cnt[key] += 1
+        iv.append((s, e))
+    iv.sort()
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    span = (iv[-1][1] - iv[0][0]) if iv else 0
+    return tot, cnt, (len(iv), span * 1e-9, busy * 1e-9, 0)
+t2, c2, h2 = load(2)
+t6, c6, h6 = load(6)
+run = json.load(open("%s/run-6.json" % out))
+per = {k: (t6[k] - t2.get(k, 0.0)) / 4 for k in t6}
+calls = {k: (c6[k] - c2.get(k, 0)) / 4 for k in c6}
+busy, span, acts = (h6[2] - h2[2]) / 4, (h6[1] - h2[1]) / 4, (h6[0] - h2[0]) / 4
+print("# one steady step (runs of 6 and 2 steps, difference / 4): %.0f activities, GPU busy %.1f ms"
+      " of a %.1f ms span; moefold-train's median step %.1f ms"
+      % (acts, busy * 1e3, span * 1e3, run["step_time_s"] * 1e3))
+print("# phases (ms): " + ", ".join("%s %.1f" % (k, v * 1e3) for k, v in run["time_s"].items() if v > 0))
+print("%-92s %8s %9s %6s %8s" % ("kind name", "calls", "ms", "share", "us/call"))
+for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:40]:
+    n = calls.get(k, 0)
+    print("%-92s %8.0f %9.3f %5.1f%% %8.1f" % (k, n, v * 1e3, 100 * v / busy if busy else 0,
+                                              v / n * 1e6 if n else 0))
 EOF
