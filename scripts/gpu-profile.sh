@@ -2,8 +2,8 @@
 # Where one training step of the single-GPU MoE goes on the GPU: every kernel, memcpy and memset
 # of `moefold-train --backend cuda` recorded through CUPTI activity tracing (scripts/cupti_profile.c,
 # loaded as a CUDA injection library: about a microsecond per activity, so the step keeps its
-# shape), summed per name. Two runs, of 2 and of 6 steps; their difference over 4 is one steady
-# step, set-up and the first step excluded. The union of busy intervals is the GPU's busy time;
+# shape), summed per name over the last of 6 steps (from the end of the previous step's AdamW
+# kernels to the end of its own). The union of busy intervals is the GPU's busy time;
 # the rest of the step is the GPU waiting for the host (launches, synchronisations).
 # (Nsight Compute was tried first: one gpu-moe step did not finish in 150 s under it.)
 #
@@ -57,7 +57,7 @@ for d in "$cuda_home/lib64" "$cuda_home/extras/CUPTI/lib64"; do
     fi
 done
 
-for steps in 2 6; do
+for steps in 6; do
     CUDA_INJECTION64_PATH=$(readlink -f "$lib") MOE_CUPTI_OUT=$out/trace-$steps.tsv \
         "$train" --model "$model" --backend cuda --gemm-math bf16 --steps $steps --synthetic \
         --out "$out/run-$steps.json" -- "${flags[@]}" >"$out/train-$steps.log" 2>&1 || {
@@ -69,44 +69,44 @@ done
 python3 - "$out" <<'EOF'
 import json, sys, collections
 out = sys.argv[1]
-def load(steps):
-    """Per-name totals and calls, and (activities, span, busy union) of one trace."""
-    tot, cnt, iv = collections.Counter(), collections.Counter(), []
-    for line in open("%s/trace-%d.tsv" % (out, steps)):
-        f = line.rstrip("\n").split("\t")
-        if len(f) < 4:
-            continue
-        s, e = int(f[1]), int(f[2])
-        key = f[0] + " " + f[3][:90]
-        tot[key] += (e - s) * 1e-9
-        cnt[key] += 1
-        iv.append((s, e))
-    iv.sort()
-    busy, cur_s, cur_e = 0, None, None
-    for s, e in iv:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        busy += cur_e - cur_s
-    span = (iv[-1][1] - iv[0][0]) if iv else 0
-    return tot, cnt, (len(iv), span * 1e-9, busy * 1e-9, 0)
-t2, c2, h2 = load(2)
-t6, c6, h6 = load(6)
+rows = []
+for line in open("%s/trace-6.tsv" % out):
+    f = line.rstrip("\n").split("\t")
+    if len(f) >= 4:
+        rows.append((f[0], int(f[1]), int(f[2]), f[3]))
+rows.sort(key=lambda r: r[1])
+# Steps end with the optimizer's AdamW kernels: the last step runs from the end of the previous
+# burst of them to the end of the last one.
+ad = [i for i, r in enumerate(rows) if "adamw" in r[3]]
+bursts = []
+for i in ad:
+    if bursts and i - bursts[-1][-1] < 50:
+        bursts[-1].append(i)
+    else:
+        bursts.append([i])
+if len(bursts) < 2:
+    sys.exit("gpu-profile: fewer than two optimizer bursts in the trace")
+w = rows[bursts[-2][-1] + 1:bursts[-1][-1] + 1]
+span = (max(r[2] for r in w) - w[0][1]) * 1e-9
+busy, cur = 0, None
+for _, s, e, _ in sorted(w, key=lambda r: r[1]):
+    if cur is None or s > cur[1]:
+        if cur is not None:
+            busy += cur[1] - cur[0]
+        cur = [s, e]
+    elif e > cur[1]:
+        cur[1] = e
+busy = (busy + cur[1] - cur[0]) * 1e-9
+tot, cnt = collections.Counter(), collections.Counter()
+for k, s, e, n in w:
+    tot[k + " " + n[:90]] += (e - s) * 1e-9
+    cnt[k + " " + n[:90]] += 1
 run = json.load(open("%s/run-6.json" % out))
-per = {k: (t6[k] - t2.get(k, 0.0)) / 4 for k in t6}
-calls = {k: (c6[k] - c2.get(k, 0)) / 4 for k in c6}
-busy, span, acts = (h6[2] - h2[2]) / 4, (h6[1] - h2[1]) / 4, (h6[0] - h2[0]) / 4
-print("# one steady step (runs of 6 and 2 steps, difference / 4): %.0f activities, GPU busy %.1f ms"
-      " of a %.1f ms span; moefold-train's median step %.1f ms"
-      % (acts, busy * 1e3, span * 1e3, run["step_time_s"] * 1e3))
+print("# the last of 6 steps: %d activities, GPU busy %.1f ms of its %.1f ms (idle %.1f ms: waiting"
+      " for the host); moefold-train's median step %.1f ms"
+      % (len(w), busy * 1e3, span * 1e3, (span - busy) * 1e3, run["step_time_s"] * 1e3))
 print("# phases (ms): " + ", ".join("%s %.1f" % (k, v * 1e3) for k, v in run["time_s"].items() if v > 0))
-print("%-92s %8s %9s %6s %8s" % ("kind name", "calls", "ms", "share", "us/call"))
-for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:40]:
-    n = calls.get(k, 0)
-    print("%-92s %8.0f %9.3f %5.1f%% %8.1f" % (k, n, v * 1e3, 100 * v / busy if busy else 0,
-                                              v / n * 1e6 if n else 0))
+print("%-92s %7s %9s %6s %8s" % ("kind name", "calls", "ms", "share", "us/call"))
+for k, v in tot.most_common(40):
+    print("%-92s %7d %9.3f %5.1f%% %8.1f" % (k, cnt[k], v * 1e3, 100 * v / busy, v / cnt[k] * 1e6))
 EOF

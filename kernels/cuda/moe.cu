@@ -14,6 +14,8 @@
  */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <stdint.h>
+
 static __global__ void
 expert_counts_kernel(int *counts, const int *topk_idx, size_t num_slots, int num_experts)
 {
@@ -384,14 +386,17 @@ extern "C" void moe_k_cuda_unpermute_bwd(float *d_rows,
  */
 
 /* Column-split copies per chunk: blockIdx.x = position in chunk_order, blockIdx.y splits the
- * chunk's elements. Each block finds its chunk's offsets in both layouts (O(num_chunks)). */
-#define CHUNK_SPLIT 16
+ * chunk's elements. Each block finds its chunk's offsets in both layouts (O(num_chunks)). The
+ * copy moves `vec`-wide elements (float4 when rows and both buffers allow it): on an H200 the
+ * scalar copy with 16 splits ran at 77 GB/s (870 us for 67 MB, 17% of a gpu-moe step). */
+#define CHUNK_BLOCKS 2048 /* blocks per launch, split evenly over the chunks */
 
-static __global__ void move_chunks_kernel(float *out,
-                                          const float *in,
+template <typename T>
+static __global__ void move_chunks_kernel(T *out,
+                                          const T *in,
                                           const int *chunk_rows,
                                           const int *chunk_order,
-                                          int hidden,
+                                          int row_len, /* in elements of T */
                                           bool to_sorted)
 {
     int i = (int)blockIdx.x;
@@ -404,9 +409,9 @@ static __global__ void move_chunks_kernel(float *out,
     for (int j = 0; j < i; j++) {
         sorted_row += (size_t)chunk_rows[chunk_order[j]];
     }
-    size_t n = (size_t)chunk_rows[c] * (size_t)hidden;
-    const float *src = in + (to_sorted ? orig_row : sorted_row) * (size_t)hidden;
-    float *dst = out + (to_sorted ? sorted_row : orig_row) * (size_t)hidden;
+    size_t n = (size_t)chunk_rows[c] * (size_t)row_len;
+    const T *src = in + (to_sorted ? orig_row : sorted_row) * (size_t)row_len;
+    T *dst = out + (to_sorted ? sorted_row : orig_row) * (size_t)row_len;
     for (size_t e = blockIdx.y * (size_t)blockDim.x + threadIdx.x; e < n;
          e += (size_t)gridDim.y * blockDim.x) {
         dst[e] = src[e];
@@ -426,9 +431,17 @@ static void move_chunks(float *out,
     if (num_chunks == 0) {
         return;
     }
-    dim3 grid((unsigned)num_chunks, CHUNK_SPLIT);
-    move_chunks_kernel<<<grid, MOE_K_CUDA_THREADS, 0, moe_k_cuda_stream(ctx)>>>(
-        out, in, chunk_rows, chunk_order, hidden, to_sorted);
+    unsigned split = (unsigned)((CHUNK_BLOCKS + num_chunks - 1) / num_chunks);
+    dim3 grid((unsigned)num_chunks, split < 65535u ? split : 65535u);
+    cudaStream_t s = moe_k_cuda_stream(ctx);
+    bool vec4 = hidden % 4 == 0 && ((uintptr_t)out | (uintptr_t)in) % sizeof(float4) == 0;
+    if (vec4) {
+        move_chunks_kernel<float4><<<grid, MOE_K_CUDA_THREADS, 0, s>>>(
+            (float4 *)out, (const float4 *)in, chunk_rows, chunk_order, hidden / 4, to_sorted);
+    } else {
+        move_chunks_kernel<float><<<grid, MOE_K_CUDA_THREADS, 0, s>>>(out, in, chunk_rows,
+                                                                       chunk_order, hidden, to_sorted);
+    }
     MOE_CHECK_LAUNCH();
 }
 
