@@ -90,6 +90,10 @@ struct moe_k_cuda_state {
     enum moe_k_cuda_grouped_impl last_grouped;
     unsigned grouped_unsupported; /* bit per (type combination, compute type) cuBLAS refused */
     struct moe_k_cuda_device_info info;
+    /* BF16 math mode: BF16 copies of the two GEMM operands (kernels/cuda/gemm.cu), grown on
+     * demand (never while a stream is being captured). */
+    uint16_t *bf16_ws[2];
+    size_t bf16_ws_elems[2];
 };
 
 /* The CUDA state of a context (asserts it is a CUDA context). */

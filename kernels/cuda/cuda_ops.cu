@@ -199,6 +199,9 @@ extern "C" void moe_k_cuda_ctx_fini(moe_k_ctx_t *ctx)
     }
     (void)cudaFree(st->blas_workspace);
     (void)cudaFree(st->scratch);
+    for (int i = 0; i < 2; i++) {
+        (void)cudaFree(st->bf16_ws[i]);
+    }
     (void)cudaFree((void *)st->ptr_dev);
     (void)cudaFreeHost((void *)st->ptr_host);
     (void)cudaFreeHost(st->counts_host);

@@ -22,6 +22,83 @@ static cublasOperation_t op_of(bool trans)
     return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
+/* ---- BF16 math on fp32 storage ---------------------------------------------------------------
+ *
+ * In BF16 math mode cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF on fp32 operands ran TF32 kernels on an
+ * H200 (sm90_xmma_gemm_f32f32_tf32f32: TF32 is half the BF16 tensor rate). So GEMMs large enough to
+ * pay for it convert both operands to BF16 (round to nearest even, as the engine's BF16 emulation)
+ * and run BF16 x BF16 -> fp32 with fp32 accumulation. Smaller ones (attention's per-head products,
+ * head dim 128) keep FAST_16BF: their conversion would cost about what it saves.
+ */
+#define BF16_CONVERT_MIN_DIM 256
+
+static __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        dst[i] = moe_cu_bf16_encode(src[i]);
+    }
+}
+
+/* BF16 copy of the n floats at src in workspace slot `slot`, on the context's stream; NULL when
+ * the slot would have to grow while the stream is being captured. */
+static const uint16_t *bf16_operand(struct moe_k_cuda_state *st, int slot, const float *src, size_t n)
+{
+    if (n > st->bf16_ws_elems[slot]) {
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        MOE_CHECK_CUDA(cudaStreamIsCapturing(st->stream, &cap));
+        if (cap != cudaStreamCaptureStatusNone) {
+            return NULL;
+        }
+        MOE_CHECK_CUDA(cudaFree(st->bf16_ws[slot])); /* waits for the GEMMs still reading it */
+        st->bf16_ws[slot] = NULL;
+        st->bf16_ws_elems[slot] = 0;
+        MOE_CHECK_CUDA(cudaMalloc((void **)&st->bf16_ws[slot], n * sizeof(uint16_t)));
+        st->bf16_ws_elems[slot] = n;
+    }
+    to_bf16_kernel<<<moe_k_cuda_blocks(n, MOE_K_CUDA_THREADS), MOE_K_CUDA_THREADS, 0, st->stream>>>(
+        st->bf16_ws[slot], src, n);
+    MOE_CHECK_LAUNCH();
+    return st->bf16_ws[slot];
+}
+
+/* Row-major c[m, n] = alpha op(a) op(b) + beta c through BF16 copies of a and b; false (nothing
+ * done) when not in BF16 math mode, the product is too small, an operand is a strided view, or a
+ * copy cannot be made now. */
+static bool gemm_rm_bf16(struct moe_k_cuda_state *st,
+                         bool trans_a,
+                         bool trans_b,
+                         int m,
+                         int n,
+                         int k,
+                         float alpha,
+                         const float *a,
+                         int lda,
+                         const float *b,
+                         int ldb,
+                         float beta,
+                         float *c,
+                         int ldc)
+{
+    if (st->math != MOE_K_CUDA_GEMM_BF16 || m < BF16_CONVERT_MIN_DIM || n < BF16_CONVERT_MIN_DIM ||
+        k < BF16_CONVERT_MIN_DIM) {
+        return false;
+    }
+    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+    if (lda != a_cols || ldb != b_cols) {
+        return false;
+    }
+    const uint16_t *a16 = bf16_operand(st, 0, a, (size_t)m * (size_t)k);
+    const uint16_t *b16 = a16 != NULL ? bf16_operand(st, 1, b, (size_t)k * (size_t)n) : NULL;
+    if (b16 == NULL) {
+        return false;
+    }
+    MOE_CHECK_CUBLAS(cublasGemmEx(st->blas, op_of(trans_b), op_of(trans_a), n, m, k, &alpha, b16,
+                                  CUDA_R_16BF, b_cols, a16, CUDA_R_16BF, a_cols, &beta, c,
+                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return true;
+}
+
 void moe_k_cuda_gemm_rm(cublasHandle_t h,
                         bool trans_a,
                         bool trans_b,
@@ -40,7 +117,11 @@ void moe_k_cuda_gemm_rm(cublasHandle_t h,
 {
     MOE_ASSERT(m > 0 && n > 0 && k > 0);
     if (h == NULL) {
-        h = moe_k_cuda_state_of(ctx)->blas;
+        struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
+        if (gemm_rm_bf16(st, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) {
+            return;
+        }
+        h = st->blas;
     }
     /* Column-major view: C^T[n, m] = op(B)^T[n, k] op(A)^T[k, m]. */
     MOE_CHECK_CUBLAS(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), n, m, k, &alpha, b, CUDA_R_32F,
@@ -419,8 +500,37 @@ grouped_fp32(const struct grouped_args *g, const int *counts, int num_experts, m
     struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
     const int *host = fetch_counts(st, counts, num_experts);
     struct grouped_types t = fp32_types(ctx);
+    struct grouped_args g16 = *g;
+    size_t rows = 0;
+    for (int e = 0; e < num_experts; e++) {
+        rows += (size_t)host[e];
+    }
+    /* BF16 math: BF16 copies of the row operand and of the weights (or of the second row operand),
+     * as for dense GEMMs above; the output stays fp32. */
+    if (st->math == MOE_K_CUDA_GEMM_BF16 && rows > 0 && g->in_dim >= BF16_CONVERT_MIN_DIM &&
+        g->out_dim >= BF16_CONVERT_MIN_DIM) {
+        int p_cols = g->kind == GROUPED_FWD ? g->in_dim : g->out_dim;
+        const uint16_t *p16 = bf16_operand(st, 0, (const float *)g->x, rows * (size_t)p_cols);
+        const uint16_t *q16 = NULL;
+        if (p16 != NULL && g->kind == GROUPED_BWD_WEIGHT) {
+            q16 = bf16_operand(st, 1, (const float *)g->x2, rows * (size_t)g->in_dim);
+        } else if (p16 != NULL) {
+            q16 = bf16_operand(st, 1, (const float *)g->w,
+                               (size_t)num_experts * (size_t)g->out_dim * (size_t)g->in_dim);
+        }
+        if (q16 != NULL) {
+            struct grouped_types t16 = {CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4};
+            t = t16;
+            g16.x = p16;
+            if (g->kind == GROUPED_BWD_WEIGHT) {
+                g16.x2 = q16;
+            } else {
+                g16.w = q16;
+            }
+        }
+    }
     wait_staging(st);
-    int num = stage_grouped(st, g, host, num_experts, &t);
+    int num = stage_grouped(st, &g16, host, num_experts, &t);
     (void)run_staged(st, num, &t);
 }
 
@@ -466,14 +576,6 @@ extern "C" void moe_k_cuda_grouped_linear_bwd_weight(float *dw,
 }
 
 /* ---- Native BF16 storage --------------------------------------------------------------------- */
-
-static __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        dst[i] = moe_cu_bf16_encode(src[i]);
-    }
-}
 
 extern "C" void moe_k_cuda_to_bf16(uint16_t *dst, const float *src, size_t n, moe_k_ctx_t *ctx)
 {
