@@ -28,7 +28,10 @@ static cublasOperation_t op_of(bool trans)
  * H200 (sm90_xmma_gemm_f32f32_tf32f32: TF32 is half the BF16 tensor rate). So GEMMs large enough to
  * pay for it convert both operands to BF16 (round to nearest even, as the engine's BF16 emulation)
  * and run BF16 x BF16 -> fp32 with fp32 accumulation. Smaller ones (attention's per-head products,
- * head dim 128) keep FAST_16BF: their conversion would cost about what it saves.
+ * head dim 128) keep FAST_16BF: their conversion would cost about what it saves. So do the grouped
+ * expert GEMMs: converting their [E, out, in] weights at every call (tried on an H200, gpu-moe)
+ * cost what the BF16 GEMMs saved (expert phase 168 ms -> 171 ms per step); that needs BF16 weight
+ * copies kept across the micro-batches of a step.
  */
 #define BF16_CONVERT_MIN_DIM 256
 
@@ -500,37 +503,8 @@ grouped_fp32(const struct grouped_args *g, const int *counts, int num_experts, m
     struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
     const int *host = fetch_counts(st, counts, num_experts);
     struct grouped_types t = fp32_types(ctx);
-    struct grouped_args g16 = *g;
-    size_t rows = 0;
-    for (int e = 0; e < num_experts; e++) {
-        rows += (size_t)host[e];
-    }
-    /* BF16 math: BF16 copies of the row operand and of the weights (or of the second row operand),
-     * as for dense GEMMs above; the output stays fp32. */
-    if (st->math == MOE_K_CUDA_GEMM_BF16 && rows > 0 && g->in_dim >= BF16_CONVERT_MIN_DIM &&
-        g->out_dim >= BF16_CONVERT_MIN_DIM) {
-        int p_cols = g->kind == GROUPED_FWD ? g->in_dim : g->out_dim;
-        const uint16_t *p16 = bf16_operand(st, 0, (const float *)g->x, rows * (size_t)p_cols);
-        const uint16_t *q16 = NULL;
-        if (p16 != NULL && g->kind == GROUPED_BWD_WEIGHT) {
-            q16 = bf16_operand(st, 1, (const float *)g->x2, rows * (size_t)g->in_dim);
-        } else if (p16 != NULL) {
-            q16 = bf16_operand(st, 1, (const float *)g->w,
-                               (size_t)num_experts * (size_t)g->out_dim * (size_t)g->in_dim);
-        }
-        if (q16 != NULL) {
-            struct grouped_types t16 = {CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4};
-            t = t16;
-            g16.x = p16;
-            if (g->kind == GROUPED_BWD_WEIGHT) {
-                g16.x2 = q16;
-            } else {
-                g16.w = q16;
-            }
-        }
-    }
     wait_staging(st);
-    int num = stage_grouped(st, &g16, host, num_experts, &t);
+    int num = stage_grouped(st, g, host, num_experts, &t);
     (void)run_staged(st, num, &t);
 }
 

@@ -590,9 +590,11 @@ static void test_grouped(void **state)
         /* bwd gradients g are raw fp32 (not BF16): allow BF16 rounding of g there. */
         grouped_round(f, &small_dims, x16, w16, 3e-2, 3e-2);
     }
-    /* Layers of at least 256 in and out: BF16 copies of the operands and BF16 x BF16 GEMMs (the
-     * small ones above run cuBLAS's FAST_16BF on fp32). Forward on BF16-representable operands is
-     * exact rounding; backward rounds the raw gradient to BF16 (relative 2^-9 per element). */
+    /* A layer of realistic width. Forward on BF16-representable operands is exact rounding.
+     * Backward rounds the raw gradient g to BF16 (up to 2^-9 relative per element): over 264 (or
+     * up to 300) terms g w with |g|, |w| <= 1 the errors add like a random walk, sigma ~ 6e-3
+     * (2^-9 |g w| / sqrt(3) per term, E[g^2 w^2] = 1/9), 0.039 the largest seen of 128 000 on an
+     * H200; 0.1 absolute (outputs have sigma ~ 5) still fails any layout or transpose error. */
     static const int big_counts[5] = {70, 0, 300, 1, 129};
     const struct grouped_dims big = {5, 256, 264, 500, big_counts};
     size_t nx = (size_t)big.rows * big.in, nw = (size_t)big.experts * big.out * big.in;
@@ -601,7 +603,7 @@ static void test_grouped(void **state)
     f->c->qdq(bw, bw, big.experts * big.out, big.in, MOE_K_QFMT_BF16, MOE_K_QRECIPE_CAST, f->cpu);
     for (int i = 0; i < 2; i++) {
         moe_k_cuda_set_grouped_impl(f->gpu, impls[i]);
-        grouped_round(f, &big, bx, bw, 1e-4, 1e-2);
+        grouped_round(f, &big, bx, bw, 1e-4, 0.1);
     }
     end(f);
 }
