@@ -143,11 +143,11 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     fill(b.w, b.nw, 4);
     expert_counts(b.counts, num_experts, tokens, is_skewed);
     for (int i = 0; i < cfg->warmup; i++) {
-        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, num_experts, in, out, kc);
+        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, NULL, num_experts, in, out, kc);
     }
     double t0 = moe_eng_now();
     for (int i = 0; i < cfg->iters; i++) {
-        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, num_experts, in, out, kc);
+        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, NULL, num_experts, in, out, kc);
     }
     res->time_us = elapsed_us(t0, cfg->iters);
     /* One linear with the same FLOPs: all rows against the first expert's weights. */

@@ -106,7 +106,7 @@ static void grouped_fwd(struct moe_eng *e,
     struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
-    e->k->grouped_linear_fwd(y, xq, wq, counts.dev, el, in, out, e->kc);
+    e->k->grouped_linear_fwd(y, xq, wq, counts.dev, counts.host, el, in, out, e->kc);
     moe_eng_tmark_release(e, mark);
 }
 
@@ -125,8 +125,8 @@ static void grouped_bwd(struct moe_eng *e,
     const float *dyq = qdq_rows(e, dy, counts.host, el, out, 2);
     const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
-    e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, el, in, out, false, e->kc);
-    e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, el, in, out, e->kc);
+    e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, counts.host, el, in, out, false, e->kc);
+    e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, counts.host, el, in, out, e->kc);
     moe_eng_tmark_release(e, mark);
 }
 

@@ -273,13 +273,17 @@ struct moe_k_ops {
     /* ---- Grouped GEMM over expert-contiguous rows ---------------------------------------- */
     /* Rows are grouped by expert: rows [off_e, off_e + counts[e]) belong to expert e, with
      * off_e = sum of counts before e, R = sum counts[E]. One sgemm per non-empty expert, directly
-     * on slices (no copies). Experts with counts[e] == 0 are skipped (their dw is untouched). */
+     * on slices (no copies). Experts with counts[e] == 0 are skipped (their dw is untouched).
+     * counts is engine memory; counts_host, when not NULL, is a host copy with the same contents
+     * (the engine has one after the dispatch): the CUDA backend then skips reading counts back,
+     * a stream synchronisation per call. */
 
     /* y[R, out] = x[R, in] w[e][out, in]^T per expert group; w is [E, out, in]. Overwrites y. */
     void (*grouped_linear_fwd)(float *y,
                                const float *x,
                                const float *w,
                                const int *counts,
+                               const int *counts_host,
                                int num_experts,
                                int in_dim,
                                int out_dim,
@@ -289,6 +293,7 @@ struct moe_k_ops {
                                     const float *dy,
                                     const float *w,
                                     const int *counts,
+                                    const int *counts_host,
                                     int num_experts,
                                     int in_dim,
                                     int out_dim,
@@ -299,6 +304,7 @@ struct moe_k_ops {
                                       const float *dy,
                                       const float *x,
                                       const int *counts,
+                                      const int *counts_host,
                                       int num_experts,
                                       int in_dim,
                                       int out_dim,

@@ -105,12 +105,14 @@ void moe_k_cpu_grouped_linear_fwd(float *y,
                                   const float *x,
                                   const float *w,
                                   const int *counts,
+                                  const int *counts_host,
                                   int num_experts,
                                   int in_dim,
                                   int out_dim,
                                   moe_k_ctx_t *ctx)
 {
     MOE_ASSERT(num_experts >= 0 && in_dim > 0 && out_dim > 0);
+    (void)counts_host; /* counts is host memory here */
     size_t row = 0;
     size_t w_size = (size_t)out_dim * (size_t)in_dim;
     for (int e = 0; e < num_experts; e++) {
@@ -128,6 +130,7 @@ void moe_k_cpu_grouped_linear_bwd_data(float *dx,
                                        const float *dy,
                                        const float *w,
                                        const int *counts,
+                                       const int *counts_host,
                                        int num_experts,
                                        int in_dim,
                                        int out_dim,
@@ -135,6 +138,7 @@ void moe_k_cpu_grouped_linear_bwd_data(float *dx,
                                        moe_k_ctx_t *ctx)
 {
     MOE_ASSERT(num_experts >= 0 && in_dim > 0 && out_dim > 0);
+    (void)counts_host; /* counts is host memory here */
     size_t row = 0;
     size_t w_size = (size_t)out_dim * (size_t)in_dim;
     for (int e = 0; e < num_experts; e++) {
@@ -152,12 +156,14 @@ void moe_k_cpu_grouped_linear_bwd_weight(float *dw,
                                          const float *dy,
                                          const float *x,
                                          const int *counts,
+                                         const int *counts_host,
                                          int num_experts,
                                          int in_dim,
                                          int out_dim,
                                          moe_k_ctx_t *ctx)
 {
     MOE_ASSERT(num_experts >= 0 && in_dim > 0 && out_dim > 0);
+    (void)counts_host; /* counts is host memory here */
     size_t row = 0;
     size_t w_size = (size_t)out_dim * (size_t)in_dim;
     for (int e = 0; e < num_experts; e++) {

@@ -51,6 +51,10 @@ moe_k_cuda_fail(const char *call, const char *message, const char *file, int lin
 /* Fixed device scratch for reduction partials, offsets and amax words (ops carve from offset 0;
  * the stream serialises them). */
 #define MOE_K_CUDA_SCRATCH_BYTES (4u << 20)
+/* Each of the two BF16 operand copies of BF16 GEMM math (allocated when that mode is set; a GEMM
+ * with a larger operand keeps cuBLAS's FAST_16BF): 128 M elements, e.g. a 32 768 x 4 096 output
+ * layer or 16 384 tokens x 8 192. */
+#define MOE_K_CUDA_BF16_WS_BYTES ((size_t)256 << 20)
 /* Most experts a grouped GEMM may have (pointer arrays are sized for it at creation). */
 #define MOE_K_CUDA_MAX_GROUPS 4096
 
@@ -90,8 +94,8 @@ struct moe_k_cuda_state {
     enum moe_k_cuda_grouped_impl last_grouped;
     unsigned grouped_unsupported; /* bit per (type combination, compute type) cuBLAS refused */
     struct moe_k_cuda_device_info info;
-    /* BF16 math mode: BF16 copies of the two GEMM operands (kernels/cuda/gemm.cu), grown on
-     * demand (never while a stream is being captured). */
+    /* BF16 math mode: BF16 copies of the two GEMM operands (kernels/cuda/gemm.cu), each
+     * [MOE_K_CUDA_BF16_WS_BYTES], allocated by moe_k_cuda_set_gemm_math (NULL otherwise). */
     uint16_t *bf16_ws[2];
     size_t bf16_ws_elems[2];
 };
@@ -286,6 +290,7 @@ void moe_k_cuda_grouped_linear_fwd(float *y,
                                    const float *x,
                                    const float *w,
                                    const int *counts,
+                                   const int *counts_host,
                                    int num_experts,
                                    int in_dim,
                                    int out_dim,
@@ -294,6 +299,7 @@ void moe_k_cuda_grouped_linear_bwd_data(float *dx,
                                         const float *dy,
                                         const float *w,
                                         const int *counts,
+                                        const int *counts_host,
                                         int num_experts,
                                         int in_dim,
                                         int out_dim,
@@ -303,6 +309,7 @@ void moe_k_cuda_grouped_linear_bwd_weight(float *dw,
                                           const float *dy,
                                           const float *x,
                                           const int *counts,
+                                          const int *counts_host,
                                           int num_experts,
                                           int in_dim,
                                           int out_dim,

@@ -288,7 +288,21 @@ extern "C" void moe_k_cuda_device_info(struct moe_k_cuda_device_info *out, moe_k
 extern "C" void moe_k_cuda_set_gemm_math(moe_k_ctx_t *ctx, enum moe_k_cuda_gemm_math math)
 {
     MOE_ASSERT(math >= MOE_K_CUDA_GEMM_FP32 && math <= MOE_K_CUDA_GEMM_BF16);
-    moe_k_cuda_state_of(ctx)->math = math;
+    struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
+    st->math = math;
+    /* BF16 math: the two operand copies of kernels/cuda/gemm.cu, allocated here (a set-up call),
+     * once, so no GEMM allocates (STYLE.md section 6). Without the memory GEMMs keep FAST_16BF. */
+    for (int i = 0; i < 2 && math == MOE_K_CUDA_GEMM_BF16; i++) {
+        if (st->bf16_ws[i] != NULL) {
+            continue;
+        }
+        if (cudaMalloc((void **)&st->bf16_ws[i], MOE_K_CUDA_BF16_WS_BYTES) == cudaSuccess) {
+            st->bf16_ws_elems[i] = MOE_K_CUDA_BF16_WS_BYTES / sizeof(uint16_t);
+        } else {
+            st->bf16_ws[i] = NULL;
+            (void)cudaGetLastError(); /* out of memory is not sticky: clear it for later checks */
+        }
+    }
 }
 
 extern "C" enum moe_k_cuda_gemm_math moe_k_cuda_gemm_math(const moe_k_ctx_t *ctx)

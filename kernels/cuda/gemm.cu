@@ -4,9 +4,10 @@
  * (C^T = op(B)^T op(A)^T), so no copies. Storage is fp32 and the compute type follows the context's
  * math mode (FP32 pedantic by default; TF32 or BF16 inputs with fp32 accumulation on request).
  *
- * The grouped expert GEMM (rows grouped by expert, counts[E] on the device) first copies the
- * counts to the host (cuBLAS needs host dimensions; this synchronises the stream once per call, as
- * Megatron's tokens_per_expert.cpu() does), then runs either one cublasGemmGroupedBatchedEx call
+ * The grouped expert GEMM (rows grouped by expert, counts[E] on the device) needs the counts on
+ * the host (cuBLAS takes host dimensions): the caller's host copy when it passes one (the engine
+ * does: it read them back once for the dispatch), else a copy back that synchronises the stream
+ * (as Megatron's tokens_per_expert.cpu()). Then it runs either one cublasGemmGroupedBatchedEx call
  * (one problem per non-empty expert) or one cublasGemmEx per expert round-robin over side streams.
  * Empty experts are skipped, so their weight gradients stay untouched. Bias gradients are column
  * sums in row order (one thread per column), bit for bit the CPU's loop.
@@ -44,20 +45,11 @@ static __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 }
 
 /* BF16 copy of the n floats at src in workspace slot `slot`, on the context's stream; NULL when
- * the slot would have to grow while the stream is being captured. */
+ * the slot is missing or too small (the caller keeps FAST_16BF). */
 static const uint16_t *bf16_operand(struct moe_k_cuda_state *st, int slot, const float *src, size_t n)
 {
-    if (n > st->bf16_ws_elems[slot]) {
-        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        MOE_CHECK_CUDA(cudaStreamIsCapturing(st->stream, &cap));
-        if (cap != cudaStreamCaptureStatusNone) {
-            return NULL;
-        }
-        MOE_CHECK_CUDA(cudaFree(st->bf16_ws[slot])); /* waits for the GEMMs still reading it */
-        st->bf16_ws[slot] = NULL;
-        st->bf16_ws_elems[slot] = 0;
-        MOE_CHECK_CUDA(cudaMalloc((void **)&st->bf16_ws[slot], n * sizeof(uint16_t)));
-        st->bf16_ws_elems[slot] = n;
+    if (st->bf16_ws[slot] == NULL || n > st->bf16_ws_elems[slot]) {
+        return NULL;
     }
     to_bf16_kernel<<<moe_k_cuda_blocks(n, MOE_K_CUDA_THREADS), MOE_K_CUDA_THREADS, 0, st->stream>>>(
         st->bf16_ws[slot], src, n);
@@ -66,8 +58,8 @@ static const uint16_t *bf16_operand(struct moe_k_cuda_state *st, int slot, const
 }
 
 /* Row-major c[m, n] = alpha op(a) op(b) + beta c through BF16 copies of a and b; false (nothing
- * done) when not in BF16 math mode, the product is too small, an operand is a strided view, or a
- * copy cannot be made now. */
+ * done) when not in BF16 math mode, the product is too small, an operand is a strided view or
+ * larger than the context's copy (MOE_K_CUDA_BF16_WS_BYTES). */
 static bool gemm_rm_bf16(struct moe_k_cuda_state *st,
                          bool trans_a,
                          bool trans_b,
@@ -496,12 +488,15 @@ static int stage_grouped(struct moe_k_cuda_state *st,
     return num;
 }
 
-static void
-grouped_fp32(const struct grouped_args *g, const int *counts, int num_experts, moe_k_ctx_t *ctx)
+static void grouped_fp32(const struct grouped_args *g,
+                         const int *counts,
+                         const int *counts_host,
+                         int num_experts,
+                         moe_k_ctx_t *ctx)
 {
     MOE_ASSERT(num_experts >= 0 && g->in_dim > 0 && g->out_dim > 0);
     struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
-    const int *host = fetch_counts(st, counts, num_experts);
+    const int *host = counts_host != NULL ? counts_host : fetch_counts(st, counts, num_experts);
     struct grouped_types t = fp32_types(ctx);
     wait_staging(st);
     int num = stage_grouped(st, g, host, num_experts, &t);
@@ -512,19 +507,21 @@ extern "C" void moe_k_cuda_grouped_linear_fwd(float *y,
                                               const float *x,
                                               const float *w,
                                               const int *counts,
+                                              const int *counts_host,
                                               int num_experts,
                                               int in_dim,
                                               int out_dim,
                                               moe_k_ctx_t *ctx)
 {
     struct grouped_args g = {GROUPED_FWD, x, w, y, NULL, in_dim, out_dim, 0.0f};
-    grouped_fp32(&g, counts, num_experts, ctx);
+    grouped_fp32(&g, counts, counts_host, num_experts, ctx);
 }
 
 extern "C" void moe_k_cuda_grouped_linear_bwd_data(float *dx,
                                                    const float *dy,
                                                    const float *w,
                                                    const int *counts,
+                                                   const int *counts_host,
                                                    int num_experts,
                                                    int in_dim,
                                                    int out_dim,
@@ -533,20 +530,21 @@ extern "C" void moe_k_cuda_grouped_linear_bwd_data(float *dx,
 {
     struct grouped_args g = {GROUPED_BWD_DATA,        dy, w, dx, NULL, in_dim, out_dim,
                              accumulate ? 1.0f : 0.0f};
-    grouped_fp32(&g, counts, num_experts, ctx);
+    grouped_fp32(&g, counts, counts_host, num_experts, ctx);
 }
 
 extern "C" void moe_k_cuda_grouped_linear_bwd_weight(float *dw,
                                                      const float *dy,
                                                      const float *x,
                                                      const int *counts,
+                                                     const int *counts_host,
                                                      int num_experts,
                                                      int in_dim,
                                                      int out_dim,
                                                      moe_k_ctx_t *ctx)
 {
     struct grouped_args g = {GROUPED_BWD_WEIGHT, dy, NULL, dw, x, in_dim, out_dim, 1.0f};
-    grouped_fp32(&g, counts, num_experts, ctx);
+    grouped_fp32(&g, counts, counts_host, num_experts, ctx);
 }
 
 /* ---- Native BF16 storage --------------------------------------------------------------------- */

@@ -521,24 +521,28 @@ struct grouped_dims {
 static const int small_counts[6] = {5, 0, 17, 1, 0, 9};
 static const struct grouped_dims small_dims = {6, 24, 40, 32, small_counts};
 
-/* fwd within tol_fwd, both backward products within tol_bwd; empty experts' dw untouched. */
+/* fwd within tol_fwd, both backward products within tol_bwd; empty experts' dw untouched. The
+ * CUDA calls get the host copy of the counts too when host_counts (the engine's way), else read
+ * the device counts back themselves. */
 static void grouped_round(struct fx *f,
                           const struct grouped_dims *gd,
                           const float *x_in,
                           const float *w_in,
                           double tol_fwd,
-                          double tol_bwd)
+                          double tol_bwd,
+                          bool host_counts)
 {
     const int E = gd->experts, IN = gd->in, OUT = gd->out, rows = gd->rows;
     const int *counts = gd->counts;
+    const int *hc = host_counts ? counts : NULL;
     const int *dc = dcopy_i(f, counts, E);
     float *dx = dcopy(f, x_in, (size_t)rows * IN);
     float *dw = dcopy(f, w_in, (size_t)E * OUT * IN);
 
     float *dy = dpoison(f, (size_t)rows * OUT);
     float *hy = hpoison(f, (size_t)rows * OUT);
-    f->g->grouped_linear_fwd(dy, dx, dw, dc, E, IN, OUT, f->gpu);
-    f->c->grouped_linear_fwd(hy, x_in, w_in, counts, E, IN, OUT, f->cpu);
+    f->g->grouped_linear_fwd(dy, dx, dw, dc, hc, E, IN, OUT, f->gpu);
+    f->c->grouped_linear_fwd(hy, x_in, w_in, counts, NULL, E, IN, OUT, f->cpu);
     assert_true(close_dev(f, "grouped_fwd", dy, hy, (size_t)rows * OUT, tol_fwd, tol_fwd));
 
     float *g = hrandom(f, (size_t)rows * OUT, -1, 1);
@@ -546,14 +550,14 @@ static void grouped_round(struct fx *f,
     for (int acc = 0; acc < 2; acc++) {
         float *hdx = acc ? hrandom(f, (size_t)rows * IN, -1, 1) : hpoison(f, (size_t)rows * IN);
         float *ddx = dcopy(f, hdx, (size_t)rows * IN);
-        f->g->grouped_linear_bwd_data(ddx, dg, dw, dc, E, IN, OUT, acc != 0, f->gpu);
-        f->c->grouped_linear_bwd_data(hdx, g, w_in, counts, E, IN, OUT, acc != 0, f->cpu);
+        f->g->grouped_linear_bwd_data(ddx, dg, dw, dc, hc, E, IN, OUT, acc != 0, f->gpu);
+        f->c->grouped_linear_bwd_data(hdx, g, w_in, counts, NULL, E, IN, OUT, acc != 0, f->cpu);
         assert_true(close_dev(f, "grouped_bwd_data", ddx, hdx, (size_t)rows * IN, tol_bwd, tol_bwd));
     }
     float *hdw = hrandom(f, (size_t)E * OUT * IN, -1, 1);
     float *ddw = dcopy(f, hdw, (size_t)E * OUT * IN);
-    f->g->grouped_linear_bwd_weight(ddw, dg, dx, dc, E, IN, OUT, f->gpu);
-    f->c->grouped_linear_bwd_weight(hdw, g, x_in, counts, E, IN, OUT, f->cpu);
+    f->g->grouped_linear_bwd_weight(ddw, dg, dx, dc, hc, E, IN, OUT, f->gpu);
+    f->c->grouped_linear_bwd_weight(hdw, g, x_in, counts, NULL, E, IN, OUT, f->cpu);
     assert_true(close_dev(f, "grouped_bwd_weight", ddw, hdw, (size_t)E * OUT * IN, tol_bwd, tol_bwd));
     const float *got = fetch(f, ddw, (size_t)E * OUT * IN);
     size_t w_size = (size_t)OUT * IN;
@@ -573,7 +577,8 @@ static void test_grouped(void **state)
                                                    MOE_K_CUDA_GROUPED_STREAMS};
     for (int i = 0; i < 2; i++) {
         moe_k_cuda_set_grouped_impl(f->gpu, impls[i]);
-        grouped_round(f, &small_dims, x, w, TOL_SUM, TOL_SUM);
+        grouped_round(f, &small_dims, x, w, TOL_SUM, TOL_SUM, false);
+        grouped_round(f, &small_dims, x, w, TOL_SUM, TOL_SUM, true);
         printf("# grouped GEMM, fp32, %s: ran %s\n", i == 0 ? "auto" : "streams",
                moe_k_cuda_last_grouped_impl(f->gpu) == MOE_K_CUDA_GROUPED_BATCHED
                    ? "cublasGemmGroupedBatchedEx"
@@ -588,7 +593,7 @@ static void test_grouped(void **state)
     for (int i = 0; i < 2; i++) {
         moe_k_cuda_set_grouped_impl(f->gpu, impls[i]);
         /* bwd gradients g are raw fp32 (not BF16): allow BF16 rounding of g there. */
-        grouped_round(f, &small_dims, x16, w16, 3e-2, 3e-2);
+        grouped_round(f, &small_dims, x16, w16, 3e-2, 3e-2, i == 0);
     }
     /* A layer of realistic width. Forward on BF16-representable operands is exact rounding.
      * Backward rounds the raw gradient g to BF16 (up to 2^-9 relative per element): over 264 (or
@@ -603,7 +608,7 @@ static void test_grouped(void **state)
     f->c->qdq(bw, bw, big.experts * big.out, big.in, MOE_K_QFMT_BF16, MOE_K_QRECIPE_CAST, f->cpu);
     for (int i = 0; i < 2; i++) {
         moe_k_cuda_set_grouped_impl(f->gpu, impls[i]);
-        grouped_round(f, &big, bx, bw, 1e-4, 0.1);
+        grouped_round(f, &big, bx, bw, 1e-4, 0.1, i == 1);
     }
     end(f);
 }
@@ -1241,7 +1246,7 @@ static void test_bf16_native(void **state)
     uint16_t *dw = dev_alloc(f, (size_t)E * N * K * 2);
     moe_k_cuda_to_bf16(dw, dcopy(f, w, (size_t)E * N * K), (size_t)E * N * K, f->gpu);
     float *hy = hpoison(f, (size_t)M * N);
-    f->c->grouped_linear_fwd(hy, a16, w16, counts, E, K, N, f->cpu);
+    f->c->grouped_linear_fwd(hy, a16, w16, counts, NULL, E, K, N, f->cpu);
     for (int i = 0; i < 2; i++) {
         moe_k_cuda_set_grouped_impl(f->gpu,
                                     i == 0 ? MOE_K_CUDA_GROUPED_AUTO : MOE_K_CUDA_GROUPED_STREAMS);
@@ -1338,8 +1343,8 @@ static void test_determinism(void **state)
     float *w = dcopy(f, hrandom(f, 3 * 64 * 96, -1, 1), 3 * 64 * 96);
     float *xin = dcopy(f, hrandom(f, 168 * 96, -1, 1), 168 * 96);
     float *y1 = dpoison(f, 168 * 64), *y2 = dpoison(f, 168 * 64);
-    f->g->grouped_linear_fwd(y1, xin, w, dc, 3, 96, 64, f->gpu);
-    f->g->grouped_linear_fwd(y2, xin, w, dc, 3, 96, 64, f->gpu);
+    f->g->grouped_linear_fwd(y1, xin, w, dc, NULL, 3, 96, 64, f->gpu);
+    f->g->grouped_linear_fwd(y2, xin, w, dc, NULL, 3, 96, 64, f->gpu);
     assert_memory_equal(fetch(f, y1, 168 * 64), fetch(f, y2, 168 * 64), 168 * 64 * sizeof(float));
     end(f);
 }

@@ -203,13 +203,13 @@ struct grp_case {
 static void grp_fwd_x(const float *x, float *y, void *u)
 {
     struct grp_case *c = u;
-    c->ops->grouped_linear_fwd(y, x, c->w, g_counts, G_E, G_IN, G_OUT, c->ctx);
+    c->ops->grouped_linear_fwd(y, x, c->w, g_counts, NULL, G_E, G_IN, G_OUT, c->ctx);
 }
 
 static void grp_fwd_w(const float *w, float *y, void *u)
 {
     struct grp_case *c = u;
-    c->ops->grouped_linear_fwd(y, c->x, w, g_counts, G_E, G_IN, G_OUT, c->ctx);
+    c->ops->grouped_linear_fwd(y, c->x, w, g_counts, NULL, G_E, G_IN, G_OUT, c->ctx);
 }
 
 static void test_grouped_linear(void **state)
@@ -225,7 +225,7 @@ static void test_grouped_linear(void **state)
     float *dy = ktest_random(&rng, ny, -1, 1);
     struct grp_case c = {ops, ctx, x, w};
     float *y = ktest_floats(ny);
-    ops->grouped_linear_fwd(y, x, w, g_counts, G_E, G_IN, G_OUT, ctx);
+    ops->grouped_linear_fwd(y, x, w, g_counts, NULL, G_E, G_IN, G_OUT, ctx);
     /* Per expert naive product on its rows. */
     int row = 0;
     for (int e = 0; e < G_E; e++) {
@@ -244,8 +244,8 @@ static void test_grouped_linear(void **state)
     float *dw = ktest_floats(nw);
     float sentinel = 7.0f;
     dw[G_OUT * G_IN] = sentinel; /* expert 1 (empty) must stay untouched */
-    ops->grouped_linear_bwd_data(dx, dy, w, g_counts, G_E, G_IN, G_OUT, false, ctx);
-    ops->grouped_linear_bwd_weight(dw, dy, x, g_counts, G_E, G_IN, G_OUT, ctx);
+    ops->grouped_linear_bwd_data(dx, dy, w, g_counts, NULL, G_E, G_IN, G_OUT, false, ctx);
+    ops->grouped_linear_bwd_weight(dw, dy, x, g_counts, NULL, G_E, G_IN, G_OUT, ctx);
     assert_true(dw[G_OUT * G_IN] == sentinel);
     dw[G_OUT * G_IN] = 0.0f;
     assert_true(
@@ -255,7 +255,7 @@ static void test_grouped_linear(void **state)
     /* Accumulate adds onto what is there. */
     float *dx2 = ktest_floats(nx);
     memcpy(dx2, dx, sizeof(float) * nx);
-    ops->grouped_linear_bwd_data(dx2, dy, w, g_counts, G_E, G_IN, G_OUT, true, ctx);
+    ops->grouped_linear_bwd_data(dx2, dy, w, g_counts, NULL, G_E, G_IN, G_OUT, true, ctx);
     for (size_t i = 0; i < nx; i++) {
         assert_true(dx2[i] == 2.0f * dx[i]);
     }
@@ -285,8 +285,8 @@ static void test_grouped_matches_slices(void **state)
     float *y = ktest_floats((size_t)rows * out);
     float *y2 = ktest_floats((size_t)rows * out);
     float *ys = ktest_floats((size_t)rows * out);
-    ops->grouped_linear_fwd(y, x, w, counts, 3, in, out, ctx);
-    ops->grouped_linear_fwd(y2, x, w, counts, 3, in, out, ctx);
+    ops->grouped_linear_fwd(y, x, w, counts, NULL, 3, in, out, ctx);
+    ops->grouped_linear_fwd(y2, x, w, counts, NULL, 3, in, out, ctx);
     int row = 0;
     for (int e = 0; e < 3; e++) {
         ops->linear_fwd(ys + (size_t)row * out, x + (size_t)row * in, w + (size_t)e * out * in,
