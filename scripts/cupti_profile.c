@@ -16,7 +16,6 @@
  * version.
  */
 #include <cupti.h>
-
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

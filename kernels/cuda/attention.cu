@@ -83,9 +83,9 @@ softmax_rows_kernel(float *p, float *lse_out, const float *lse_in, struct attn_s
     int rows = s.n * s.q_len;
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         int u = r / s.q_len, i = r % s.q_len;
-        size_t lse_i = ((size_t)item_b(s, u) * (size_t)s.hq + (size_t)item_h(s, u)) *
-                           (size_t)s.q_len +
-                       (size_t)i;
+        size_t lse_i =
+            ((size_t)item_b(s, u) * (size_t)s.hq + (size_t)item_h(s, u)) * (size_t)s.q_len +
+            (size_t)i;
         float *row = p + (size_t)r * (size_t)s.kv_len;
         int n = visible_keys(i, s.kv_len, s.q_pos0, s.k_pos0, s.causal);
         float lse;
@@ -114,8 +114,8 @@ softmax_rows_kernel(float *p, float *lse_out, const float *lse_in, struct attn_s
 }
 
 /* dS = P (dP - D) in place in dp (rows as above), D_i = dot(dO_i, O_i) in double. */
-static __global__ void
-softmax_grad_kernel(float *dp, const float *p, const float *dout, const float *out, struct attn_shape s)
+static __global__ void softmax_grad_kernel(
+    float *dp, const float *p, const float *dout, const float *out, struct attn_shape s)
 {
     __shared__ double shared[32];
     int rows = s.n * s.q_len;
@@ -160,7 +160,8 @@ struct operands {
     struct operand x[3];
 };
 
-static __global__ void fill_pointers_kernel(const float **ptrs, struct operands o, int t0, int n, int hkv)
+static __global__ void
+fill_pointers_kernel(const float **ptrs, struct operands o, int t0, int n, int hkv)
 {
     int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= n) {
@@ -241,8 +242,8 @@ static void probs(float *p,
                   const struct attn_shape *s,
                   moe_k_ctx_t *ctx)
 {
-    struct operands o = {{q_heads(q, s, s->q_len, s->dqk), kv_heads(k, s, s->kv_len, s->dqk),
-                          ws_blocks(p, s)}};
+    struct operands o = {
+        {q_heads(q, s, s->q_len, s->dqk), kv_heads(k, s, s->kv_len, s->dqk), ws_blocks(p, s)}};
     batched_gemm(0, &o, s, false, true, s->q_len, s->kv_len, s->dqk, s->scale, s->hq * s->dqk,
                  s->hkv * s->dqk, 0.0f, s->kv_len, ctx);
     softmax_rows_kernel<<<row_grid(s->n * s->q_len), MOE_K_CUDA_THREADS, 0,
@@ -273,16 +274,17 @@ extern "C" void moe_k_cuda_attention_fwd(float *out,
     MOE_ASSERT(batch >= 0 && q_len > 0 && kv_len > 0 && qk_dim > 0 && v_dim > 0);
     MOE_ASSERT(num_kv_heads > 0 && num_q_heads % num_kv_heads == 0);
     MOE_ASSERT(workspace_bytes >= moe_k_cuda_attention_workspace_bytes(q_len, kv_len, ctx));
-    struct attn_shape s = {q_len, kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim, q_pos0,
-                           k_pos0, scale, causal, 0, 0, 0};
+    struct attn_shape s = {q_len,  kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim,
+                           q_pos0, k_pos0, scale,       causal,       0,      0,
+                           0};
     float *p = (float *)workspace;
     int items = batch * num_kv_heads, per = attn_items(q_len, kv_len);
     for (s.j = 0; s.j < num_q_heads / num_kv_heads; s.j++) {
         for (s.t0 = 0; s.t0 < items; s.t0 += per) {
             s.n = items - s.t0 < per ? items - s.t0 : per;
             probs(p, lse, NULL, q, k, &s, ctx);
-            struct operands o = {{ws_blocks(p, &s), kv_heads(v, &s, kv_len, v_dim),
-                                  q_heads(out, &s, q_len, v_dim)}};
+            struct operands o = {
+                {ws_blocks(p, &s), kv_heads(v, &s, kv_len, v_dim), q_heads(out, &s, q_len, v_dim)}};
             batched_gemm(1, &o, &s, false, false, q_len, v_dim, kv_len, 1.0f, kv_len,
                          num_kv_heads * v_dim, 0.0f, num_q_heads * v_dim, ctx);
         }
@@ -317,8 +319,9 @@ extern "C" void moe_k_cuda_attention_bwd(float *dq,
     MOE_ASSERT(batch >= 0 && q_len > 0 && kv_len > 0 && qk_dim > 0 && v_dim > 0);
     MOE_ASSERT(num_kv_heads > 0 && num_q_heads % num_kv_heads == 0);
     MOE_ASSERT(workspace_bytes >= moe_k_cuda_attention_workspace_bytes(q_len, kv_len, ctx));
-    struct attn_shape s = {q_len, kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim, q_pos0,
-                           k_pos0, scale, causal, 0, 0, 0};
+    struct attn_shape s = {q_len,  kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim,
+                           q_pos0, k_pos0, scale,       causal,       0,      0,
+                           0};
     cudaStream_t stream = moe_k_cuda_stream(ctx);
     size_t kv_rows = (size_t)batch * (size_t)kv_len * (size_t)num_kv_heads;
     if (!accumulate_dkv && kv_rows > 0) {
@@ -347,8 +350,8 @@ extern "C" void moe_k_cuda_attention_bwd(float *dq,
             /* dQ = scale dS K */
             struct operands o2 = {{ws_blocks(dp, &s), kv_heads(k, &s, kv_len, qk_dim),
                                    q_heads(dq, &s, q_len, qk_dim)}};
-            batched_gemm(3, &o2, &s, false, false, q_len, qk_dim, kv_len, scale, kv_len, k_ld,
-                         0.0f, q_ld, ctx);
+            batched_gemm(3, &o2, &s, false, false, q_len, qk_dim, kv_len, scale, kv_len, k_ld, 0.0f,
+                         q_ld, ctx);
             /* dK += scale dS^T Q */
             struct operands o3 = {{ws_blocks(dp, &s), q_heads(q, &s, q_len, qk_dim),
                                    kv_heads(dk, &s, kv_len, qk_dim)}};

@@ -9,9 +9,8 @@
  */
 #include "kernels/cuda/cuda_common.cuh"
 
-#include <stdint.h>
-
 #include <math.h>
+#include <stdint.h>
 
 static __global__ void fill_kernel(float *x, size_t n, float value)
 {
@@ -175,7 +174,7 @@ static void sum_common(float *out, const float *x, size_t n, bool squares, moe_k
     double *partial = (double *)moe_k_cuda_state_of(ctx)->scratch;
     static_assert(SUM_BLOCKS * sizeof(double) <= MOE_K_CUDA_SCRATCH_BYTES, "partials fit");
     partial_sum_kernel<<<SUM_BLOCKS, MOE_K_CUDA_THREADS, 0, moe_k_cuda_stream(ctx)>>>(partial, x, n,
-                                                                                    squares);
+                                                                                      squares);
     MOE_CHECK_LAUNCH();
     moe_k_cuda_finish_sum(out, partial, SUM_BLOCKS, 1.0, ctx);
 }

@@ -46,7 +46,8 @@ static __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 
 /* BF16 copy of the n floats at src in workspace slot `slot`, on the context's stream; NULL when
  * the slot is missing or too small (the caller keeps FAST_16BF). */
-static const uint16_t *bf16_operand(struct moe_k_cuda_state *st, int slot, const float *src, size_t n)
+static const uint16_t *
+bf16_operand(struct moe_k_cuda_state *st, int slot, const float *src, size_t n)
 {
     if (st->bf16_ws[slot] == NULL || n > st->bf16_ws_elems[slot]) {
         return NULL;

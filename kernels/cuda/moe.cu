@@ -439,8 +439,8 @@ static void move_chunks(float *out,
         move_chunks_kernel<float4><<<grid, MOE_K_CUDA_THREADS, 0, s>>>(
             (float4 *)out, (const float4 *)in, chunk_rows, chunk_order, hidden / 4, to_sorted);
     } else {
-        move_chunks_kernel<float><<<grid, MOE_K_CUDA_THREADS, 0, s>>>(out, in, chunk_rows,
-                                                                       chunk_order, hidden, to_sorted);
+        move_chunks_kernel<float><<<grid, MOE_K_CUDA_THREADS, 0, s>>>(
+            out, in, chunk_rows, chunk_order, hidden, to_sorted);
     }
     MOE_CHECK_LAUNCH();
 }

@@ -2,11 +2,11 @@
  * RMSNorm and rotary position embedding on the GPU, twins of kernels/cpu/norm_rope.c. RMSNorm runs
  * one block per row: the sum of squares in double (tree order), then the CPU's fp32 expressions;
  * the weight gradient is a column sum over rows in fixed 64-row chunks, then over the chunks
- * (deterministic; the CPU's row order up to rounding). RoPE computes each pair's angle, cosine and sine in double (CUDA's
- * double-precision pow/sin/cos, within 2 ulp in double, so the fp32 roundings match the CPU's
- * essentially always) once per (row, pair) in shared memory, then rotates every head with unfused
- * products as the CPU does. In place (out == in) is allowed: each thread reads its pair before it
- * writes it.
+ * (deterministic; the CPU's row order up to rounding). RoPE computes each pair's angle, cosine and
+ * sine in double (CUDA's double-precision pow/sin/cos, within 2 ulp in double, so the fp32
+ * roundings match the CPU's essentially always) once per (row, pair) in shared memory, then rotates
+ * every head with unfused products as the CPU does. In place (out == in) is allowed: each thread
+ * reads its pair before it writes it.
  */
 #include "kernels/cuda/cuda_common.cuh"
 

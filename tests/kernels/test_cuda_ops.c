@@ -552,13 +552,15 @@ static void grouped_round(struct fx *f,
         float *ddx = dcopy(f, hdx, (size_t)rows * IN);
         f->g->grouped_linear_bwd_data(ddx, dg, dw, dc, hc, E, IN, OUT, acc != 0, f->gpu);
         f->c->grouped_linear_bwd_data(hdx, g, w_in, counts, NULL, E, IN, OUT, acc != 0, f->cpu);
-        assert_true(close_dev(f, "grouped_bwd_data", ddx, hdx, (size_t)rows * IN, tol_bwd, tol_bwd));
+        assert_true(
+            close_dev(f, "grouped_bwd_data", ddx, hdx, (size_t)rows * IN, tol_bwd, tol_bwd));
     }
     float *hdw = hrandom(f, (size_t)E * OUT * IN, -1, 1);
     float *ddw = dcopy(f, hdw, (size_t)E * OUT * IN);
     f->g->grouped_linear_bwd_weight(ddw, dg, dx, dc, hc, E, IN, OUT, f->gpu);
     f->c->grouped_linear_bwd_weight(hdw, g, x_in, counts, NULL, E, IN, OUT, f->cpu);
-    assert_true(close_dev(f, "grouped_bwd_weight", ddw, hdw, (size_t)E * OUT * IN, tol_bwd, tol_bwd));
+    assert_true(
+        close_dev(f, "grouped_bwd_weight", ddw, hdw, (size_t)E * OUT * IN, tol_bwd, tol_bwd));
     const float *got = fetch(f, ddw, (size_t)E * OUT * IN);
     size_t w_size = (size_t)OUT * IN;
     for (int e = 0; e < E; e++) {

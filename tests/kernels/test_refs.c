@@ -210,7 +210,8 @@ static void moe_forward(const struct moe_k_ops *ops,
                              B_COEFF, ctx);
     ops->dispatch_layout(s->per_expert, s->per_rank, s->s2r, s->r2s, s->idx, BM, BK, BE, 1, 0, ctx);
     ops->permute(s->xp, s->h, s->r2s, BR, BK, BC, ctx);
-    ops->grouped_linear_fwd(s->a, s->xp, ref_f32(f, "fc1_w"), s->per_expert, NULL, BE, BC, 2 * BF, ctx);
+    ops->grouped_linear_fwd(s->a, s->xp, ref_f32(f, "fc1_w"), s->per_expert, NULL, BE, BC, 2 * BF,
+                            ctx);
     ops->swiglu_fwd(s->g, s->a, BR, BF, ctx);
     ops->grouped_linear_fwd(s->o, s->g, ref_f32(f, "fc2_w"), s->per_expert, NULL, BE, BF, BC, ctx);
     ops->unpermute(s->routed, s->o, s->w, s->s2r, BM, BK, BC, ctx);
@@ -246,11 +247,12 @@ static void moe_backward(const struct moe_k_ops *ops,
     ops->linear_bwd_data(g->dh, g->d_sa, ref_f32(f, "sh_fc1_w"), BM, BC, 2 * BFS, false, ctx);
     /* routed experts */
     ops->unpermute_bwd(g->d_o, g->d_w, dy, s->o, s->w, s->s2r, BM, BK, BC, ctx);
-    ops->grouped_linear_bwd_data(g->d_g, g->d_o, ref_f32(f, "fc2_w"), s->per_expert, NULL, BE, BF, BC,
-                                 false, ctx);
+    ops->grouped_linear_bwd_data(g->d_g, g->d_o, ref_f32(f, "fc2_w"), s->per_expert, NULL, BE, BF,
+                                 BC, false, ctx);
     ops->grouped_linear_bwd_weight(g->d_fc2, g->d_o, s->g, s->per_expert, NULL, BE, BF, BC, ctx);
     ops->swiglu_bwd(g->d_a, g->d_g, s->a, BR, BF, ctx);
-    ops->grouped_linear_bwd_weight(g->d_fc1, g->d_a, s->xp, s->per_expert, NULL, BE, BC, 2 * BF, ctx);
+    ops->grouped_linear_bwd_weight(g->d_fc1, g->d_a, s->xp, s->per_expert, NULL, BE, BC, 2 * BF,
+                                   ctx);
     ops->grouped_linear_bwd_data(g->d_xp, g->d_a, ref_f32(f, "fc1_w"), s->per_expert, NULL, BE, BC,
                                  2 * BF, false, ctx);
     ops->permute_bwd(g->dh, g->d_xp, s->s2r, BM, BK, BC, true, ctx);
