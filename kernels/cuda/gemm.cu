@@ -58,41 +58,12 @@ bf16_operand(struct moe_k_cuda_state *st, int slot, const float *src, size_t n)
     return st->bf16_ws[slot];
 }
 
-/* Row-major c[m, n] = alpha op(a) op(b) + beta c through BF16 copies of a and b; false (nothing
- * done) when not in BF16 math mode, the product is too small, an operand is a strided view or
- * larger than the context's copy (MOE_K_CUDA_BF16_WS_BYTES). */
-static bool gemm_rm_bf16(struct moe_k_cuda_state *st,
-                         bool trans_a,
-                         bool trans_b,
-                         int m,
-                         int n,
-                         int k,
-                         float alpha,
-                         const float *a,
-                         int lda,
-                         const float *b,
-                         int ldb,
-                         float beta,
-                         float *c,
-                         int ldc)
+/* A GEMM that runs on BF16 copies: BF16 math mode, every dimension large enough, both operands
+ * contiguous (leading dimension = row length). */
+static bool bf16_eligible(const struct moe_k_cuda_state *st, int m, int n, int k, bool contiguous)
 {
-    if (st->math != MOE_K_CUDA_GEMM_BF16 || m < BF16_CONVERT_MIN_DIM || n < BF16_CONVERT_MIN_DIM ||
-        k < BF16_CONVERT_MIN_DIM) {
-        return false;
-    }
-    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    if (lda != a_cols || ldb != b_cols) {
-        return false;
-    }
-    const uint16_t *a16 = bf16_operand(st, 0, a, (size_t)m * (size_t)k);
-    const uint16_t *b16 = a16 != NULL ? bf16_operand(st, 1, b, (size_t)k * (size_t)n) : NULL;
-    if (b16 == NULL) {
-        return false;
-    }
-    MOE_CHECK_CUBLAS(cublasGemmEx(st->blas, op_of(trans_b), op_of(trans_a), n, m, k, &alpha, b16,
-                                  CUDA_R_16BF, b_cols, a16, CUDA_R_16BF, a_cols, &beta, c,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return true;
+    return st->math == MOE_K_CUDA_GEMM_BF16 && contiguous && m >= BF16_CONVERT_MIN_DIM &&
+           n >= BF16_CONVERT_MIN_DIM && k >= BF16_CONVERT_MIN_DIM;
 }
 
 void moe_k_cuda_gemm_rm(cublasHandle_t h,
@@ -112,17 +83,30 @@ void moe_k_cuda_gemm_rm(cublasHandle_t h,
                         moe_k_ctx_t *ctx)
 {
     MOE_ASSERT(m > 0 && n > 0 && k > 0);
+    const void *a_op = a, *b_op = b;
+    cudaDataType_t ab_type = CUDA_R_32F;
+    cublasComputeType_t compute = moe_k_cuda_compute_type(ctx);
     if (h == NULL) {
         struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
-        if (gemm_rm_bf16(st, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) {
-            return;
-        }
         h = st->blas;
+        bool contiguous = lda == (trans_a ? m : k) && ldb == (trans_b ? k : n);
+        if (bf16_eligible(st, m, n, k, contiguous)) {
+            /* BF16 copies (or fp32 with FAST_16BF when a copy does not fit). */
+            const uint16_t *a16 = bf16_operand(st, 0, a, (size_t)m * (size_t)k);
+            const uint16_t *b16 =
+                a16 != NULL ? bf16_operand(st, 1, b, (size_t)k * (size_t)n) : NULL;
+            if (b16 != NULL) {
+                a_op = a16;
+                b_op = b16;
+                ab_type = CUDA_R_16BF;
+                compute = CUBLAS_COMPUTE_32F;
+            }
+        }
     }
     /* Column-major view: C^T[n, m] = op(B)^T[n, k] op(A)^T[k, m]. */
-    MOE_CHECK_CUBLAS(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), n, m, k, &alpha, b, CUDA_R_32F,
-                                  ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
-                                  moe_k_cuda_compute_type(ctx), CUBLAS_GEMM_DEFAULT));
+    MOE_CHECK_CUBLAS(cublasGemmEx(h, op_of(trans_b), op_of(trans_a), n, m, k, &alpha, b_op, ab_type,
+                                  ldb, a_op, ab_type, lda, &beta, c, CUDA_R_32F, ldc, compute,
+                                  CUBLAS_GEMM_DEFAULT));
 }
 
 /* c[n] = beta * c (0 when beta == 0, even over NaN): the empty-product case, as the CPU. */

@@ -730,11 +730,11 @@ static void test_sort_chunks(void **state)
     int total = 18;
     /* 33 columns: the scalar copy; 64: rows of whole float4s, the vector copy. */
     const int widths[2] = {33, 64};
+    int *drows = dcopy_i(f, chunk_rows, NC);
+    int *dorder = dcopy_i(f, order, NC);
     for (int wi = 0; wi < 2; wi++) {
         int C = widths[wi];
         float *in = hrandom(f, (size_t)total * C, -1, 1);
-        int *drows = dcopy_i(f, chunk_rows, NC);
-        int *dorder = dcopy_i(f, order, NC);
         float *din = dcopy(f, in, (size_t)total * C);
         float *dout = dpoison(f, (size_t)total * C);
         float *hout = hpoison(f, (size_t)total * C);
