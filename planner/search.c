@@ -145,11 +145,31 @@ struct shared {
     _Atomic double best_m;      /* closest pass: least memory so far */
     bool has_closest;
     struct entry closest;
-    atomic_long next;   /* next work item of the running phase */
+    atomic_long next;   /* next work item of the running phase (in order) */
     atomic_long done;   /* nodes finished (progress) */
     atomic_bool failed; /* out of memory in a worker */
     atomic_long violations;
     atomic_long faster; /* layouts whose best beats req->rank_time_s */
+};
+
+/*
+ * Search order of the nodes: ascending bound, except that a node whose plans are on the Pareto
+ * front when it finishes pulls its neighbours (one size or the micro-batch size one step up or
+ * down) ahead of the others. The front's low-memory points come from such neighbourhoods (more
+ * pipeline stages, smaller micro-batches, more TP beside a plan already on it) with bounds far
+ * down the order, and every candidate a point dominates is pruned once it is known. Only the
+ * order changes: every node is still searched once, and the results do not depend on order.
+ */
+#define NODE_DIMS 6 /* tp, cp, pp, ep, etp, mbs */
+struct node_order {
+    atomic_uchar *taken; /* [num_nodes] 0 free, 1 queued, 2 taken by a worker */
+    void *taken_mem;     /* its allocation */
+    long *slot;          /* hash of (sizes, mbs, sp) -> node index, -1 when empty */
+    size_t mask;
+    int vals[NODE_DIMS][MAX_DIV]; /* each dimension's values, ascending */
+    int num_vals[NODE_DIMS];
+    long *queue; /* [num_nodes] pulled-ahead nodes, taken from the head (under sh.mu) */
+    long head, tail;
 };
 
 struct search {
@@ -168,6 +188,7 @@ struct search {
     int num_ptables;
     int fine_order[MOE_PLAN_MAX_OFF]; /* fine-grained offload values, most modules first */
     int num_fine_order;
+    struct node_order order;
     struct shared sh;
 };
 
@@ -270,7 +291,9 @@ struct worker {
     int group_ri, group_gi;        /* its recipe and grouped-GEMM indices */
     const struct node *node;       /* node of the current layout */
     long layout_serial;            /* counts layouts searched (invalidates per-layout caches) */
-    long set0_serial;              /* layout of the cached no-option activation view */
+    long view_serial;              /* counts changes of what the activation views read */
+    double view_key[7];            /* that, for the current layout (views_for_layout) */
+    long set0_serial;              /* view_serial of the cached no-option activation view */
     int set0_recipe;               /* its recipe (the only group option the views read) */
     struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
     struct moe_prediction *fine_src; /* [MOE_PLAN_MAX_OFF + 1] search_fine's bound sources */
@@ -305,6 +328,7 @@ struct worker {
     bool has_stats;
     struct moe_load_stats stats;
     bool has_best; /* best fitting plan of the current layout */
+    bool on_front; /* a plan of the current node entered the Pareto front */
     /* The worker's copy of the staircase for pareto_open, refreshed when pareto_version moves:
      * the test runs millions of times per search and took the lock each time. A stale copy
      * holds no point the real one lacks a dominator for, so it only prunes less. */
@@ -363,10 +387,12 @@ static int pareto_find(const struct shared *sh, double m)
                           sh->num_pareto, m);
 }
 
-/* Insert e unless a point dominates it; drop the points it dominates. Caller holds the lock.
- * In the staircase no two points share a memory value (one would dominate the other). */
-static bool pareto_insert(struct shared *sh, const struct entry *e)
+/* Insert e unless a point dominates it (*added tells); drop the points it dominates. Caller
+ * holds the lock. In the staircase no two points share a memory value (one would dominate the
+ * other). False when out of memory. */
+static bool pareto_insert(struct shared *sh, const struct entry *e, bool *added)
 {
+    *added = false;
     int i = pareto_find(sh, e->m);
     if (i >= 0 && pareto_dominates(&sh->pareto[i], e)) {
         return true;
@@ -393,6 +419,7 @@ static bool pareto_insert(struct shared *sh, const struct entry *e)
     sh->pareto[pos] = *e;
     sh->num_pareto++;
     atomic_fetch_add(&sh->pareto_version, 1);
+    *added = true;
     return true;
 }
 
@@ -551,11 +578,13 @@ static void offer_fit(struct worker *w, const struct entry *e)
     }
     atomic_min_double(&s->sh.t1, e->t);
     if (pareto) {
+        bool added;
         pthread_mutex_lock(&s->sh.mu);
-        if (!pareto_insert(&s->sh, e)) {
+        if (!pareto_insert(&s->sh, e, &added)) {
             atomic_store(&s->sh.failed, true);
         }
         pthread_mutex_unlock(&s->sh.mu);
+        w->on_front = w->on_front || added;
     }
 }
 
@@ -606,14 +635,14 @@ static const struct view_slot *view_of(struct worker *w, const struct moe_option
     uint64_t key = (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 | (uint64_t)off << 46 |
                    (uint64_t)(has_rc ? opt->recompute_modules & 0x3fffffffu : 0u) << 16 |
                    (uint64_t)(off ? opt->offload_modules & 0xffffu : 0u);
-    uint64_t h = (key ^ (uint64_t)w->layout_serial * 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
+    uint64_t h = (key ^ (uint64_t)w->view_serial * 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
     struct view_slot *v = &w->views[(h >> 40) & (VIEW_SLOTS - 1)];
-    if (v->serial != w->layout_serial || v->key != key) {
+    if (v->serial != w->view_serial || v->key != key) {
         const struct moe_model_cfg *cfg = w->s->req->cfg;
         unsigned apply = MOE_MEM_APPLY_RECOMPUTE | (off ? MOE_MEM_APPLY_OFFLOAD : 0u);
         moe_mem_layer_activations(cfg, &w->lay, opt, false, w->load, apply, &v->dense);
         moe_mem_layer_activations(cfg, &w->lay, opt, true, w->load, apply, &v->moe);
-        v->serial = w->layout_serial;
+        v->serial = w->view_serial;
         v->key = key;
     }
     return v;
@@ -624,12 +653,12 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
 {
     const struct moe_model_cfg *cfg = w->s->req->cfg;
     const struct moe_layout *lay = &w->lay;
-    if (w->set0_serial != w->layout_serial || w->set0_recipe != (int)opt->recipe) {
+    if (w->set0_serial != w->view_serial || w->set0_recipe != (int)opt->recipe) {
         struct moe_options o0 = *opt;
         o0.recompute = MOE_RECOMPUTE_NONE;
         o0.fine_grained_offload = false;
         moe_mem_layer_set_init(cfg, lay, &o0, w->load, &w->set0);
-        w->set0_serial = w->layout_serial;
+        w->set0_serial = w->view_serial;
         w->set0_recipe = (int)opt->recipe;
     }
     *set = w->set0;
@@ -1772,6 +1801,23 @@ static void load_for_layout(struct worker *w)
     }
 }
 
+/*
+ * The activation views (view_of, layer_set) read, of the layout, only tp, cp, micro-batch size,
+ * sequence parallelism, etp and sequence length, and the load factor (model/memory.c
+ * moe_mem_layer_activations and moe_mem_layer_set_init): layouts that agree on those, such as
+ * the vpp values and placements of one node, share them.
+ */
+static void views_for_layout(struct worker *w)
+{
+    const struct moe_layout *l = &w->lay;
+    double key[7] = {l->tp,  l->cp,         l->mbs, l->sequence_parallel ? 1.0 : 0.0,
+                     l->etp, l->seq_length, w->load};
+    if (w->view_serial == 0 || memcmp(key, w->view_key, sizeof(key)) != 0) {
+        memcpy(w->view_key, key, sizeof(key));
+        w->view_serial++;
+    }
+}
+
 /* Time-only values for the current layout; the dominant one first in knob order. */
 static void x_list(struct worker *w)
 {
@@ -1910,6 +1956,7 @@ search_layout(struct worker *w, const struct moe_plan_lkey *lk, const struct moe
         }
     }
     load_for_layout(w);
+    views_for_layout(w);
     x_list(w);
     const struct moe_plan_space *sp = &s->sp;
     double dom = (sp->fp8_param_gather_fixed ? 1.0 : 2.0) * (sp->overlap_grad_fixed ? 1.0 : 2.0) *
@@ -2250,6 +2297,7 @@ static void closest_layout(struct worker *w, const struct moe_plan_lkey *lk)
         return;
     }
     load_for_layout(w);
+    views_for_layout(w);
     x_list(w);
     const uint8_t *disp = w->lay.ep > 1 ? sp->dispatchers : sp->dispatchers_ep1;
     int num_disp = w->lay.ep > 1 ? sp->num_dispatchers : sp->num_dispatchers_ep1;
@@ -2659,6 +2707,188 @@ static void key_bound(struct search *s, struct layer_key *k)
     free(t);
 }
 
+/* The sizes of a node in the order of NODE_DIMS. */
+static void node_dims(const struct moe_plan_lkey *k, int v[NODE_DIMS])
+{
+    v[0] = k->tp;
+    v[1] = k->cp;
+    v[2] = k->pp;
+    v[3] = k->ep;
+    v[4] = k->etp;
+    v[5] = k->mbs;
+}
+
+static size_t node_hash(const struct node_order *o, const int v[NODE_DIMS], int sp)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)sp;
+    for (int d = 0; d < NODE_DIMS; d++) {
+        h = (h ^ (uint64_t)(uint32_t)v[d]) * 1099511628211ULL;
+    }
+    return (size_t)(h ^ (h >> 29)) & o->mask;
+}
+
+/* Index of the node with these sizes, or -1. */
+static long node_find(const struct search *s, const int v[NODE_DIMS], int sp)
+{
+    const struct node_order *o = &s->order;
+    for (size_t i = node_hash(o, v, sp);; i = (i + 1) & o->mask) {
+        long j = o->slot[i];
+        if (j < 0) {
+            return -1;
+        }
+        int u[NODE_DIMS];
+        node_dims(&s->nodes[j].k, u);
+        if (s->nodes[j].k.sp == sp && memcmp(u, v, sizeof(u)) == 0) {
+            return j;
+        }
+    }
+}
+
+/* Position of x in the ascending values of a dimension (inserted when new). */
+static int dim_value(struct node_order *o, int d, int x)
+{
+    int n = o->num_vals[d];
+    int i = n;
+    while (i > 0 && o->vals[d][i - 1] > x) {
+        i--;
+    }
+    if (i > 0 && o->vals[d][i - 1] == x) {
+        return i - 1;
+    }
+    if (n == MAX_DIV) {
+        return -1; /* more values than size_values gives: no neighbours in d */
+    }
+    memmove(&o->vals[d][i + 1], &o->vals[d][i], (size_t)(n - i) * sizeof(int));
+    o->vals[d][i] = x;
+    o->num_vals[d] = n + 1;
+    return i;
+}
+
+/* After the nodes are sorted: the map from sizes to node, each dimension's values, the queue. */
+static enum moe_status order_init(struct search *s)
+{
+    struct node_order *o = &s->order;
+    long n = s->num_nodes;
+    size_t slots = 1024;
+    while (slots < (size_t)n * 2) {
+        slots *= 2;
+    }
+    o->mask = slots - 1;
+    o->slot = malloc(slots * sizeof(*o->slot));
+    o->taken_mem = calloc((size_t)n, sizeof(*o->taken));
+    o->taken = o->taken_mem;
+    o->queue = malloc((size_t)n * sizeof(*o->queue));
+    if (o->slot == NULL || o->taken == NULL || o->queue == NULL) {
+        return MOE_ERR_NOMEM;
+    }
+    memset(o->slot, 0xff, slots * sizeof(*o->slot));
+    for (long j = 0; j < n; j++) {
+        int v[NODE_DIMS];
+        node_dims(&s->nodes[j].k, v);
+        size_t i = node_hash(o, v, s->nodes[j].k.sp);
+        while (o->slot[i] >= 0) {
+            i = (i + 1) & o->mask;
+        }
+        o->slot[i] = j;
+        for (int d = 0; d < NODE_DIMS; d++) {
+            (void)dim_value(o, d, v[d]);
+        }
+    }
+    o->head = 0;
+    o->tail = 0;
+    return MOE_OK;
+}
+
+static void order_free(struct node_order *o)
+{
+    free(o->slot);
+    free(o->taken_mem);
+    free(o->queue);
+}
+
+/*
+ * nd has finished with plans on the front (w->on_front): when one is still there, queue its
+ * untaken neighbours that could still reach the results (bound inside the Pareto window, static
+ * memory under the cap).
+ */
+static void order_pull(struct worker *w, const struct node *nd)
+{
+    struct search *s = w->s;
+    struct node_order *o = &s->order;
+    struct shared *sh = &s->sh;
+    pthread_mutex_lock(&sh->mu);
+    bool still = false;
+    for (int i = 0; i < sh->num_pareto && !still; i++) {
+        const struct moe_plan_lkey *a = &sh->pareto[i].lk;
+        still = a->tp == nd->k.tp && a->cp == nd->k.cp && a->pp == nd->k.pp && a->ep == nd->k.ep &&
+                a->etp == nd->k.etp && a->mbs == nd->k.mbs && a->sp == nd->k.sp;
+    }
+    double reach = s->req->pareto_window * atomic_load(&sh->t1);
+    int v[NODE_DIMS];
+    node_dims(&nd->k, v);
+    for (int d = 0; d < NODE_DIMS && still; d++) {
+        int at = dim_value(o, d, v[d]);
+        for (int step = -1; step <= 1 && at >= 0; step += 2) {
+            if ((step < 0) != (d == 5)) {
+                continue; /* leaner only */
+            }
+            int j = at + step;
+            if (j < 0 || j >= o->num_vals[d]) {
+                continue;
+            }
+            int u[NODE_DIMS];
+            memcpy(u, v, sizeof(u));
+            u[d] = o->vals[d][j];
+            for (int sp = 0; sp < 2; sp++) {
+                long q = node_find(s, u, sp);
+                if (q < 0 || s->nodes[q].lb > reach || s->nodes[q].static_lb > s->cap) {
+                    continue;
+                }
+                unsigned char free_node = 0;
+                if (atomic_compare_exchange_strong(&o->taken[q], &free_node, 1)) {
+                    long at2 = o->tail++;
+                    while (at2 > o->head && o->queue[at2 - 1] > q) {
+                        o->queue[at2] = o->queue[at2 - 1];
+                        at2--;
+                    }
+                    o->queue[at2] = q;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* The next node to search: a queued one, else the next in bound order; -1 when none is left. */
+static long order_take(struct search *s)
+{
+    struct node_order *o = &s->order;
+    struct shared *sh = &s->sh;
+    for (;;) {
+        long q = -1;
+        pthread_mutex_lock(&sh->mu);
+        if (o->head < o->tail) {
+            q = o->queue[o->head++];
+        }
+        pthread_mutex_unlock(&sh->mu);
+        if (q < 0) {
+            break;
+        }
+        if (atomic_exchange(&o->taken[q], 2) != 2) {
+            return q;
+        }
+    }
+    for (;;) {
+        long i = atomic_fetch_add(&sh->next, 1);
+        if (i >= s->num_nodes) {
+            return -1;
+        }
+        if (atomic_exchange(&o->taken[i], 2) != 2) {
+            return i;
+        }
+    }
+}
+
 static void *thread_main(void *p)
 {
     struct thread_arg *a = p;
@@ -2669,8 +2899,8 @@ static void *thread_main(void *p)
         if (atomic_load(&s->sh.failed)) {
             break;
         }
-        long i = atomic_fetch_add(&s->sh.next, 1);
-        if (i >= total) {
+        long i = a->phase == PHASE_SEARCH ? order_take(s) : atomic_fetch_add(&s->sh.next, 1);
+        if (i < 0 || i >= total) {
             break;
         }
         switch (a->phase) {
@@ -2681,7 +2911,11 @@ static void *thread_main(void *p)
             node_bound(s, &s->nodes[i]);
             break;
         case PHASE_SEARCH:
+            w->on_front = false;
             search_node(w, &s->nodes[i]);
+            if (w->on_front) {
+                order_pull(w, &s->nodes[i]);
+            }
             break;
         case PHASE_CLOSEST:
             closest_node(w, &s->nodes[i]);
@@ -3109,6 +3343,9 @@ static enum moe_status search_run(struct search *s,
     MOE_TRY(run_phase(s, ws, nthreads, PHASE_KEYS, t0));
     MOE_TRY(run_phase(s, ws, nthreads, PHASE_NODES, t0));
     qsort(s->nodes, (size_t)s->num_nodes, sizeof(*s->nodes), node_cmp);
+    if (order_init(s) != MOE_OK) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the planner's nodes");
+    }
     MOE_TRY(run_phase(s, ws, nthreads, PHASE_SEARCH, t0));
     for (int i = 0; i < nthreads; i++) {
         sum_counters(&res->stats, &ws[i].c);
@@ -3181,6 +3418,7 @@ enum moe_status moe_plan_search(const struct moe_plan_request *req,
     free(s->ptables);
     free(s->keys);
     free(s->nodes);
+    order_free(&s->order);
     free(s);
     if (st != MOE_OK) {
         moe_plan_result_free(res);
