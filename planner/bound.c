@@ -92,10 +92,35 @@ static void bound_options(const struct moe_plan_space *sp,
     moe_plan_okey_apply(sp, &k, opt);
 }
 
+/* Copy the terms that do not read ep or etp (dense decoder layers, loss, MTP extras, embedding). */
+static void copy_attn_terms(const struct moe_plan_recipe_terms *from,
+                            struct moe_plan_recipe_terms *t)
+{
+    for (int kd = 0; kd < MOE_PLAN_KINDS; kd++) {
+        if ((kd >> 1) != 0) {
+            continue;
+        }
+        t->fwdc[kd] = from->fwdc[kd];
+        t->bwdc[kd] = from->bwdc[kd];
+        t->tp[kd] = from->tp[kd];
+        t->cp[kd] = from->cp[kd];
+        memcpy(t->fwde[kd], from->fwde[kd], sizeof(t->fwde[kd]));
+        memcpy(t->bwde[kd], from->bwde[kd], sizeof(t->bwde[kd]));
+        memcpy(t->fd[kd], from->fd[kd], sizeof(t->fd[kd]));
+        memcpy(t->fc[kd], from->fc[kd], sizeof(t->fc[kd]));
+        memcpy(t->bd[kd], from->bd[kd], sizeof(t->bd[kd]));
+        memcpy(t->bc[kd], from->bc[kd], sizeof(t->bc[kd]));
+    }
+    t->loss = from->loss;
+    t->mtp = from->mtp;
+    t->emb = from->emb;
+}
+
 static void recipe_terms(const struct moe_plan_space *sp,
                          const struct moe_plan_bound_model *bm,
                          const struct moe_layout *lay,
                          int recipe,
+                         const struct moe_plan_recipe_terms *same,
                          struct moe_plan_recipe_terms *t)
 {
     const struct moe_model_cfg *cfg = sp->req->cfg;
@@ -109,10 +134,13 @@ static void recipe_terms(const struct moe_plan_space *sp,
     struct moe_layer_cost lc;
     struct moe_layer_cost lc0 = {0};
     memset(t, 0, sizeof(*t));
+    if (same != NULL) {
+        copy_attn_terms(same, t);
+    }
     for (int kd = 0; kd < MOE_PLAN_KINDS; kd++) {
         int m = kd >> 1;
         int w = kd & 1;
-        if (!kind_present(bm, cfg, m, w)) {
+        if (!kind_present(bm, cfg, m, w) || (same != NULL && m == 0)) {
             continue;
         }
         struct moe_layer_kind kind = {m != 0, w != 0};
@@ -171,6 +199,9 @@ static void recipe_terms(const struct moe_plan_space *sp,
             t->bwdc[kd] = fmin(t->bwdc[kd], lc.bwd_compute);
         }
     }
+    if (same != NULL) {
+        return;
+    }
     bound_options(sp, recipe, sp->grouped[0], disp[0], &opt);
     moe_compute_loss(cfg, cl, lay, &opt, &lc);
     t->loss = lc.fwd_compute + lc.bwd_compute + (lc.fwd_tp + lc.bwd_tp) * tp_keep;
@@ -183,10 +214,11 @@ static void recipe_terms(const struct moe_plan_space *sp,
 void moe_plan_bound_terms(const struct moe_plan_space *sp,
                           const struct moe_plan_bound_model *bm,
                           const struct moe_layout *lay,
+                          const struct moe_plan_layer_terms *same,
                           struct moe_plan_layer_terms *out)
 {
     for (int ri = 0; ri < sp->num_recipes; ri++) {
-        recipe_terms(sp, bm, lay, sp->recipes[ri], &out->r[ri]);
+        recipe_terms(sp, bm, lay, sp->recipes[ri], same != NULL ? &same->r[ri] : NULL, &out->r[ri]);
     }
 }
 

@@ -101,10 +101,13 @@ bool moe_plan_bound_ep_overlap_possible(const struct moe_plan_space *sp,
                                         const struct moe_layout *lay);
 
 /* Layer terms for the layout's dimensions (reads tp, cp, ep, etp, mbs, sequence_parallel,
- * seq_length; need not be resolved). */
+ * seq_length; need not be resolved). same, when not NULL, holds the terms of a layout that
+ * differs at most in ep and etp: its dense-layer terms and extras (which model/compute.c prices
+ * without reading either) are copied instead of computed. */
 void moe_plan_bound_terms(const struct moe_plan_space *sp,
                           const struct moe_plan_bound_model *bm,
                           const struct moe_layout *lay,
+                          const struct moe_plan_layer_terms *same,
                           struct moe_plan_layer_terms *out);
 
 /* Bounds of one option group: recipe, grouped-GEMM and dispatcher indices into the space's lists

@@ -182,6 +182,7 @@ struct search {
     double ctx_bytes;
     struct layer_key *keys;
     long num_keys;
+    long *key_order; /* [num_keys] the key phase's order (key_order_init) */
     struct node *nodes;
     long num_nodes;
     struct ptable *ptables; /* [num_ptables] placements per (pp, vpp) */
@@ -342,6 +343,9 @@ struct worker {
     struct entry best;
     struct counters c;
     long resolves;
+    struct moe_plan_layer_terms *kterms; /* [2] key phase: the last full terms, the current key's */
+    int kattn[5];                        /* key_attn of kterms[0] */
+    bool kattn_valid;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -2189,7 +2193,7 @@ static const struct moe_plan_layer_terms *node_terms(struct worker *w, const str
     if (slot->key != nd->key) {
         struct moe_layout lay;
         fill_sizes(s, nd, 1, &lay);
-        moe_plan_bound_terms(&s->sp, &s->bm, &lay, &slot->t);
+        moe_plan_bound_terms(&s->sp, &s->bm, &lay, NULL, &slot->t);
         slot->key = nd->key;
     }
     return &slot->t;
@@ -2676,8 +2680,58 @@ static void node_bound(struct search *s, struct node *nd)
     }
 }
 
-static void key_bound(struct search *s, struct layer_key *k)
+/* What the dense-layer terms and extras of a key read (moe_plan_bound_terms' `same`): all but ep
+ * and etp, and whether ep > 1 (it picks the dispatcher list). */
+static void key_attn(const struct layer_key *k, int v[5])
 {
+    v[0] = k->tp;
+    v[1] = k->cp;
+    v[2] = k->sp;
+    v[3] = k->mbs;
+    v[4] = k->ep > 1;
+}
+
+struct key_rank {
+    int v[5]; /* key_attn */
+    long i;   /* index into keys */
+};
+
+static int key_rank_cmp(const void *pa, const void *pb)
+{
+    const struct key_rank *a = pa;
+    const struct key_rank *b = pb;
+    for (int j = 0; j < 5; j++) {
+        if (a->v[j] != b->v[j]) {
+            return a->v[j] < b->v[j] ? -1 : 1;
+        }
+    }
+    return a->i < b->i ? -1 : (a->i > b->i);
+}
+
+/* The order of the key phase: keys that share their dense terms next to each other. */
+static enum moe_status key_order_init(struct search *s)
+{
+    struct key_rank *r = malloc((size_t)(s->num_keys > 0 ? s->num_keys : 1) * sizeof(*r));
+    s->key_order = malloc((size_t)(s->num_keys > 0 ? s->num_keys : 1) * sizeof(*s->key_order));
+    if (r == NULL || s->key_order == NULL) {
+        free(r);
+        return MOE_ERR_NOMEM;
+    }
+    for (long i = 0; i < s->num_keys; i++) {
+        key_attn(&s->keys[i], r[i].v);
+        r[i].i = i;
+    }
+    qsort(r, (size_t)s->num_keys, sizeof(*r), key_rank_cmp);
+    for (long i = 0; i < s->num_keys; i++) {
+        s->key_order[i] = r[i].i;
+    }
+    free(r);
+    return MOE_OK;
+}
+
+static void key_bound(struct worker *w, struct layer_key *k)
+{
+    struct search *s = w->s;
     if (s->req->exhaustive || !k->needed) {
         return;
     }
@@ -2692,19 +2746,23 @@ static void key_bound(struct search *s, struct layer_key *k)
     lay.mbs = k->mbs;
     lay.sequence_parallel = k->sp != 0;
     lay.pp = 1;
-    struct moe_plan_layer_terms *t = malloc(sizeof(*t));
-    if (t == NULL) {
-        atomic_store(&s->sh.failed, true);
-        return;
+    /* Keys are taken in key_attn order: the previous key's dense terms serve this one when
+     * key_attn agrees. */
+    int v[5];
+    key_attn(k, v);
+    bool same = w->kattn_valid && memcmp(v, w->kattn, sizeof(v)) == 0;
+    struct moe_plan_layer_terms *t = &w->kterms[same ? 1 : 0];
+    moe_plan_bound_terms(&s->sp, &s->bm, &lay, same ? &w->kterms[0] : NULL, t);
+    if (!same) {
+        memcpy(w->kattn, v, sizeof(v));
+        w->kattn_valid = true;
     }
-    moe_plan_bound_terms(&s->sp, &s->bm, &lay, t);
     /* With pp == 1 the EP overlap is allowed (when ep > 1): the least over both settings; with
      * pp > 1 and no interleaving it is not. */
     moe_plan_bound_least(&s->sp, &s->bm, t, &lay, &k->lb);
     lay.pp = 2;
     lay.vpp = 1;
     moe_plan_bound_least(&s->sp, &s->bm, t, &lay, &k->lb0);
-    free(t);
 }
 
 /* The sizes of a node in the order of NODE_DIMS. */
@@ -2905,7 +2963,7 @@ static void *thread_main(void *p)
         }
         switch (a->phase) {
         case PHASE_KEYS:
-            key_bound(s, &s->keys[i]);
+            key_bound(w, &s->keys[s->key_order[i]]);
             break;
         case PHASE_NODES:
             node_bound(s, &s->nodes[i]);
@@ -3173,6 +3231,7 @@ static void workers_free(struct worker *ws, int n)
         free(ws[i].views);
         free(ws[i].mems);
         free(ws[i].psnap);
+        free(ws[i].kterms);
         free(ws[i].vm.g);
         free(ws[i].vm.r);
         free(ws[i].vm.f);
@@ -3211,6 +3270,7 @@ static struct worker *workers_create(struct search *s, int n)
         w->rcb = calloc(2 * MOE_PLAN_MAX_RC, sizeof(*w->rcb));
         w->views = calloc(VIEW_SLOTS, sizeof(*w->views));
         w->mems = calloc(MEM_SLOTS, sizeof(*w->mems));
+        w->kterms = malloc(2 * sizeof(*w->kterms));
         w->rcb_stamp[0] = w->rcb_stamp[1] = 1;
         w->rc_key[0] = w->rc_key[1] = -1;
         w->psnap_version = -1;
@@ -3236,7 +3296,8 @@ static struct worker *workers_create(struct search *s, int n)
             w->statics == NULL || w->pl == NULL || w->terms == NULL || w->vm.g == NULL ||
             w->vm.r == NULL || w->vm.f == NULL || w->vm.x == NULL || w->vm.rf == NULL ||
             w->vm.rx == NULL || w->vm.fx == NULL || w->kinds == NULL || w->mtp == NULL ||
-            w->fine_src == NULL || w->rcb == NULL || w->views == NULL || w->mems == NULL) {
+            w->fine_src == NULL || w->rcb == NULL || w->views == NULL || w->mems == NULL ||
+            w->kterms == NULL) {
             workers_free(ws, n);
             return NULL;
         }
@@ -3340,6 +3401,9 @@ static enum moe_status search_run(struct search *s,
                             s->req->num_gpus, s->req->gbs, s->req->seq_length);
     }
     MOE_TRY(placement_tables(s, ws[0].pl, diag));
+    if (key_order_init(s) != MOE_OK) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the planner's nodes");
+    }
     MOE_TRY(run_phase(s, ws, nthreads, PHASE_KEYS, t0));
     MOE_TRY(run_phase(s, ws, nthreads, PHASE_NODES, t0));
     qsort(s->nodes, (size_t)s->num_nodes, sizeof(*s->nodes), node_cmp);
@@ -3417,6 +3481,7 @@ enum moe_status moe_plan_search(const struct moe_plan_request *req,
     }
     free(s->ptables);
     free(s->keys);
+    free(s->key_order);
     free(s->nodes);
     order_free(&s->order);
     free(s);

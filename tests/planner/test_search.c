@@ -753,7 +753,7 @@ static void test_claim_bounds(void **state)
             }
             struct pred pk;
             predict(&c->sp, &c->lay, &k, &pk);
-            moe_plan_bound_terms(&c->sp, &c->bm, &c->lay, terms);
+            moe_plan_bound_terms(&c->sp, &c->bm, &c->lay, NULL, terms);
             struct moe_plan_kind_lb least;
             moe_plan_bound_least(&c->sp, &c->bm, terms, &c->lay, &least);
             double lb = moe_plan_bound_time(&c->sp, &c->bm, &least, &c->lay);
