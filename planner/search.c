@@ -226,9 +226,11 @@ struct counters {
 /* Layer activations after recompute and offload of one option set (layer_set). */
 #define VIEW_SLOTS 4096
 struct view_slot {
-    long serial; /* layout */
+    long serial; /* view_serial */
     uint64_t key;
     struct moe_act_bytes dense, moe;
+    double copy_load; /* load factor of copy_s (NAN: none yet) */
+    double copy_s[2]; /* offload copy per dense / MoE layer pass (offload_time_bound) */
 };
 
 /* Memory of one option set on the current layout (memory_of); groups that differ only in options
@@ -633,7 +635,7 @@ static bool contents_equal(const struct moe_stage_contents *a, const struct moe_
  * cache: keyed by the options moe_mem_layer_activations reads (model/memory.c: recipe, selective
  * recompute modules, offload modules; FP32 training is the run's), so option groups that differ
  * elsewhere share them. */
-static const struct view_slot *view_of(struct worker *w, const struct moe_options *opt, bool off)
+static struct view_slot *view_of(struct worker *w, const struct moe_options *opt, bool off)
 {
     bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
     uint64_t key = (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 | (uint64_t)off << 46 |
@@ -648,6 +650,7 @@ static const struct view_slot *view_of(struct worker *w, const struct moe_option
         moe_mem_layer_activations(cfg, &w->lay, opt, true, w->load, apply, &v->moe);
         v->serial = w->view_serial;
         v->key = key;
+        v->copy_load = NAN;
     }
     return v;
 }
@@ -1289,17 +1292,21 @@ static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int
  * (their overlap windows are the rank's pass sums), so T(opt) >= T(p0) + that growth. A relative
  * 1e-9 is given away for the different order of the additions.
  */
-static double offload_time_bound(const struct worker *w,
-                                 const struct moe_options *opt,
-                                 const struct moe_prediction *p0)
+static double
+offload_time_bound(struct worker *w, const struct moe_options *opt, const struct moe_prediction *p0)
 {
     const struct search *s = w->s;
     const struct moe_layout *lay = &w->lay;
-    double copy[2];
-    for (int m = 0; m < 2; m++) {
-        double bytes = moe_cost_offload_bytes(s->req->cfg, lay, opt, m != 0, p0->load_factor);
-        copy[m] = moe_compute_offload_copy_s(s->req->cl, bytes);
+    /* The copies read what the views after offload read, and the load factor: kept with them. */
+    struct view_slot *vs = view_of(w, opt, true);
+    if (!(vs->copy_load == p0->load_factor) || opt->cpu_offloading_num_layers > 0) {
+        for (int m = 0; m < 2; m++) {
+            double bytes = moe_cost_offload_bytes(s->req->cfg, lay, opt, m != 0, p0->load_factor);
+            vs->copy_s[m] = moe_compute_offload_copy_s(s->req->cl, bytes);
+        }
+        vs->copy_load = opt->cpu_offloading_num_layers > 0 ? (double)NAN : p0->load_factor;
     }
+    const double *copy = vs->copy_s;
     double grow[MOE_PLAN_KINDS];
     for (int k = 0; k < MOE_PLAN_KINDS; k++) {
         const struct moe_pass_parts *pp = p0->pass[k >> 1][k & 1];
