@@ -189,9 +189,33 @@ struct search {
     int num_ptables;
     int fine_order[MOE_PLAN_MAX_OFF]; /* fine-grained offload values, most modules first */
     int num_fine_order;
+    int rc_all;      /* full-recompute values with every layer count (option_space_size) */
+    double off_size; /* offload values, every layer count of whole-layer offload counted */
+    double dom_size; /* values settled by dominance: each doubles the space */
     struct node_order order;
     struct shared sh;
 };
+
+/* The factors of option_space_size that do not depend on the layout. */
+static void space_sizes_init(struct search *s)
+{
+    const struct moe_plan_space *sp = &s->sp;
+    const struct moe_model_cfg *cfg = s->req->cfg;
+    s->rc_all = 0;
+    for (int i = 0; i < sp->num_rc; i++) {
+        s->rc_all += sp->rcs[i].rc == MOE_RECOMPUTE_FULL && sp->rcs[i].layers == 0;
+    }
+    s->off_size = 0.0;
+    for (int i = 0; i < sp->num_off; i++) {
+        s->off_size +=
+            sp->offs[i].off == 2 && sp->offs[i].layers == 0 ? (double)(cfg->num_layers - 1) : 1.0;
+    }
+    /* FP8 parameter gather and the two DP overlaps are settled by dominance and delay-wgrad
+     * follows the EP overlap: each doubles the space it stands for. */
+    s->dom_size = (sp->fp8_param_gather_fixed ? 1.0 : 2.0) * (sp->overlap_grad_fixed ? 1.0 : 2.0) *
+                  (sp->overlap_param_fixed ? 1.0 : 2.0) *
+                  (moe_plan_space_fixed(sp, MOE_PK_EP_OVERLAP) ? 1.0 : 2.0);
+}
 
 static int popcount8(unsigned v)
 {
@@ -1621,21 +1645,10 @@ static double option_space_size(const struct search *s, const struct moe_layout 
     double n = (double)sp->num_recipes * sp->num_statics * sp->num_dispatchers * sp->num_grouped *
                sp->num_ep_overlap * sp->num_graphs;
     n *= lay->sequence_parallel ? sp->num_tp_overlap : 1;
-    double nr = 0.0;
-    for (int i = 0; i < sp->num_rc; i++) {
-        bool all = sp->rcs[i].rc == MOE_RECOMPUTE_FULL && sp->rcs[i].layers == 0;
-        nr += all ? (double)(cfg->num_layers / lay->pp) : 1.0;
-    }
-    double nf = 0.0;
-    for (int i = 0; i < sp->num_off; i++) {
-        nf += sp->offs[i].off == 2 && sp->offs[i].layers == 0 ? (double)(cfg->num_layers - 1) : 1.0;
-    }
-    /* FP8 parameter gather and the two DP overlaps are settled by dominance and delay-wgrad
-     * follows the EP overlap: each doubles the space it stands for. */
-    double dom = (sp->fp8_param_gather_fixed ? 1.0 : 2.0) * (sp->overlap_grad_fixed ? 1.0 : 2.0) *
-                 (sp->overlap_param_fixed ? 1.0 : 2.0) *
-                 (moe_plan_space_fixed(sp, MOE_PK_EP_OVERLAP) ? 1.0 : 2.0);
-    return n * nr * nf * dom;
+    /* recompute values, "every layer count" of full recompute counted per count (integers:
+     * exact in any order) */
+    double nr = s->rc_all * (double)(cfg->num_layers / lay->pp) + (sp->num_rc - s->rc_all);
+    return n * nr * s->off_size * s->dom_size;
 }
 
 static void prepare_layout(struct worker *w)
@@ -3458,6 +3471,7 @@ enum moe_status moe_plan_search(const struct moe_plan_request *req,
     moe_plan_bound_model_init(req->cfg, &s->bm);
     moe_cost_prepare(req->cfg, &s->prep);
     fine_order_init(s);
+    space_sizes_init(s);
     s->cap = req->cl->gpu.hbm_gib * GIB;
     if (req->max_memory_bytes > 0.0 && req->max_memory_bytes < s->cap) {
         s->cap = req->max_memory_bytes;
