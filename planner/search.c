@@ -2294,7 +2294,10 @@ static void search_node(struct worker *w, const struct node *nd)
                 dup = seen[j] == h;
             }
             if (dup) {
-                continue; /* the same layout under a larger key: identical predictions */
+                /* the same layout under a larger key: identical predictions (counted, as the
+                 * pruned ones are, so that the count does not depend on the order) */
+                w->c.enumerated += opt_size;
+                continue;
             }
             seen[num_seen++] = h;
             if (w->cur_terms == NULL && !exh) {
