@@ -254,6 +254,10 @@ static void test_threads_deterministic(void **state)
     assert_true(r[0].num_top > 0);
     assert_same_result(&r[0], &r[1]);
     assert_same_result(&r[0], &r[2]);
+    /* The candidate count does not depend on the interleaving either (the pruned, invalid and
+     * evaluated shares do). */
+    assert_true(r[0].stats.enumerated == r[1].stats.enumerated);
+    assert_true(r[0].stats.enumerated == r[2].stats.enumerated);
     for (int i = 0; i < 3; i++) {
         moe_plan_result_free(&r[i]);
     }
@@ -741,7 +745,7 @@ static void test_claim_dominator(void **state)
 static void test_claim_bounds(void **state)
 {
     (void)state;
-    struct moe_plan_layer_terms *terms = malloc(sizeof(*terms));
+    struct moe_plan_layer_terms *terms = calloc(3, sizeof(*terms));
     assert_non_null(terms);
     int supersets = 0;
     for (int m = 0; m < NUM_CLAIM_MODELS; m++) {
@@ -754,6 +758,15 @@ static void test_claim_bounds(void **state)
             struct pred pk;
             predict(&c->sp, &c->lay, &k, &pk);
             moe_plan_bound_terms(&c->sp, &c->bm, &c->lay, NULL, terms);
+            /* the key phase's shortcut: another ep and etp (ep > 1 alike) copy the dense-layer
+             * terms and extras; bit for bit what the full computation gives */
+            struct moe_layout other = c->lay;
+            other.ep = c->lay.ep > 1 ? (c->lay.ep == 2 ? 4 : c->lay.ep / 2) : 1;
+            other.etp = c->lay.etp == 1 ? 2 : 1;
+            moe_plan_bound_terms(&c->sp, &c->bm, &other, NULL, &terms[1]);
+            moe_plan_bound_terms(&c->sp, &c->bm, &other, terms, &terms[2]);
+            assert_memory_equal(&terms[1], &terms[2],
+                                (size_t)c->sp.num_recipes * sizeof(terms->r[0]));
             struct moe_plan_kind_lb least;
             moe_plan_bound_least(&c->sp, &c->bm, terms, &c->lay, &least);
             double lb = moe_plan_bound_time(&c->sp, &c->bm, &least, &c->lay);
