@@ -320,9 +320,10 @@ struct worker {
     long layout_serial;            /* counts layouts searched (invalidates per-layout caches) */
     long view_serial;              /* counts changes of what the activation views read */
     double view_key[7];            /* that, for the current layout (views_for_layout) */
-    long set0_serial;              /* view_serial of the cached no-option activation view */
-    int set0_recipe;               /* its recipe (the only group option the views read) */
-    struct moe_mem_layer_set set0; /* moe_mem_layer_set_init without recompute or offload */
+    /* moe_mem_layer_set_init without recompute or offload, per recipe (the only group option
+     * the views read), and the view_serial each was computed for */
+    long set0_serial[MOE_NUM_RECIPES];
+    struct moe_mem_layer_set set0[MOE_NUM_RECIPES];
     struct moe_prediction *fine_src; /* [MOE_PLAN_MAX_OFF + 1] search_fine's bound sources */
     struct moe_layout scratch;       /* placements built for their bound before resolving */
     int (*kinds)[MOE_PLAN_KINDS];    /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
@@ -684,15 +685,15 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
 {
     const struct moe_model_cfg *cfg = w->s->req->cfg;
     const struct moe_layout *lay = &w->lay;
-    if (w->set0_serial != w->view_serial || w->set0_recipe != (int)opt->recipe) {
+    struct moe_mem_layer_set *set0 = &w->set0[opt->recipe];
+    if (w->set0_serial[opt->recipe] != w->view_serial) {
         struct moe_options o0 = *opt;
         o0.recompute = MOE_RECOMPUTE_NONE;
         o0.fine_grained_offload = false;
-        moe_mem_layer_set_init(cfg, lay, &o0, w->load, &w->set0);
-        w->set0_serial = w->view_serial;
-        w->set0_recipe = (int)opt->recipe;
+        moe_mem_layer_set_init(cfg, lay, &o0, w->load, set0);
+        w->set0_serial[opt->recipe] = w->view_serial;
     }
-    *set = w->set0;
+    *set = *set0;
     if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
         /* Also the same for every offload value of a recompute value. */
         const struct view_slot *v = view_of(w, opt, false);
