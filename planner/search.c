@@ -310,20 +310,24 @@ struct worker {
     struct search *s;
     struct moe_plan_valid_cache *vc;
     struct vmemo vm;
-    int gidx;                      /* index of the current option group */
-    double leaf;                   /* candidates one (recompute, offload) value pair stands for */
-    double xunit;                  /* candidates one time-only value stands for */
-    double gsize;                  /* candidates of one option group */
-    double fsize;                  /* offload values other than the first (layer counts expanded) */
-    int group_ri, group_gi;        /* its recipe and grouped-GEMM indices */
-    const struct node *node;       /* node of the current layout */
-    long layout_serial;            /* counts layouts searched (invalidates per-layout caches) */
-    long view_serial;              /* counts changes of what the activation views read */
-    double view_key[7];            /* that, for the current layout (views_for_layout) */
+    int gidx;                /* index of the current option group */
+    double leaf;             /* candidates one (recompute, offload) value pair stands for */
+    double xunit;            /* candidates one time-only value stands for */
+    double gsize;            /* candidates of one option group */
+    double fsize;            /* offload values other than the first (layer counts expanded) */
+    int group_ri, group_gi;  /* its recipe and grouped-GEMM indices */
+    const struct node *node; /* node of the current layout */
+    long layout_serial;      /* counts layouts searched (invalidates per-layout caches) */
+    long view_serial;        /* counts changes of what the activation views read */
+    double view_key[7];      /* that, for the current layout (views_for_layout) */
     /* moe_mem_layer_set_init without recompute or offload, per recipe (the only group option
      * the views read), and the view_serial each was computed for */
     long set0_serial[MOE_NUM_RECIPES];
     struct moe_mem_layer_set set0[MOE_NUM_RECIPES];
+    struct moe_mem_layer_set set; /* layer_set's last set: view_serial, recipe, view keys */
+    long set_serial;
+    int set_recipe;
+    uint64_t set_key[2];
     struct moe_prediction *fine_src; /* [MOE_PLAN_MAX_OFF + 1] search_fine's bound sources */
     struct moe_layout scratch;       /* placements built for their bound before resolving */
     int (*kinds)[MOE_PLAN_KINDS];    /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
@@ -660,12 +664,17 @@ static bool contents_equal(const struct moe_stage_contents *a, const struct moe_
  * cache: keyed by the options moe_mem_layer_activations reads (model/memory.c: recipe, selective
  * recompute modules, offload modules; FP32 training is the run's), so option groups that differ
  * elsewhere share them. */
-static struct view_slot *view_of(struct worker *w, const struct moe_options *opt, bool off)
+static uint64_t view_key(const struct moe_options *opt, bool off)
 {
     bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
-    uint64_t key = (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 | (uint64_t)off << 46 |
-                   (uint64_t)(has_rc ? opt->recompute_modules & 0x3fffffffu : 0u) << 16 |
-                   (uint64_t)(off ? opt->offload_modules & 0xffffu : 0u);
+    return (uint64_t)opt->recipe << 48 | (uint64_t)has_rc << 47 | (uint64_t)off << 46 |
+           (uint64_t)(has_rc ? opt->recompute_modules & 0x3fffffffu : 0u) << 16 |
+           (uint64_t)(off ? opt->offload_modules & 0xffffu : 0u);
+}
+
+static struct view_slot *view_of(struct worker *w, const struct moe_options *opt, bool off)
+{
+    uint64_t key = view_key(opt, off);
     uint64_t h = (key ^ (uint64_t)w->view_serial * 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL;
     struct view_slot *v = &w->views[(h >> 40) & (VIEW_SLOTS - 1)];
     if (v->serial != w->view_serial || v->key != key) {
@@ -680,11 +689,16 @@ static struct view_slot *view_of(struct worker *w, const struct moe_options *opt
     return v;
 }
 
-static void
-layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_set *set)
+/*
+ * The layer set of opt in w->set (returned), which keeps what it was last built for: the views
+ * without options (per view_serial and recipe), after recompute and after offload (by view key);
+ * memory_of's consecutive misses mostly differ in the offload set alone.
+ */
+static const struct moe_mem_layer_set *layer_set(struct worker *w, const struct moe_options *opt)
 {
     const struct moe_model_cfg *cfg = w->s->req->cfg;
     const struct moe_layout *lay = &w->lay;
+    struct moe_mem_layer_set *set = &w->set;
     struct moe_mem_layer_set *set0 = &w->set0[opt->recipe];
     if (w->set0_serial[opt->recipe] != w->view_serial) {
         struct moe_options o0 = *opt;
@@ -693,21 +707,41 @@ layer_set(struct worker *w, const struct moe_options *opt, struct moe_mem_layer_
         moe_mem_layer_set_init(cfg, lay, &o0, w->load, set0);
         w->set0_serial[opt->recipe] = w->view_serial;
     }
-    *set = *set0;
-    if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
-        /* Also the same for every offload value of a recompute value. */
-        const struct view_slot *v = view_of(w, opt, false);
-        set->dense[1] = v->dense;
-        set->moe[1] = v->moe;
+    if (w->set_serial != w->view_serial || w->set_recipe != (int)opt->recipe) {
+        *set = *set0;
+        w->set_serial = w->view_serial;
+        w->set_recipe = (int)opt->recipe;
+        w->set_key[0] = w->set_key[1] = UINT64_MAX;
     }
-    if (opt->fine_grained_offload) {
-        const struct view_slot *v = view_of(w, opt, true);
-        set->dense[2] = v->dense;
-        set->moe[2] = v->moe;
-    } else {
-        set->dense[2] = set->dense[1];
-        set->moe[2] = set->moe[1];
+    /* [1]: after recompute, the same for every offload value of a recompute value */
+    bool has_rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE;
+    uint64_t k1 = has_rc ? view_key(opt, false) : UINT64_MAX - 1;
+    if (w->set_key[0] != k1) {
+        if (has_rc) {
+            const struct view_slot *v = view_of(w, opt, false);
+            set->dense[1] = v->dense;
+            set->moe[1] = v->moe;
+        } else {
+            set->dense[1] = set0->dense[1];
+            set->moe[1] = set0->moe[1];
+        }
+        w->set_key[0] = k1;
+        w->set_key[1] = UINT64_MAX;
     }
+    /* [2]: after recompute and offload */
+    uint64_t k2 = opt->fine_grained_offload ? view_key(opt, true) : UINT64_MAX - 1;
+    if (w->set_key[1] != k2) {
+        if (opt->fine_grained_offload) {
+            const struct view_slot *v = view_of(w, opt, true);
+            set->dense[2] = v->dense;
+            set->moe[2] = v->moe;
+        } else {
+            set->dense[2] = set->dense[1];
+            set->moe[2] = set->moe[1];
+        }
+        w->set_key[1] = k2;
+    }
+    return set;
 }
 
 static void memory_of(struct worker *w, const struct moe_options *opt, struct memo *out)
@@ -724,8 +758,7 @@ static void memory_of(struct worker *w, const struct moe_options *opt, struct me
         *out = slot->m;
         return;
     }
-    struct moe_mem_layer_set set;
-    layer_set(w, opt, &set);
+    const struct moe_mem_layer_set *set = layer_set(w, opt);
     out->total = -1.0;
     out->host = 0.0;
     out->stat = 0.0;
@@ -734,17 +767,17 @@ static void memory_of(struct worker *w, const struct moe_options *opt, struct me
             continue;
         }
         struct moe_mem_bytes mb;
-        moe_mem_stage_with(s->req->cfg, s->req->cl, lay, opt, p, &w->sc[p], &w->gp[p], &set, &mb);
+        moe_mem_stage_with(s->req->cfg, s->req->cl, lay, opt, p, &w->sc[p], &w->gp[p], set, &mb);
         if (mb.total > out->total) {
             out->total = mb.total;
             out->host = mb.host_offload;
             out->stat = mb.weights + mb.grads + mb.optimizer;
         }
     }
-    out->act[0] = set.dense[1].total;
-    out->act[1] = set.dense[2].total;
-    out->act[2] = set.moe[1].total;
-    out->act[3] = set.moe[2].total;
+    out->act[0] = set->dense[1].total;
+    out->act[1] = set->dense[2].total;
+    out->act[2] = set->moe[1].total;
+    out->act[3] = set->moe[2].total;
     w->c.mem_evaluated++;
     slot->serial = w->layout_serial;
     slot->key = key;
