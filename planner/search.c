@@ -52,6 +52,7 @@
 #include "planner/space.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -121,6 +122,7 @@ struct node {
 
 struct layer_key {
     int tp, cp, ep, etp, mbs, sp;
+    double working_lb;           /* memory every stage holds beyond its static part (bytes) */
     bool needed;                 /* referenced by a node that can fit */
     struct moe_plan_kind_lb lb;  /* least over every option group */
     struct moe_plan_kind_lb lb0; /* the same without 1F1B EP overlap (pp > 1, vpp == 1) */
@@ -2469,6 +2471,40 @@ struct key_map {
     long cap_keys;
 };
 
+/*
+ * Memory every stage of these sizes holds beyond weights, gradients, optimizer state and the
+ * context: the backward working set of its largest layer (model/memory.c moe_mem_stage_with adds
+ * it to the buffers, which the allocator reserve then grows), at least the lighter kind's, at
+ * load factor 1 (the memory's is never below). It grows with the micro-batch: large ones cannot
+ * fit whatever the options.
+ */
+static double key_working_bound(const struct search *s, const struct layer_key *k)
+{
+    const struct moe_model_cfg *cfg = s->req->cfg;
+    struct moe_layout lay;
+    moe_layout_init(&lay);
+    lay.num_gpus = s->req->num_gpus;
+    lay.seq_length = s->req->seq_length;
+    lay.tp = k->tp;
+    lay.cp = k->cp;
+    lay.ep = k->ep;
+    lay.etp = k->etp;
+    lay.mbs = k->mbs;
+    lay.sequence_parallel = k->sp != 0;
+    struct moe_mem_layer_set set;
+    moe_mem_layer_set_init(cfg, &lay, &s->req->opt, 1.0, &set);
+    double w = INFINITY;
+    for (int m = 0; m < 2; m++) {
+        bool present = s->bm.kinds_total[m][0] + s->bm.kinds_total[m][1] > 0 ||
+                       (cfg->mtp_num_layers > 0 && s->bm.last_moe == m);
+        if (present) {
+            w = fmin(w, set.bwd_working[m]);
+        }
+    }
+    double reserve = fmax(0.0, s->req->cl->overheads.alloc_reserve_frac);
+    return isfinite(w) ? w * (1.0 + reserve) * (1.0 - 1e-9) : 0.0;
+}
+
 static long key_index(struct search *s, struct key_map *km, const struct moe_plan_lkey *k)
 {
     int v[6] = {k->tp, k->cp, k->ep, k->etp, k->mbs, k->sp};
@@ -2509,6 +2545,7 @@ static long key_index(struct search *s, struct key_map *km, const struct moe_pla
     q->etp = v[3];
     q->mbs = v[4];
     q->sp = v[5];
+    q->working_lb = key_working_bound(s, q);
     km->slot[i] = s->num_keys;
     return s->num_keys++;
 }
@@ -2566,7 +2603,8 @@ add_node(struct search *s, struct key_map *km, const struct node *nd, long *cap_
     struct node *n = &s->nodes[s->num_nodes++];
     *n = *nd;
     n->key = (int)ki;
-    if (nd->static_lb <= s->cap || s->req->exhaustive) {
+    n->static_lb += s->keys[ki].working_lb;
+    if (n->static_lb <= s->cap || s->req->exhaustive) {
         s->keys[ki].needed = true;
     }
     return MOE_OK;
