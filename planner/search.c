@@ -52,11 +52,11 @@
 #include "planner/space.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1525,7 +1525,18 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
     if (!predict(w, &opt, &pd)) {
         return;
     }
+    /* Memory bound of the group: the dominator's worst stage holds the group's weights,
+     * gradients and optimizer state. Without recompute its buffers are B = X + (A + X) r + C
+     * (model/memory.c: X the working set, logits and EP buffers, which recompute and offload do
+     * not change; A its activations, r the allocator reserve, C the context), and every
+     * candidate's are at least X (1 + r) + C = B - A r on that stage. */
     double mst = pd.mem.weights + pd.mem.grads + pd.mem.optimizer + s->ctx_bytes;
+    double r = s->req->cl->overheads.alloc_reserve_frac;
+    if (opt.recompute == MOE_RECOMPUTE_NONE && r >= 0.0) {
+        double held = pd.mem.weights + pd.mem.grads + pd.mem.optimizer + pd.mem.buffers -
+                      pd.mem.activations * r;
+        mst = fmax(mst, held * (1.0 - 1e-9));
+    }
     if (!s->req->exhaustive && mst > s->cap) {
         w->c.pruned_memory += w->gsize;
         return;

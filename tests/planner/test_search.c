@@ -675,6 +675,7 @@ static void test_claim_dominator(void **state)
     int subsets = 0;
     int subsets_ep = 0;
     int variants = 0;
+    int held_tight = 0; /* candidates the bound would be wrong for without the reserve term */
     for (int m = 0; m < NUM_CLAIM_MODELS; m++) {
         struct claim_ctx *c = claim_setup(m, 1001 + (uint64_t)m);
         ov_max = fmax(ov_max, c->p.cl.overheads.overlap_eff);
@@ -698,6 +699,13 @@ static void test_claim_dominator(void **state)
             predict(&c->sp, &c->lay, &k, &pk);
             predict(&c->sp, &c->lay, &d, &pd);
             assert_true(pk.p.step_time_s >= (pd.p.step_time_s - pd.p.time.dp_comm) * (1 - 1e-12));
+            /* the group's memory bound (search_group): the dominator's worst stage less its
+             * activations and their share of the allocator reserve */
+            double r = c->p.cl.overheads.alloc_reserve_frac;
+            double held = pd.p.mem.weights + pd.p.mem.grads + pd.p.mem.optimizer +
+                          pd.p.mem.buffers - pd.p.mem.activations * r;
+            assert_true(pk.p.mem.total >= held * (1 - 1e-9));
+            held_tight += pk.p.mem.total < (held + pd.p.mem.activations * r) * (1 - 1e-9);
             if (c->lay.vpp == 1 && !k.ep_overlap && c->p.cl.overheads.overlap_eff <= 1.0) {
                 assert_true(pk.p.step_time_s >= pd.p.step_time_s * (1 - 1e-12));
                 exact++;
@@ -738,6 +746,7 @@ static void test_claim_dominator(void **state)
     assert_true(subsets > 0);
     assert_true(subsets_ep > 0);
     assert_true(variants > 0);
+    assert_true(held_tight > 0);
     assert_true(ov_max <= 1.0);
 }
 
