@@ -56,7 +56,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -156,11 +155,12 @@ struct shared {
 
 /*
  * Search order of the nodes: ascending bound, except that a node whose plans are on the Pareto
- * front when it finishes pulls its neighbours (one size or the micro-batch size one step up or
- * down) ahead of the others. The front's low-memory points come from such neighbourhoods (more
- * pipeline stages, smaller micro-batches, more TP beside a plan already on it) with bounds far
- * down the order, and every candidate a point dominates is pruned once it is known. Only the
- * order changes: every node is still searched once, and the results do not depend on order.
+ * front when it finishes pulls its leaner neighbours (one of tp, cp, pp, ep, etp one value up,
+ * or the micro-batch size one value down) ahead of the others, smallest bound first. The front's
+ * low-memory points come from such neighbourhoods (more pipeline stages, smaller micro-batches,
+ * more TP beside a plan already on it) with bounds far down the order, and every candidate a
+ * point dominates is pruned once it is known. Only the order changes: every node is still
+ * searched once, and the results do not depend on the order.
  */
 #define NODE_DIMS 6 /* tp, cp, pp, ep, etp, mbs */
 struct node_order {
@@ -2972,8 +2972,8 @@ static void order_free(struct node_order *o)
 
 /*
  * nd has finished with plans on the front (w->on_front): when one is still there, queue its
- * untaken neighbours that could still reach the results (bound inside the Pareto window, static
- * memory under the cap).
+ * untaken leaner neighbours that could still reach the results (bound inside the Pareto window,
+ * static memory under the cap), the queue kept in node order (ascending bound).
  */
 static void order_pull(struct worker *w, const struct node *nd)
 {
@@ -2992,31 +2992,26 @@ static void order_pull(struct worker *w, const struct node *nd)
     node_dims(&nd->k, v);
     for (int d = 0; d < NODE_DIMS && still; d++) {
         int at = dim_value(o, d, v[d]);
-        for (int step = -1; step <= 1 && at >= 0; step += 2) {
-            if ((step < 0) != (d == 5)) {
-                continue; /* leaner only */
-            }
-            int j = at + step;
-            if (j < 0 || j >= o->num_vals[d]) {
+        int j = at + (d == NODE_DIMS - 1 ? -1 : 1); /* leaner: a larger size, a smaller mbs */
+        if (at < 0 || j < 0 || j >= o->num_vals[d]) {
+            continue;
+        }
+        int u[NODE_DIMS];
+        memcpy(u, v, sizeof(u));
+        u[d] = o->vals[d][j];
+        for (int sp = 0; sp < 2; sp++) {
+            long q = node_find(s, u, sp);
+            if (q < 0 || s->nodes[q].lb > reach || s->nodes[q].static_lb > s->cap) {
                 continue;
             }
-            int u[NODE_DIMS];
-            memcpy(u, v, sizeof(u));
-            u[d] = o->vals[d][j];
-            for (int sp = 0; sp < 2; sp++) {
-                long q = node_find(s, u, sp);
-                if (q < 0 || s->nodes[q].lb > reach || s->nodes[q].static_lb > s->cap) {
-                    continue;
+            unsigned char free_node = 0;
+            if (atomic_compare_exchange_strong(&o->taken[q], &free_node, 1)) {
+                long at_q = o->tail++;
+                while (at_q > o->head && o->queue[at_q - 1] > q) {
+                    o->queue[at_q] = o->queue[at_q - 1];
+                    at_q--;
                 }
-                unsigned char free_node = 0;
-                if (atomic_compare_exchange_strong(&o->taken[q], &free_node, 1)) {
-                    long at2 = o->tail++;
-                    while (at2 > o->head && o->queue[at2 - 1] > q) {
-                        o->queue[at2] = o->queue[at2 - 1];
-                        at2--;
-                    }
-                    o->queue[at2] = q;
-                }
+                o->queue[at_q] = q;
             }
         }
     }
