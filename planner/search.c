@@ -2908,24 +2908,28 @@ static long node_find(const struct search *s, const int v[NODE_DIMS], int sp)
     }
 }
 
-/* Position of x in the ascending values of a dimension (inserted when new). */
-static int dim_value(struct node_order *o, int d, int x)
+/* Position of x in the ascending values of dimension d, or -(where it would go) - 1; dim_add
+ * inserts it (order_init, before the search: the search only reads the values). */
+static int dim_find(const struct node_order *o, int d, int x)
 {
-    int n = o->num_vals[d];
-    int i = n;
+    int i = o->num_vals[d];
     while (i > 0 && o->vals[d][i - 1] > x) {
         i--;
     }
-    if (i > 0 && o->vals[d][i - 1] == x) {
-        return i - 1;
+    return i > 0 && o->vals[d][i - 1] == x ? i - 1 : -i - 1; /* -(insertion point) - 1 */
+}
+
+static void dim_add(struct node_order *o, int d, int x)
+{
+    int at = dim_find(o, d, x);
+    int n = o->num_vals[d];
+    if (at >= 0 || n == MAX_DIV) {
+        return; /* known, or more values than size_values gives: no neighbours beyond */
     }
-    if (n == MAX_DIV) {
-        return -1; /* more values than size_values gives: no neighbours in d */
-    }
+    int i = -at - 1;
     memmove(&o->vals[d][i + 1], &o->vals[d][i], (size_t)(n - i) * sizeof(int));
     o->vals[d][i] = x;
     o->num_vals[d] = n + 1;
-    return i;
 }
 
 /* After the nodes are sorted: the map from sizes to node, each dimension's values, the queue. */
@@ -2955,7 +2959,7 @@ static enum moe_status order_init(struct search *s)
         }
         o->slot[i] = j;
         for (int d = 0; d < NODE_DIMS; d++) {
-            (void)dim_value(o, d, v[d]);
+            dim_add(o, d, v[d]);
         }
     }
     o->head = 0;
@@ -2991,7 +2995,7 @@ static void order_pull(struct worker *w, const struct node *nd)
     int v[NODE_DIMS];
     node_dims(&nd->k, v);
     for (int d = 0; d < NODE_DIMS && still; d++) {
-        int at = dim_value(o, d, v[d]);
+        int at = dim_find(o, d, v[d]);
         int j = at + (d == NODE_DIMS - 1 ? -1 : 1); /* leaner: a larger size, a smaller mbs */
         if (at < 0 || j < 0 || j >= o->num_vals[d]) {
             continue;
