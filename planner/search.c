@@ -6,8 +6,9 @@
  * Structure. Sizes (tp, cp, pp, sequence parallelism, ep, etp) are generated and dropped when no
  * placement of the layers fits their weights, gradients and optimizer state; with each micro-batch
  * size they form the search's nodes, each with the bound of its best vpp and placement
- * (bound.c), sorted ascending. Worker threads take nodes in that order; for each vpp and placement
- * a layout is built, resolved (moe_layout_resolve) and searched:
+ * (bound.c), sorted ascending. Worker threads take nodes in that order, except for the leaner
+ * neighbours of nodes with plans on the Pareto front, which go first (struct node_order); for
+ * each vpp and placement a layout is built, resolved (moe_layout_resolve) and searched:
  *   group    recipe x optimizer (distributed, CPU offload) x dispatcher x grouped GEMM x EP
  * overlap; its dominator d (no recompute, no activation offload, TP overlap on, full-iteration CUDA
  * graph) is predicted first; recompute every value r, with no activation offload; offload  every
