@@ -376,6 +376,7 @@ struct worker {
     double env_lo[PARETO_BUCKETS], env_hi[PARETO_BUCKETS];
     struct entry best;
     struct counters c;
+    atomic_long shown_evaluated; /* c.evaluated after the last work item, for the progress bar */
     long resolves;
     struct moe_plan_layer_terms *kterms; /* [2] key phase: the last full terms, the current key's */
     int kattn[5];                        /* key_attn of kterms[0] */
@@ -3085,6 +3086,7 @@ static void *thread_main(void *p)
             closest_node(w, &s->nodes[i]);
             break;
         }
+        atomic_store_explicit(&w->shown_evaluated, (long)w->c.evaluated, memory_order_relaxed);
         atomic_fetch_add(&s->sh.done, 1);
     }
     return NULL;
@@ -3116,7 +3118,7 @@ static double evaluated_so_far(const struct worker *ws, int n)
 {
     double ev = 0.0;
     for (int i = 0; i < n; i++) {
-        ev += ws[i].c.evaluated; /* racy read of a counter: for the progress display only */
+        ev += (double)atomic_load_explicit(&ws[i].shown_evaluated, memory_order_relaxed);
     }
     return ev;
 }
