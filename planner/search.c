@@ -2491,19 +2491,25 @@ struct key_map {
  * load factor 1 (the memory's is never below). It grows with the micro-batch: large ones cannot
  * fit whatever the options.
  */
+/* A layout with a key's sizes (pp 1; what the key's bounds read). */
+static void key_layout(const struct search *s, const struct layer_key *k, struct moe_layout *lay)
+{
+    moe_layout_init(lay);
+    lay->num_gpus = s->req->num_gpus;
+    lay->seq_length = s->req->seq_length;
+    lay->tp = k->tp;
+    lay->cp = k->cp;
+    lay->ep = k->ep;
+    lay->etp = k->etp;
+    lay->mbs = k->mbs;
+    lay->sequence_parallel = k->sp != 0;
+}
+
 static double key_working_bound(const struct search *s, const struct layer_key *k)
 {
     const struct moe_model_cfg *cfg = s->req->cfg;
     struct moe_layout lay;
-    moe_layout_init(&lay);
-    lay.num_gpus = s->req->num_gpus;
-    lay.seq_length = s->req->seq_length;
-    lay.tp = k->tp;
-    lay.cp = k->cp;
-    lay.ep = k->ep;
-    lay.etp = k->etp;
-    lay.mbs = k->mbs;
-    lay.sequence_parallel = k->sp != 0;
+    key_layout(s, k, &lay);
     struct moe_mem_layer_set set;
     moe_mem_layer_set_init(cfg, &lay, &s->req->opt, 1.0, &set);
     double w = INFINITY;
@@ -2844,15 +2850,7 @@ static void key_bound(struct worker *w, struct layer_key *k)
         return;
     }
     struct moe_layout lay;
-    moe_layout_init(&lay);
-    lay.num_gpus = s->req->num_gpus;
-    lay.seq_length = s->req->seq_length;
-    lay.tp = k->tp;
-    lay.cp = k->cp;
-    lay.ep = k->ep;
-    lay.etp = k->etp;
-    lay.mbs = k->mbs;
-    lay.sequence_parallel = k->sp != 0;
+    key_layout(s, k, &lay);
     lay.pp = 1;
     /* Keys are taken in key_attn order: the previous key's dense terms serve this one when
      * key_attn agrees. */
