@@ -192,7 +192,8 @@ bool moe_k_qdq_supported(enum moe_k_qformat format, enum moe_k_qrecipe recipe);
 int moe_k_expert_capacity(int num_tokens, int topk, int num_experts, double capacity_factor);
 
 /* ------------------------------------------------------------------------------------------- */
-/* The ops table. One member per op; every backend fills every member with the same semantics.  */
+/* The ops table. One member per op; every backend fills every member with the same semantics,   */
+/* except the optional ops, which a backend may leave NULL (the caller checks before use).     */
 
 struct moe_k_ops {
     enum moe_k_backend backend;
@@ -635,6 +636,72 @@ struct moe_k_ops {
                           void *workspace,
                           size_t workspace_bytes,
                           moe_k_ctx_t *ctx);
+
+    /* ---- Sliding-window attention with sinks, biases (optional: NULL in a backend without them;
+     * the CUDA backend has none, and moefold-train refuses the architectures that need them on
+     * it) ------------------------------------------------------------------------------------- */
+    /*
+     * Causal attention as attention_fwd (same shapes, workspace from attention_workspace_bytes)
+     * with a sliding window and per-head attention sinks (GPT-OSS). window > 0: query i (position
+     * q_pos0 + i) sees the keys at positions (p - window, p], i.e. at most `window` keys ending at
+     * its own (Hugging Face's sliding_window); window 0: every key up to its position. sinks[Hq]
+     * (NULL = none): a learned logit per query head that joins each row's softmax denominator and
+     * carries no value, so P = exp(S - lse) with lse = log(exp(sink_h) + sum_j exp(S_j)) and the
+     * row weights sum to less than 1. A row that sees no key gets out = 0 and lse = sink_h (-Inf
+     * without sinks).
+     */
+    void (*attention_window_sink_fwd)(float *out,
+                                      float *lse,
+                                      const float *q,
+                                      const float *k,
+                                      const float *v,
+                                      const float *sinks,
+                                      int batch,
+                                      int q_len,
+                                      int kv_len,
+                                      int num_q_heads,
+                                      int num_kv_heads,
+                                      int qk_dim,
+                                      int v_dim,
+                                      int q_pos0,
+                                      int k_pos0,
+                                      int window,
+                                      float scale,
+                                      void *workspace,
+                                      size_t workspace_bytes,
+                                      moe_k_ctx_t *ctx);
+    /* Backward of attention_window_sink_fwd, as attention_bwd; d_sinks[Hq] += the sinks' gradient
+     * (a parameter gradient; required when sinks is not NULL). */
+    void (*attention_window_sink_bwd)(float *dq,
+                                      float *dk,
+                                      float *dv,
+                                      float *d_sinks,
+                                      const float *dout,
+                                      const float *q,
+                                      const float *k,
+                                      const float *v,
+                                      const float *out,
+                                      const float *lse,
+                                      const float *sinks,
+                                      int batch,
+                                      int q_len,
+                                      int kv_len,
+                                      int num_q_heads,
+                                      int num_kv_heads,
+                                      int qk_dim,
+                                      int v_dim,
+                                      int q_pos0,
+                                      int k_pos0,
+                                      int window,
+                                      float scale,
+                                      bool accumulate_dkv,
+                                      void *workspace,
+                                      size_t workspace_bytes,
+                                      moe_k_ctx_t *ctx);
+    /* y[M, N] += bias[N] (a bias added after a reduction, or per expert on its rows). */
+    void (*bias_fwd)(float *y, const float *bias, int num_rows, int dim, moe_k_ctx_t *ctx);
+    /* d_bias[N] += column sums of dy[M, N], accumulated in double in row order. */
+    void (*bias_bwd)(float *d_bias, const float *dy, int num_rows, int dim, moe_k_ctx_t *ctx);
 
     /* ---- Vocab-parallel embedding and cross-entropy ---------------------------------------- */
     /* This rank holds vocabulary rows [v_start, v_end); Vl = v_end - v_start. */

@@ -16,7 +16,7 @@
 enum moe_status moe_k_cpu_ctx_init(moe_k_ctx_t *ctx);
 void moe_k_cpu_ctx_fini(moe_k_ctx_t *ctx);
 
-/* elementwise.c: memory helpers and activations */
+/* elementwise.c: memory helpers, activations and bias rows */
 void moe_k_cpu_fill(float *x, size_t n, float value, moe_k_ctx_t *ctx);
 void moe_k_cpu_copy_2d(float *dst,
                        int dst_ld,
@@ -36,6 +36,8 @@ void moe_k_cpu_swiglu_bwd(
 void moe_k_cpu_gelu_fwd(float *out, const float *in, size_t n, moe_k_ctx_t *ctx);
 void moe_k_cpu_gelu_bwd(
     float *d_in, const float *d_out, const float *in, size_t n, moe_k_ctx_t *ctx);
+void moe_k_cpu_bias_fwd(float *y, const float *bias, int num_rows, int dim, moe_k_ctx_t *ctx);
+void moe_k_cpu_bias_bwd(float *d_bias, const float *dy, int num_rows, int dim, moe_k_ctx_t *ctx);
 
 /* gemm.c: dense and grouped GEMM on OpenBLAS */
 void moe_k_cpu_matmul(float *c,
@@ -317,6 +319,53 @@ void moe_k_cpu_attention_bwd(float *dq,
                              void *workspace,
                              size_t workspace_bytes,
                              moe_k_ctx_t *ctx);
+
+void moe_k_cpu_attention_window_sink_fwd(float *out,
+                                         float *lse,
+                                         const float *q,
+                                         const float *k,
+                                         const float *v,
+                                         const float *sinks,
+                                         int batch,
+                                         int q_len,
+                                         int kv_len,
+                                         int num_q_heads,
+                                         int num_kv_heads,
+                                         int qk_dim,
+                                         int v_dim,
+                                         int q_pos0,
+                                         int k_pos0,
+                                         int window,
+                                         float scale,
+                                         void *workspace,
+                                         size_t workspace_bytes,
+                                         moe_k_ctx_t *ctx);
+void moe_k_cpu_attention_window_sink_bwd(float *dq,
+                                         float *dk,
+                                         float *dv,
+                                         float *d_sinks,
+                                         const float *dout,
+                                         const float *q,
+                                         const float *k,
+                                         const float *v,
+                                         const float *out,
+                                         const float *lse,
+                                         const float *sinks,
+                                         int batch,
+                                         int q_len,
+                                         int kv_len,
+                                         int num_q_heads,
+                                         int num_kv_heads,
+                                         int qk_dim,
+                                         int v_dim,
+                                         int q_pos0,
+                                         int k_pos0,
+                                         int window,
+                                         float scale,
+                                         bool accumulate_dkv,
+                                         void *workspace,
+                                         size_t workspace_bytes,
+                                         moe_k_ctx_t *ctx);
 
 /* vocab.c: vocab-parallel embedding and cross-entropy */
 void moe_k_cpu_embedding_fwd(float *out,

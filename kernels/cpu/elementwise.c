@@ -1,8 +1,9 @@
 /*
- * CPU memory helpers (fill, strided copy, axpy, scale, sums) and pointwise activations (SwiGLU,
- * tanh-GELU) with their backward passes. Plain loops in index order; reductions accumulate in
- * double so a sum does not depend on anything but the data. SwiGLU follows Megatron-LM's fused
- * fc1 layout (gate half, then up half); GELU is GPT-2's tanh approximation as in llm.c.
+ * CPU memory helpers (fill, strided copy, axpy, scale, sums), pointwise activations (SwiGLU,
+ * tanh-GELU) with their backward passes, and bias rows (add a bias to every row; column sums for
+ * its gradient). Plain loops in index order; reductions accumulate in double so a sum does not
+ * depend on anything but the data. SwiGLU follows Megatron-LM's fused fc1 layout (gate half, then
+ * up half); GELU is GPT-2's tanh approximation as in llm.c.
  */
 #include "kernels/cpu/cpu.h"
 
@@ -153,5 +154,30 @@ void moe_k_cpu_gelu_bwd(
         float sech2 = 1.0f - t * t;
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
         d_in[i] = d_out[i] * (0.5f * (1.0f + t) + 0.5f * x * sech2 * du);
+    }
+}
+
+void moe_k_cpu_bias_fwd(float *y, const float *bias, int num_rows, int dim, moe_k_ctx_t *ctx)
+{
+    (void)ctx;
+    MOE_ASSERT(num_rows >= 0 && dim >= 0);
+    for (int r = 0; r < num_rows; r++) {
+        float *row = y + (size_t)r * (size_t)dim;
+        for (int c = 0; c < dim; c++) {
+            row[c] += bias[c];
+        }
+    }
+}
+
+void moe_k_cpu_bias_bwd(float *d_bias, const float *dy, int num_rows, int dim, moe_k_ctx_t *ctx)
+{
+    (void)ctx;
+    MOE_ASSERT(num_rows >= 0 && dim >= 0);
+    for (int c = 0; c < dim; c++) {
+        double acc = 0.0;
+        for (int r = 0; r < num_rows; r++) {
+            acc += (double)dy[(size_t)r * (size_t)dim + (size_t)c];
+        }
+        d_bias[c] += (float)acc;
     }
 }

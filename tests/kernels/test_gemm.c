@@ -3,7 +3,8 @@
  * alpha/beta against a naive double product; linear forward (with and without bias) against the
  * same; linear and grouped-linear backward against central finite differences of
  * L = sum(dy * y); grouped forward against per-expert naive products with empty experts; the
- * accumulate flag and the parameter-gradient += convention; bit-reproducibility.
+ * accumulate flag and the parameter-gradient += convention; bit-reproducibility; bias rows
+ * (bias_fwd adds to every row, bias_bwd accumulates double column sums) against naive loops.
  * Tolerances: fp32 GEMMs of length <= 64 vs double: atol 1e-5, rtol 1e-5. Finite differences:
  * h = 1e-2 on a linear function (exact up to fp32 rounding of L): atol 2e-3, rtol 2e-3.
  */
@@ -303,13 +304,47 @@ static void test_grouped_matches_slices(void **state)
     moe_k_ctx_destroy(ctx);
 }
 
+static void test_bias_rows(void **state)
+{
+    (void)state;
+    moe_k_ctx_t *ctx = ktest_cpu_ctx();
+    const struct moe_k_ops *ops = moe_k_ctx_ops(ctx);
+    struct moe_test_rng rng;
+    moe_test_rng_seed(&rng, 31);
+    enum { M = 5, N = 7 };
+    float *y = ktest_random(&rng, M * N, -1, 1), *b = ktest_random(&rng, N, -1, 1);
+    float *dy = ktest_random(&rng, M * N, -1, 1);
+    float y0[M * N], ref[M * N], db[N], dref[N];
+    memcpy(y0, y, sizeof(y0));
+    ops->bias_fwd(y, b, M, N, ctx);
+    for (int r = 0; r < M; r++) {
+        for (int c = 0; c < N; c++) {
+            ref[r * N + c] = y0[r * N + c] + b[c];
+        }
+    }
+    assert_memory_equal(y, ref, sizeof(ref));
+    for (int c = 0; c < N; c++) {
+        double acc = 0.0;
+        for (int r = 0; r < M; r++) {
+            acc += (double)dy[r * N + c];
+        }
+        db[c] = 0.5f;
+        dref[c] = (float)(0.5 + (double)(float)acc); /* += onto the existing gradient */
+    }
+    ops->bias_bwd(db, dy, M, N, ctx);
+    assert_true(moe_test_allclose_f32("bias_bwd", db, dref, N, 1e-6, 1e-6, NULL));
+    free(y);
+    free(b);
+    free(dy);
+    moe_k_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul_transposes),
-        cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_grouped_linear),
-        cmocka_unit_test(test_grouped_matches_slices),
+        cmocka_unit_test(test_matmul_transposes), cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_grouped_linear),    cmocka_unit_test(test_grouped_matches_slices),
+        cmocka_unit_test(test_bias_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
