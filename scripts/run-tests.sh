@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Run every cmocka test binary under BUILD/bin/tests (argument 1, default build). A test source
 # with a line `moe-test-np: 2 4` also runs under `mpirun -n 2` and `-n 4` (oversubscribed, allowed
-# as root, as CI runs). Prints each binary's cmocka summary and a final tally; exit status is the
-# number of failing binaries (capped at 255).
+# as root, as CI runs). Prints each binary's cmocka summary and a final tally: binaries run and
+# failed, and tests passed, failed and skipped, the skips grouped by the reason the test printed
+# before skipping (a line `# skipped: REASON`; reasons that name CUDA, a device or NCCL count as
+# "no GPU"). Exit status is the number of failing binaries (capped at 255).
 set -u
 build=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 MOEFOLD_ROOT=$(pwd)
 export MOEFOLD_BIN="$build/bin" MOEFOLD_ROOT
+log=$(mktemp)
+results=$(mktemp)
+trap 'rm -f "$log" "$results"' EXIT
 fail=0
 runs=0
 failed=()
@@ -21,19 +26,39 @@ for bin in $(find "$build/bin/tests" -type f -perm -u+x | sort); do
         runs=$((runs + 1))
         if [ "$np" -eq 1 ]; then
             echo "== $rel"
-            timeout 600 "$bin"
+            timeout 600 "$bin" 2>&1 | tee "$log"
         else
             echo "== $rel (mpirun -n $np)"
-            timeout 600 mpirun -n "$np" --oversubscribe --bind-to none "$bin"
+            timeout 600 mpirun -n "$np" --oversubscribe --bind-to none "$bin" 2>&1 | tee "$log"
         fi
-        rc=$?
+        rc=${PIPESTATUS[0]}
         if [ $rc -ne 0 ]; then
             fail=$((fail + 1))
             failed+=("$rel(np=$np,rc=$rc)")
         fi
+        # Per-test result lines follow each "[ RUN      ] name" (rank 0's stdout; cmocka's summary
+        # lists go to every rank's stderr and are not counted). A skip's reason is the test's
+        # "# skipped: REASON" line before it.
+        awk -v bin="$rel" '
+            /^\[ RUN      \] / { cur = $4; why = ""; next }
+            /^# skipped: / { why = substr($0, 12); next }
+            cur != "" && /^\[       OK \] / && $4 == cur { res[cur] = "pass"; cur = ""; next }
+            cur != "" && /^\[  FAILED  \] / && $4 == cur { res[cur] = "fail"; cur = ""; next }
+            cur != "" && /^\[  SKIPPED \] / && $4 == cur {
+                if (why == "") why = "no reason printed (" bin ")"
+                if (why ~ /CUDA|cuda|GPU|[Dd]evice|NCCL|nvcc/) why = "no GPU"
+                res[cur] = "skip " why; cur = ""; next
+            }
+            END { for (t in res) print res[t] }' "$log" >>"$results"
     done
 done
+passed=$(grep -c '^pass' "$results")
+tfailed=$(grep -c '^fail' "$results")
+skipped=$(grep -c '^skip' "$results")
 echo "================================================================"
 echo "test binaries run: $runs, failed: $fail ${failed[*]:-}"
+echo "tests passed: $passed, failed: $tfailed, skipped: $skipped"
+grep '^skip' "$results" | cut -c6- | sort | uniq -c | sort -rn |
+    awk '{n = $1; $1 = ""; printf "  skipped %4d:%s\n", n, $0}'
 [ $fail -gt 255 ] && fail=255
 exit $fail

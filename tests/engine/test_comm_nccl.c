@@ -87,6 +87,7 @@ static struct fixture *fx(void **state)
 {
     struct fixture *f = *state;
     if (f == NULL) {
+        printf("# skipped: no usable CUDA device or NCCL\n");
         skip();
     }
     f->used = 0;

@@ -124,6 +124,7 @@ static void test_four_rank_layouts(void **state)
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size < 4) {
+        printf("# skipped: needs 4 ranks (mpirun -n 4)\n");
         skip();
     }
     const struct eng_test_layout ls[] = {

@@ -170,6 +170,7 @@ static struct fx *begin(void **state, uint64_t seed)
 {
     struct fx *f = *state;
     if (f == NULL) {
+        printf("# skipped: no usable CUDA device\n");
         skip();
     }
     end(f);
@@ -1279,7 +1280,7 @@ static void test_fp8_gemm(void **state)
     struct moe_k_cuda_device_info info;
     moe_k_cuda_device_info(&info, f->gpu);
     if (!info.has_fp8_gemm) {
-        printf("# FP8 GEMM: device %d.%d has no FP8 tensor cores; skipped\n", info.cc_major,
+        printf("# skipped: FP8 GEMM: device %d.%d has no FP8 tensor cores\n", info.cc_major,
                info.cc_minor);
         end(f);
         skip();
@@ -1540,6 +1541,7 @@ static int group_teardown(void **state)
 static void test_cuda_ops(void **state)
 {
     (void)state;
+    printf("# skipped: CUDA backend not built (no nvcc)\n");
     skip();
 }
 

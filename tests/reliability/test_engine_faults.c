@@ -101,7 +101,7 @@ static int teardown(void **state)
 static void need_engine(const struct fixture *f)
 {
     if (!is_executable(f->train) || system("command -v mpirun >/dev/null 2>&1") != 0) {
-        printf("skipped: %s or mpirun not found (engine built only with MPI)\n", f->train);
+        printf("# skipped: %s or mpirun not found (engine built only with MPI)\n", f->train);
         skip();
     }
 }
