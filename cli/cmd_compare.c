@@ -41,6 +41,8 @@ static int usage(FILE *out)
 {
     fprintf(out, "usage: moefold compare PLAN.json RUN.json [--cluster NAME|FILE] [--json]\n"
                  "                       [--plot FILE.svg|FILE.png] [--observed-load]\n"
+                 "       moefold compare --megatron-log FILE [--cluster NAME|FILE] [--json] ...\n"
+                 "                       (a Megatron-LM training log; --megatron-log --help)\n"
                  "  --cluster        predict on this cluster instead of the one the plan names\n"
                  "  --json           one JSON object on stdout\n"
                  "  --plot           bar chart of predicted vs measured time per phase (gnuplot)\n"
@@ -297,6 +299,11 @@ static int parse_args(int argc, char **argv, struct compare_opts *o)
 
 int moe_cli_compare(int argc, char **argv)
 {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strncmp(argv[i], "--megatron-log", 14) == 0) {
+            return moe_cli_compare_megatron_log(argc, argv);
+        }
+    }
     struct compare_opts o;
     int prc = parse_args(argc, argv, &o);
     if (prc != 0) {

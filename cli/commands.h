@@ -17,6 +17,8 @@ int moe_cli_predict(int argc, char **argv);
 int moe_cli_plan(int argc, char **argv);
 int moe_cli_whatif(int argc, char **argv);
 int moe_cli_compare(int argc, char **argv);
+/* `moefold compare --megatron-log FILE ...` (cli/cmd_compare_log.c); moe_cli_compare hands over. */
+int moe_cli_compare_megatron_log(int argc, char **argv);
 int moe_cli_calibrate(int argc, char **argv);
 int moe_cli_accuracy(int argc, char **argv);
 

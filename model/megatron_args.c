@@ -565,6 +565,12 @@ bool moe_megatron_flag_known(const char *name, int *arity)
     return false;
 }
 
+bool moe_megatron_flag_priced(const char *name)
+{
+    const struct flag_def *d = (name != NULL) ? find_flag(name) : NULL;
+    return d != NULL && d->id != F_IGNORE;
+}
+
 bool moe_megatron_is_set(const struct moe_megatron_result *res, enum moe_megatron_field f)
 {
     if (res == NULL || (int)f < 0 || f >= MOE_MF_COUNT) {

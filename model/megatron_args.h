@@ -190,6 +190,12 @@ MOE_NODISCARD enum moe_status moe_megatron_split_line(
  */
 bool moe_megatron_flag_known(const char *name, int *arity);
 
+/*
+ * Whether name is a flag the parser reads into the structs (or refuses as unpriceable): false for
+ * the flags it accepts and ignores (learning rate, logging, ...) and for unknown names.
+ */
+bool moe_megatron_flag_priced(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

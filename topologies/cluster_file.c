@@ -296,6 +296,21 @@ static enum moe_status read_fields(const cJSON *obj,
     return MOE_OK;
 }
 
+static enum moe_status
+read_cluster(const cJSON *root, struct moe_cluster *out, struct moe_diag *diag)
+{
+    struct moe_cluster cl;
+    memset(&cl, 0, sizeof(cl));
+    enum moe_status st = read_fields(root, SEC_ROOT, "cluster", (unsigned char *)&cl, diag);
+    if (st == MOE_OK) {
+        st = moe_cluster_validate(&cl, diag);
+    }
+    if (st == MOE_OK) {
+        *out = cl;
+    }
+    return st;
+}
+
 enum moe_status moe_cluster_from_json(const cJSON *root,
                                       const char *source,
                                       struct moe_cluster *out,
@@ -308,17 +323,228 @@ enum moe_status moe_cluster_from_json(const cJSON *root,
     if (st != MOE_OK) {
         return in_file(st, src, diag);
     }
-    struct moe_cluster cl;
-    memset(&cl, 0, sizeof(cl));
-    st = read_fields(root, SEC_ROOT, "cluster", (unsigned char *)&cl, diag);
+    if (cJSON_GetObjectItemCaseSensitive(root, "extends") == NULL) {
+        return in_file(read_cluster(root, out, diag), src, diag);
+    }
+    cJSON *merged = NULL;
+    st = moe_cluster_resolve_json(root, src, &merged, diag);
     if (st == MOE_OK) {
-        st = moe_cluster_validate(&cl, diag);
+        st = read_cluster(merged, out, diag);
+    }
+    cJSON_Delete(merged);
+    return in_file(st, src, diag);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * "extends": a file stating only what differs from its base */
+
+#define MOE_CLUSTER_MAX_EXTENDS 8
+
+/* A figure ({"value": ...}) replaces as a whole; any other object is a section and merges. */
+static bool is_section(const cJSON *o)
+{
+    return cJSON_IsObject(o) && cJSON_GetObjectItemCaseSensitive(o, "value") == NULL;
+}
+
+/* Duplicate keys are refused in every file (the merge would silently keep one of them). */
+static enum moe_status check_duplicates(const cJSON *obj, const char *where, struct moe_diag *diag)
+{
+    for (const cJSON *a = obj->child; a != NULL; a = a->next) {
+        for (const cJSON *b = a->next; b != NULL; b = b->next) {
+            if (a->string != NULL && b->string != NULL && strcmp(a->string, b->string) == 0) {
+                return moe_diag_set(diag, MOE_ERR_INVALID, "duplicate key %s.%s", where, a->string);
+            }
+        }
+        if (cJSON_IsObject(a) && a->string != NULL) {
+            char sub[160];
+            (void)snprintf(sub, sizeof(sub), "%s.%s", where, a->string);
+            MOE_TRY(check_duplicates(a, sub, diag));
+        }
+    }
+    return MOE_OK;
+}
+
+/* Lay src over dst: sections merge, everything else (and "extends") replaces. */
+static bool overlay(cJSON *dst, const cJSON *src, bool top)
+{
+    for (const cJSON *it = src->child; it != NULL; it = it->next) {
+        if (it->string == NULL || (top && strcmp(it->string, "extends") == 0)) {
+            continue;
+        }
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(dst, it->string);
+        if (d != NULL && is_section(d) && is_section(it)) {
+            if (!overlay(d, it, false)) {
+                return false;
+            }
+            continue;
+        }
+        cJSON *copy = cJSON_Duplicate(it, true);
+        if (copy == NULL) {
+            return false;
+        }
+        bool ok = d != NULL ? cJSON_ReplaceItemInObjectCaseSensitive(dst, it->string, copy)
+                            : cJSON_AddItemToObject(dst, it->string, copy);
+        if (!ok) {
+            cJSON_Delete(copy);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The folder of path into buf ("." when it has none). */
+static void dir_of(const char *path, char *buf, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL) {
+        (void)snprintf(buf, len, ".");
+    } else if (slash == path) {
+        (void)snprintf(buf, len, "/");
+    } else {
+        (void)snprintf(buf, len, "%.*s", (int)(slash - path), path);
+    }
+}
+
+static bool is_plain_name(const char *s);
+static bool ends_with(const char *s, const char *suffix);
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Where the base `ext` of the file `source` lives. */
+static enum moe_status
+base_path(const char *ext, const char *source, char *out, size_t len, struct moe_diag *diag)
+{
+    char dir[PATH_MAX];
+    dir_of(source, dir, sizeof(dir));
+    int w = 0;
+    if (strchr(ext, '/') != NULL || ends_with(ext, ".json")) {
+        w = ext[0] == '/' ? snprintf(out, len, "%s", ext) : snprintf(out, len, "%s/%s", dir, ext);
+        if (w < 0 || (size_t)w >= len || !file_exists(out)) {
+            return moe_diag_set(diag, MOE_ERR_NOT_FOUND,
+                                "%s extends \"%s\", which is not a readable file", source, ext);
+        }
+        return MOE_OK;
+    }
+    if (!is_plain_name(ext)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s: \"extends\": \"%s\" is neither a cluster name nor a file", source,
+                            ext);
+    }
+    w = snprintf(out, len, "%s/%s.json", dir, ext);
+    if (w > 0 && (size_t)w < len && file_exists(out)) {
+        return MOE_OK;
+    }
+    char cdir[PATH_MAX];
+    if (moe_cluster_dir(cdir, sizeof(cdir)) != NULL) {
+        w = snprintf(out, len, "%s/%s.json", cdir, ext);
+        if (w > 0 && (size_t)w < len && file_exists(out)) {
+            return MOE_OK;
+        }
+    }
+    return moe_diag_set(diag, MOE_ERR_NOT_FOUND,
+                        "%s extends \"%s\", which is not a cluster beside it nor in %s (see "
+                        "`moefold clusters`)",
+                        source, ext, cdir);
+}
+
+/* The files of a chain so far, identified by device and inode (a cycle through another spelling
+ * of the same path is still a cycle). */
+struct extends_chain {
+    dev_t dev[MOE_CLUSTER_MAX_EXTENDS + 1];
+    ino_t ino[MOE_CLUSTER_MAX_EXTENDS + 1];
+    int n;
+    const char *first;
+};
+
+static enum moe_status resolve(const cJSON *root,
+                               const char *source,
+                               struct extends_chain *chain,
+                               cJSON **out,
+                               struct moe_diag *diag)
+{
+    *out = NULL;
+    MOE_TRY(check_duplicates(root, "cluster", diag));
+    const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "extends");
+    if (ext == NULL) {
+        *out = cJSON_Duplicate(root, true);
+        return *out != NULL ? MOE_OK : moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    if (!cJSON_IsString(ext) || ext->valuestring[0] == '\0') {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s: \"extends\" must name a cluster (moefold clusters) or a file",
+                            source);
+    }
+    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "name")) ||
+        !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "description"))) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s extends %s but gives no \"name\" and \"description\" of its own "
+                            "(they are not inherited)",
+                            source, ext->valuestring);
+    }
+    if (chain->n >= MOE_CLUSTER_MAX_EXTENDS) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s: \"extends\" chains more than %d files (starting at %s)", source,
+                            MOE_CLUSTER_MAX_EXTENDS, chain->first);
+    }
+    char path[PATH_MAX];
+    MOE_TRY(base_path(ext->valuestring, source, path, sizeof(path), diag));
+    struct stat fs;
+    if (stat(path, &fs) != 0) {
+        return moe_diag_set(diag, MOE_ERR_NOT_FOUND, "%s: cannot read its base %s", source, path);
+    }
+    for (int i = 0; i < chain->n; i++) {
+        if (chain->dev[i] == fs.st_dev && chain->ino[i] == fs.st_ino) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "%s: \"extends\" makes a cycle: %s is already a file further "
+                                "down the chain that starts at %s",
+                                source, path, chain->first);
+        }
+    }
+    chain->dev[chain->n] = fs.st_dev;
+    chain->ino[chain->n] = fs.st_ino;
+    chain->n++;
+    cJSON *base = NULL;
+    MOE_TRY(moe_json_read_file(path, &base, diag));
+    enum moe_status st =
+        moe_json_check_format(base, MOE_CLUSTER_FILE_FORMAT, MOE_CLUSTER_FILE_VERSION, path, diag);
+    cJSON *merged = NULL;
+    if (st == MOE_OK) {
+        st = resolve(base, path, chain, &merged, diag);
+    }
+    cJSON_Delete(base);
+    if (st == MOE_OK && !overlay(merged, root, true)) {
+        st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory merging %s into %s", source, path);
     }
     if (st != MOE_OK) {
-        return in_file(st, src, diag);
+        cJSON_Delete(merged);
+        return in_file(st, path, diag);
     }
-    *out = cl;
+    *out = merged;
     return MOE_OK;
+}
+
+enum moe_status
+moe_cluster_resolve_json(const cJSON *root, const char *source, cJSON **out, struct moe_diag *diag)
+{
+    const char *src = source != NULL ? source : "(cluster)";
+    struct extends_chain *chain = calloc(1, sizeof(*chain));
+    if (chain == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    chain->first = src;
+    struct stat fs;
+    if (stat(src, &fs) == 0) { /* the extending file itself, when it is one */
+        chain->dev[0] = fs.st_dev;
+        chain->ino[0] = fs.st_ino;
+        chain->n = 1;
+    }
+    enum moe_status st = resolve(root, src, chain, out, diag);
+    free(chain);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -626,4 +852,30 @@ moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_d
                             name_or_path, dir, known[0] != '\0' ? known : "(none found)");
     }
     return load_path(path, out, diag);
+}
+
+enum moe_status
+moe_cluster_file_base(const char *name_or_path, char *buf, size_t len, struct moe_diag *diag)
+{
+    if (len > 0) {
+        buf[0] = '\0';
+    }
+    char path[PATH_MAX + MOE_NAME_LEN + 8];
+    if (strchr(name_or_path, '/') != NULL || ends_with(name_or_path, ".json")) {
+        (void)snprintf(path, sizeof(path), "%s", name_or_path);
+    } else {
+        char dir[PATH_MAX];
+        if (!is_plain_name(name_or_path) || moe_cluster_dir(dir, sizeof(dir)) == NULL) {
+            return moe_diag_set(diag, MOE_ERR_NOT_FOUND, "unknown cluster \"%s\"", name_or_path);
+        }
+        (void)snprintf(path, sizeof(path), "%s/%s.json", dir, name_or_path);
+    }
+    cJSON *root = NULL;
+    MOE_TRY(moe_json_read_file(path, &root, diag));
+    const cJSON *ext = cJSON_GetObjectItemCaseSensitive(root, "extends");
+    if (cJSON_IsString(ext) && len > 0) {
+        (void)snprintf(buf, len, "%s", ext->valuestring);
+    }
+    cJSON_Delete(root);
+    return MOE_OK;
 }

@@ -3,6 +3,17 @@
  * fills model/'s struct moe_cluster. Every figure is {"value": x, "source": "..."}: a figure
  * without its source is refused. Unknown keys are errors naming them.
  *
+ * A cluster file may state only what differs from another: `"extends": "<cluster name or path>"`.
+ * The base file's tree (itself resolved first) is merged under the extending file's before any
+ * field is read: sections merge key by key, recursively, and anything else the extending file
+ * gives -- a figure {"value", "source"}, a flag, a name -- replaces the base's whole. Every key of
+ * the base the extending file does not give is inherited, sections added to the format later
+ * included; the merged tree then goes through the same checks as any file (unknown keys, a source
+ * for every figure). The extending file must give its own name and description. A name is looked
+ * up beside the extending file first, then in the cluster folder; a relative path is taken from
+ * the extending file's folder. Chains up to 8 files; a cycle or a missing base is an error naming
+ * the files.
+ *
  * Lookup of a cluster by name: $MOEFOLD_TOPOLOGIES if set, else the topologies/ folder found from
  * the running executable (<exe>/../../topologies, i.e. the source tree of build/bin/moefold), else
  * ./topologies. A name containing '/' or ending in ".json" is a path.
@@ -27,11 +38,25 @@ extern "C" {
 MOE_NODISCARD enum moe_status
 moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_diag *diag);
 
-/* Parse an already read tree (source names it in messages). */
+/* Parse an already read tree (source names it in messages and locates a relative "extends"). */
 MOE_NODISCARD enum moe_status moe_cluster_from_json(const cJSON *root,
                                                     const char *source,
                                                     struct moe_cluster *out,
                                                     struct moe_diag *diag);
+
+/*
+ * The tree root describes once its "extends" chain is merged (see above): *out is a new tree the
+ * caller deletes (a copy of root when it extends nothing). Errors name source and the base.
+ */
+MOE_NODISCARD enum moe_status
+moe_cluster_resolve_json(const cJSON *root, const char *source, cJSON **out, struct moe_diag *diag);
+
+/*
+ * The "extends" value of the cluster file name_or_path (looked up as moe_cluster_load does) into
+ * buf[len]: "" for a file that extends nothing (a reference system).
+ */
+MOE_NODISCARD enum moe_status
+moe_cluster_file_base(const char *name_or_path, char *buf, size_t len, struct moe_diag *diag);
 
 /*
  * Build the JSON for a cluster (every figure with `source` as its source text, used by

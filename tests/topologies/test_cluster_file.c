@@ -3,7 +3,11 @@
  * figures arrive where they belong (H100 989.4 / 1978.9 dense TFLOPS, NVL72's 72-GPU domain),
  * JSON round trips give the identical struct, and broken files (unknown key, figure without a
  * source, negative bandwidth, malformed JSON, missing file, unknown name) fail with a message that
- * names the problem. Broken files are written into a fresh folder under /tmp.
+ * names the problem. Broken files are written into a fresh folder under /tmp. "extends": a file
+ * stating only what differs loads as its base with those figures replaced, inherits every other
+ * key (sections the reader does not know yet included, as the merged tree shows), replaces a
+ * figure whole (no note of the base's left behind), chains, and keeps the loader's guarantees
+ * (unknown keys, sources, a cycle, a missing base, no name of its own: errors naming the files).
  */
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -385,10 +389,12 @@ static void test_list_and_dir(void **state)
         }
         assert_true(found);
     }
+    char first[2][MOE_NAME_LEN];
+    memcpy(first, names, sizeof(first));
     assert_int_equal(moe_cluster_list(names, 2, &n, &diag), MOE_OK); /* capped, first in order */
     assert_int_equal(n, 2);
-    assert_string_equal(names[0], "dgx-b200");
-    assert_string_equal(names[1], "dgx-h100");
+    assert_string_equal(names[0], first[0]);
+    assert_string_equal(names[1], first[1]);
 
     /* $MOEFOLD_TOPOLOGIES: a folder with one copied cluster and a file that is not JSON. */
     char dir[128];
@@ -423,6 +429,177 @@ static void test_list_and_dir(void **state)
     assert_true(same_dir(found, fx->topo_dir));
 }
 
+/* A file extending `base` with the given sections (JSON text of the object's inside). */
+static void write_child(const struct fixture *fx,
+                        const char *file,
+                        const char *name,
+                        const char *base,
+                        const char *body)
+{
+    char path[256];
+    char text[4096];
+    (void)snprintf(path, sizeof(path), "%s/%s", fx->tmp_dir, file);
+    (void)snprintf(text, sizeof(text),
+                   "{\"format\": \"moefold-cluster\", \"version\": 1, \"name\": \"%s\",\n"
+                   " \"description\": \"test\", \"extends\": \"%s\"%s%s}\n",
+                   name, base, body[0] ? ",\n " : "", body);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_file_write_atomic(path, text, strlen(text), &diag), MOE_OK);
+}
+
+static enum moe_status
+load_tmp(const struct fixture *fx, const char *file, struct moe_cluster *cl, struct moe_diag *diag)
+{
+    char path[256];
+    (void)snprintf(path, sizeof(path), "%s/%s", fx->tmp_dir, file);
+    memset(diag, 0, sizeof(*diag));
+    return moe_cluster_load(path, cl, diag);
+}
+
+static void test_extends(void **state)
+{
+    const struct fixture *fx = *state;
+    struct moe_cluster base;
+    struct moe_cluster cl;
+    struct moe_diag diag;
+    load_ok("dgx-h100", &base);
+    /* Only the network differs: everything else is the base's, bit for bit. */
+    write_child(fx, "net.json", "net", "dgx-h100",
+                "\"scaleout\": {\"nic_gbps\": {\"value\": 25, \"source\": \"test sheet\"},\n"
+                " \"latency_us\": {\"value\": 20, \"source\": \"test\"}}");
+    assert_int_equal(load_tmp(fx, "net.json", &cl, &diag), MOE_OK);
+    assert_string_equal(cl.name, "net");
+    assert_near(cl.net.nic_gbps, 25, 0);
+    assert_near(cl.net.latency_us, 20, 0);
+    assert_near(cl.net.eff, base.net.eff, 0); /* a sibling in the same section is inherited */
+    struct moe_cluster expect = base;
+    memset(expect.name, 0, sizeof(expect.name));
+    memset(expect.description, 0, sizeof(expect.description));
+    (void)snprintf(expect.name, sizeof(expect.name), "net");
+    (void)snprintf(expect.description, sizeof(expect.description), "test");
+    expect.net.nic_gbps = 25;
+    expect.net.latency_us = 20;
+    assert_memory_equal(&cl, &expect, sizeof(cl));
+    /* A chain: a file extending the one above by path. */
+    write_child(fx, "chain.json", "chain", "net.json",
+                "\"gpu\": {\"hbm_gib\": {\"value\": 70, \"source\": \"test\"}}");
+    assert_int_equal(load_tmp(fx, "chain.json", &cl, &diag), MOE_OK);
+    assert_near(cl.net.nic_gbps, 25, 0);
+    assert_near(cl.gpu.hbm_gib, 70, 0);
+    assert_near(cl.gpu.peak_tflops[MOE_MATH_BF16], base.gpu.peak_tflops[MOE_MATH_BF16], 0);
+    /* Extending nothing new is the base under another name. */
+    write_child(fx, "same.json", "same", "dgx-h100", "");
+    assert_int_equal(load_tmp(fx, "same.json", &cl, &diag), MOE_OK);
+    memset(cl.name, 0, sizeof(cl.name));
+    memset(cl.description, 0, sizeof(cl.description));
+    (void)snprintf(cl.name, sizeof(cl.name), "dgx-h100");
+    (void)snprintf(cl.description, sizeof(cl.description), "%s", base.description);
+    assert_memory_equal(&cl, &base, sizeof(cl));
+}
+
+/* The merge itself: sections the reader does not know are inherited (a base written by a newer
+ * moefold), a figure replaces the base's whole. */
+static void test_extends_merge_tree(void **state)
+{
+    const struct fixture *fx = *state;
+    cJSON *base = h100_tree(fx);
+    cJSON *extra = cJSON_AddObjectToObject(base, "uncertainty");
+    cJSON_AddNumberToObject(extra, "level", 0.8);
+    char path[256];
+    (void)snprintf(path, sizeof(path), "%s/newer-base.json", fx->tmp_dir);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_json_write_file(path, base, &diag), MOE_OK);
+    cJSON_Delete(base);
+    const char *text = "{\"format\": \"moefold-cluster\", \"version\": 1, \"name\": \"x\","
+                       " \"description\": \"d\", \"extends\": \"newer-base.json\","
+                       " \"scaleout\": {\"a2a_eff\": {\"value\": 0.5, \"source\": \"s\"}}}";
+    cJSON *child = cJSON_Parse(text);
+    assert_non_null(child);
+    char src[256];
+    (void)snprintf(src, sizeof(src), "%s/child.json", fx->tmp_dir);
+    cJSON *merged = NULL;
+    assert_int_equal(moe_cluster_resolve_json(child, src, &merged, &diag), MOE_OK);
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(merged, "uncertainty");
+    assert_non_null(u);
+    assert_near(cJSON_GetObjectItemCaseSensitive(u, "level")->valuedouble, 0.8, 0);
+    assert_null(cJSON_GetObjectItemCaseSensitive(merged, "extends"));
+    const cJSON *a2a = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(merged, "scaleout"), "a2a_eff");
+    assert_null(cJSON_GetObjectItemCaseSensitive(a2a, "note")); /* the base's note is gone */
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(a2a, "source")->valuestring, "s");
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(merged, "scaleout"), "nic_gbps"));
+    cJSON_Delete(merged);
+    /* Until the reader knows the section, loading it is the usual unknown-key error. */
+    struct moe_cluster cl;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_cluster_from_json(child, src, &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "cluster.uncertainty"));
+    cJSON_Delete(child);
+}
+
+static void test_extends_errors(void **state)
+{
+    const struct fixture *fx = *state;
+    struct moe_cluster cl;
+    struct moe_diag diag;
+    /* An unknown key in the extending file. */
+    write_child(fx, "typo.json", "typo", "dgx-h100",
+                "\"scaleout\": {\"nic_gbs\": {\"value\": 25, \"source\": \"x\"}}");
+    assert_int_equal(load_tmp(fx, "typo.json", &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "cluster.scaleout.nic_gbs"));
+    assert_non_null(strstr(diag.message, "typo.json"));
+    /* A figure without its source. */
+    write_child(fx, "nosrc.json", "nosrc", "dgx-h100",
+                "\"scaleout\": {\"nic_gbps\": {\"value\": 25}}");
+    assert_int_equal(load_tmp(fx, "nosrc.json", &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "cluster.scaleout.nic_gbps"));
+    assert_non_null(strstr(diag.message, "source"));
+    /* A missing base. */
+    write_child(fx, "orphan.json", "orphan", "dgx-h1000", "");
+    assert_int_equal(load_tmp(fx, "orphan.json", &cl, &diag), MOE_ERR_NOT_FOUND);
+    assert_non_null(strstr(diag.message, "dgx-h1000"));
+    assert_non_null(strstr(diag.message, "orphan.json"));
+    /* A cycle: a extends b extends a. */
+    write_child(fx, "cyc-a.json", "a", "cyc-b.json", "");
+    write_child(fx, "cyc-b.json", "b", "cyc-a.json", "");
+    assert_int_equal(load_tmp(fx, "cyc-a.json", &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "cycle"));
+    /* Itself. */
+    write_child(fx, "self.json", "self", "self.json", "");
+    assert_int_equal(load_tmp(fx, "self.json", &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "cycle"));
+    /* No name or description of its own; extends not a string. */
+    char path[256];
+    const char *noname =
+        "{\"format\": \"moefold-cluster\", \"version\": 1, \"extends\": \"dgx-h100\"}";
+    (void)snprintf(path, sizeof(path), "%s/noname.json", fx->tmp_dir);
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_file_write_atomic(path, noname, strlen(noname), &diag), MOE_OK);
+    assert_int_equal(load_tmp(fx, "noname.json", &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "name"));
+    const char *num = "{\"format\": \"moefold-cluster\", \"version\": 1, \"name\": \"n\", "
+                      "\"description\": \"d\", \"extends\": 7}";
+    (void)snprintf(path, sizeof(path), "%s/num.json", fx->tmp_dir);
+    assert_int_equal(moe_file_write_atomic(path, num, strlen(num), &diag), MOE_OK);
+    assert_int_equal(load_tmp(fx, "num.json", &cl, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "extends"));
+    /* A base that is not a cluster file. */
+    write_child(fx, "wrongfmt.json", "w", "/dev/null", "");
+    assert_int_not_equal(load_tmp(fx, "wrongfmt.json", &cl, &diag), MOE_OK);
+    assert_non_null(strstr(diag.message, "/dev/null"));
+    /* moe_cluster_file_base */
+    char base[64];
+    (void)snprintf(path, sizeof(path), "%s/net.json", fx->tmp_dir);
+    write_child(fx, "net.json", "net", "dgx-h100", "");
+    assert_int_equal(moe_cluster_file_base(path, base, sizeof(base), &diag), MOE_OK);
+    assert_string_equal(base, "dgx-h100");
+    assert_int_equal(moe_cluster_file_base("dgx-h100", base, sizeof(base), &diag), MOE_OK);
+    assert_string_equal(base, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +611,9 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_malformed_and_missing),
         cmocka_unit_test(test_list_and_dir),
+        cmocka_unit_test(test_extends),
+        cmocka_unit_test(test_extends_merge_tree),
+        cmocka_unit_test(test_extends_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
