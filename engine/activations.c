@@ -80,16 +80,38 @@ static void carve_attention(const struct moe_eng_dims *d,
     size_t ms = (size_t)d->tokens_sp;
     size_t m = (size_t)d->tokens;
     size_t C = (size_t)d->hidden;
-    size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
-    size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
+    size_t hq = (size_t)d->heads_l * (size_t)d->qk_dim;
+    size_t hk = (size_t)d->kv_heads_l * (size_t)d->qk_dim;
+    size_t hv = (size_t)d->kv_heads_l * (size_t)d->v_dim;
+    size_t ho = (size_t)d->heads_l * (size_t)d->v_dim;
     a->rstd1 = tf(pl, store_of(rc, 0, MOE_OFF_ATTN_NORM), ms);
     a->h1 = tf(pl, store_of(rc, MOE_RC_LAYERNORM, MOE_OFF_QKV_LINEAR), ms * C);
-    enum moe_eng_store qkv_store = store_of(rc, 0, MOE_OFF_CORE_ATTN);
+    if (d->is_mla) {
+        /* The latents (inputs of the up projections), kept unless the layer is recomputed. */
+        enum moe_eng_store ls = store_of(rc, 0, MOE_OFF_QKV_LINEAR);
+        if (d->q_lora > 0) {
+            a->cq = tf(pl, ls, m * (size_t)d->q_lora);
+            a->cq_rstd = tf(pl, ls, m);
+            a->cq_n = tf(pl, ls, m * (size_t)d->q_lora);
+        }
+        a->ckv = tf(pl, ls, m * (size_t)d->kv_lora);
+        a->ckv_rstd = tf(pl, ls, m);
+        a->ckv_n = tf(pl, ls, m * (size_t)d->kv_lora);
+        a->kpe = tf(pl, ls, m * (size_t)d->qk_rope);
+    }
+    enum moe_eng_store qkv_store =
+        store_of(rc, d->is_mla ? MOE_RC_MLA_UP_PROJ : 0u, MOE_OFF_CORE_ATTN);
     a->q = tf(pl, qkv_store, m * hq);
-    a->k = tf(pl, qkv_store, m * hkv);
-    a->v = tf(pl, qkv_store, m * hkv);
+    a->k = tf(pl, qkv_store, m * hk);
+    a->v = tf(pl, qkv_store, m * hv);
+    if (d->has_qk_norm) {
+        a->q_raw = tf(pl, qkv_store, m * hq);
+        a->k_raw = tf(pl, qkv_store, m * hk);
+        a->q_rstd = tf(pl, qkv_store, m * (size_t)d->heads_l);
+        a->k_rstd = tf(pl, qkv_store, m * (size_t)d->kv_heads_l);
+    }
     unsigned o_off = MOE_OFF_CORE_ATTN | MOE_OFF_ATTN_PROJ;
-    a->o = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, o_off), m * hq);
+    a->o = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, o_off), m * ho);
     a->lse = tf(pl, store_of(rc, MOE_RC_CORE_ATTN, MOE_OFF_CORE_ATTN),
                 (size_t)d->mbs * (size_t)d->heads_l * (size_t)d->seq_l);
     a->x2 = tf(pl, store_of(rc, 0, MOE_OFF_MLP_NORM), ms * C);
@@ -106,7 +128,7 @@ static void carve_mlp(const struct moe_eng_dims *d,
 {
     size_t m = (size_t)d->tokens;
     enum moe_eng_store s = store_of(rc, rc_bit, 0);
-    a->fc1 = tf(pl, s, m * 2 * (size_t)ffn_l);
+    a->fc1 = tf(pl, s, m * (size_t)d->glu * (size_t)ffn_l);
     a->act = tf(pl, s, m * (size_t)ffn_l);
 }
 
@@ -143,7 +165,7 @@ static void carve_moe(const struct moe_eng_dims *d,
     a->hc_gath = h_counts != NULL ? h_counts + halves * E + n_recv : NULL;
     a->counts_mb = ti(pl, s, E);
     a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
-    a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * 2 * fel);
+    a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * (size_t)d->glu * fel);
     a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
     if (d->hier_nodes == 0) {
         a->y_rows = tf(pl, s, ms * K * C);
@@ -194,10 +216,50 @@ static void carve_layer(const struct moe_eng *e,
     a->stage = pl->stage->base != NULL ? pl->stage->base + stage_before : NULL;
 }
 
+/* The loss chunk's MTP tensors: the final norm's output, and per depth its transformer layer (as a
+ * decoder layer whose input is the projection's output) and the tensors around it. */
+static void carve_mtp(const struct moe_eng *e,
+                      const struct moe_eng_chunk *ch,
+                      struct moe_eng_slot *sl,
+                      struct placement *pl,
+                      struct moe_eng_arena stage[2],
+                      struct moe_eng_arena *host)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t ms = (size_t)d->tokens_sp;
+    size_t msc = ms * (size_t)d->hidden;
+    sl->hf = moe_eng_arena_floats(pl->slot, msc);
+    sl->rstd_f = moe_eng_arena_floats(pl->slot, ms);
+    for (int j = 0; j < ch->num_mtp; j++) {
+        struct moe_eng_mtp_act *t = &sl->mtp[j];
+        memset(t, 0, sizeof(*t));
+        int i = ch->num_layers + j;
+        moe_eng_arena_reset(pl->scratch);
+        moe_eng_arena_reset(&stage[i % 2]);
+        pl->stage = &stage[i % 2];
+        carve_layer(e, &e->layers[d->num_layers + j], &ch->mtp_rc, false, pl, &t->layer);
+        t->layer.host =
+            t->layer.offload_bytes > 0 ? moe_eng_arena_take(host, t->layer.offload_bytes) : NULL;
+        t->emb = moe_eng_arena_floats(pl->slot, msc);
+        t->rstd_e = moe_eng_arena_floats(pl->slot, ms);
+        t->rstd_h = moe_eng_arena_floats(pl->slot, ms);
+        t->cat = moe_eng_arena_floats(pl->slot, 2 * msc);
+        t->out = moe_eng_arena_floats(pl->slot, msc);
+        t->rstd_o = moe_eng_arena_floats(pl->slot, ms);
+        t->h = moe_eng_arena_floats(pl->slot, msc);
+        t->dh = moe_eng_arena_floats(pl->slot, msc);
+    }
+}
+
 /* Recompute and offload policy per layer of a chunk. */
 static void chunk_policy(const struct moe_eng *e, struct moe_eng_chunk *ch)
 {
     const struct moe_options *o = &e->plan.options;
+    memset(&ch->mtp_rc, 0, sizeof(ch->mtp_rc));
+    if (o->recompute == MOE_RECOMPUTE_SELECTIVE) {
+        ch->mtp_rc.modules = o->recompute_modules;
+    }
+    /* MTP layers keep their tensors on the device (no offload): they run inside the head. */
     int n = o->recompute_num_layers > 0 ? o->recompute_num_layers : 1;
     for (int i = 0; i < ch->num_layers; i++) {
         struct moe_eng_rc *rc = &ch->rc[i];
@@ -256,8 +318,10 @@ void moe_eng_acts_carve(struct moe_eng *e)
         for (int s = 0; s < ch->num_slots; s++) {
             struct moe_eng_slot *sl = &ch->slots[s];
             struct moe_eng_layer_act *acts_arr = sl->acts; /* allocated at create */
+            struct moe_eng_mtp_act *mtp_arr = sl->mtp;
             memset(sl, 0, sizeof(*sl));
             sl->acts = acts_arr;
+            sl->mtp = mtp_arr;
             sl->x0 = moe_eng_arena_floats(acts, ms_c);
             sl->dout = ch->has_loss ? moe_eng_arena_floats(acts, ms_c) : NULL;
             sl->out = moe_eng_arena_floats(bufs, ms_c);
@@ -277,6 +341,11 @@ void moe_eng_acts_carve(struct moe_eng *e)
                 }
                 a->host = a->offload_bytes > 0 ? moe_eng_arena_take(host, a->offload_bytes) : NULL;
             }
+            if (ch->num_mtp > 0) {
+                struct placement pl = {
+                    .slot = acts, .scratch = &scratch, .stage = &stage[0], .mirror = mirror};
+                carve_mtp(e, ch, sl, &pl, stage, host);
+            }
         }
     }
     if (sizing) {
@@ -293,6 +362,18 @@ void moe_eng_acts_carve(struct moe_eng *e)
     e->targets = moe_eng_arena_ints(bufs, mt);
     e->h_ids = mirror_ints(mirror, e->ids, mt);
     e->h_targets = mirror_ints(mirror, e->targets, mt);
+    int num_mtp = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        num_mtp += e->chunks[v].num_mtp;
+    }
+    e->mtp_ids = e->mtp_targets = e->h_mtp_ids = e->h_mtp_targets = NULL;
+    if (num_mtp > 0) {
+        size_t nm = (size_t)num_mtp * mt;
+        e->mtp_ids = moe_eng_arena_ints(bufs, nm);
+        e->mtp_targets = moe_eng_arena_ints(bufs, nm);
+        e->h_mtp_ids = mirror_ints(mirror, e->mtp_ids, nm);
+        e->h_mtp_targets = mirror_ints(mirror, e->mtp_targets, nm);
+    }
     size_t ncp = 2 * (size_t)d->cp * (size_t)d->mbs; /* K/V chunks of the load-balanced split */
     /* positions, cp_chunk_rows and cp_chunk_order: one block, uploaded once below. */
     size_t n_tab = (size_t)d->tokens + 2 * ncp;
@@ -304,7 +385,7 @@ void moe_eng_acts_carve(struct moe_eng *e)
     /* Host-only statistics: with the engine's buffers on the CPU, in host staging on CUDA. */
     e->step_counts = moe_eng_arena_take(
         mirror != NULL ? mirror : bufs,
-        (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1) * sizeof(long));
+        (size_t)d->num_layers_all * (size_t)(d->experts > 0 ? d->experts : 1) * sizeof(long));
     /* Scalar slots of a step and the buckets' sums of squares, with their host copies. */
     e->scal = moe_eng_arena_floats(bufs, (size_t)e->cap_scal);
     e->h_scal = mirror != NULL ? moe_eng_arena_floats(mirror, (size_t)e->cap_scal) : e->scal;
@@ -418,9 +499,16 @@ static void qdq_reserve(const struct moe_eng *e, struct tsim *s)
     }
     const struct moe_eng_dims *d = &e->d;
     size_t rows = (size_t)(d->tokens > d->rows_exp ? d->tokens : d->rows_exp);
-    size_t dims[] = {(size_t)d->hidden,           (size_t)d->qkv_cols,
-                     2 * (size_t)d->ffn_l,        2 * (size_t)d->shared_ffn_l,
-                     2 * (size_t)d->expert_ffn_l, (size_t)d->heads_l * (size_t)d->head_dim};
+    size_t g = (size_t)d->glu;
+    size_t dims[] = {(size_t)d->hidden,
+                     (size_t)d->qkv_cols,
+                     g * (size_t)d->ffn_l,
+                     g * (size_t)d->shared_ffn_l,
+                     g * (size_t)d->expert_ffn_l,
+                     (size_t)d->heads_l * (size_t)d->qk_dim,
+                     (size_t)d->heads_l * (size_t)(d->qk_nope + d->v_dim),
+                     (size_t)(d->kv_lora + d->qk_rope),
+                     (size_t)d->q_lora};
     size_t dim = 0;
     for (size_t i = 0; i < MOE_ARRAY_LEN(dims); i++) {
         dim = dims[i] > dim ? dims[i] : dim;
@@ -451,19 +539,70 @@ static void sim_ep_plan(const struct moe_eng *e, struct tsim *s)
     ti_(s, 2 * nch + (size_t)d->experts_l);
 }
 
-static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
+/* Head widths on this rank: q, k, v, o rows. */
+static void
+head_widths(const struct moe_eng_dims *d, size_t *hq, size_t *hk, size_t *hv, size_t *ho)
+{
+    *hq = (size_t)d->heads_l * (size_t)d->qk_dim;
+    *hk = (size_t)d->kv_heads_l * (size_t)d->qk_dim;
+    *hv = (size_t)d->kv_heads_l * (size_t)d->v_dim;
+    *ho = (size_t)d->heads_l * (size_t)d->v_dim;
+}
+
+/* moe_eng_mla_heads_fwd (engine/mla.c). */
+static void sim_mla_heads(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
     size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
-    size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
-    if (d->sp) {
+    size_t mark = moe_eng_arena_mark(&s->a);
+    if (d->q_lora == 0 && d->sp) {
         tf_(s, M * C);
     }
-    tf_(s, M * (size_t)d->qkv_cols);
-    if (d->cp > 1) {
-        for (int i = 0; i < 3; i++) {
-            tf_(s, M * (size_t)d->cp * hkv);
+    tf_(s, M * (size_t)d->heads_l * (size_t)(d->qk_nope + d->v_dim));
+    qdq_reserve(e, s);
+    tf_(s, M * (size_t)d->qk_rope);
+    rel_(s, mark);
+}
+
+static void sim_mla_fwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, Ms = (size_t)d->tokens_sp;
+    size_t kvd = (size_t)(d->kv_lora + d->qk_rope);
+    size_t mark = moe_eng_arena_mark(&s->a);
+    if (d->q_lora > 0 && d->sp) {
+        tf_(s, Ms * (size_t)d->q_lora);
+    }
+    tf_(s, Ms * kvd);
+    if (d->sp) {
+        tf_(s, M * kvd);
+    }
+    qdq_reserve(e, s);
+    rel_(s, mark);
+    sim_mla_heads(e, s);
+}
+
+static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden, cp = (size_t)d->cp;
+    size_t hq, hk, hv, ho;
+    head_widths(d, &hq, &hk, &hv, &ho);
+    if (d->is_mla) {
+        sim_mla_fwd(e, s);
+    } else {
+        if (d->sp) {
+            tf_(s, M * C);
         }
+        size_t mark = moe_eng_arena_mark(&s->a);
+        tf_(s, M * (size_t)d->qkv_cols);
+        qdq_reserve(e, s);
+        rel_(s, mark);
+    }
+    if (d->cp > 1) {
+        tf_(s, M * cp * (hk > hv ? hk : hv));
+        tf_(s, M * cp * hk);
+        tf_(s, M * cp * hv);
     }
     carve(s, moe_eng_attn_ws_bytes(e), false);
     if (d->sp) {
@@ -472,42 +611,84 @@ static void sim_attn_fwd(const struct moe_eng *e, struct tsim *s)
     qdq_reserve(e, s);
 }
 
+static void sim_qkv_bwd(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, Ms = (size_t)d->tokens_sp, C = (size_t)d->hidden;
+    size_t hq, hk, hv, ho;
+    head_widths(d, &hq, &hk, &hv, &ho);
+    size_t mark = moe_eng_arena_mark(&s->a);
+    if (d->is_mla) {
+        size_t kvd = (size_t)(d->kv_lora + d->qk_rope);
+        tf_(s, M * (size_t)d->heads_l * (size_t)(d->qk_nope + d->v_dim));
+        tf_(s, M * (size_t)d->qk_rope);
+        tf_(s, M * (size_t)d->kv_lora);
+        tf_(s, M * (size_t)d->kv_lora);
+        tf_(s, M * kvd);
+        if (d->q_lora > 0) {
+            tf_(s, M * (size_t)d->q_lora);
+            tf_(s, M * (size_t)d->q_lora);
+            if (d->sp) {
+                tf_(s, Ms * (size_t)d->q_lora);
+            }
+        } else {
+            if (d->sp) {
+                tf_(s, M * C);
+            }
+            tf_(s, M * C);
+        }
+        if (d->sp) {
+            tf_(s, Ms * kvd);
+        }
+    } else {
+        tf_(s, M * (size_t)d->qkv_cols);
+        if (d->has_qk_norm) {
+            tf_(s, M * hq);
+            tf_(s, M * hk);
+        }
+        if (d->sp) {
+            tf_(s, M * C);
+        }
+        tf_(s, M * C);
+    }
+    qdq_reserve(e, s);
+    rel_(s, mark);
+}
+
 static void sim_attn_bwd(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
-    size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
-    size_t hq = (size_t)d->heads_l * (size_t)d->head_dim;
-    size_t hkv = (size_t)d->kv_heads_l * (size_t)d->head_dim;
+    size_t M = (size_t)d->tokens, Ms = (size_t)d->tokens_sp, C = (size_t)d->hidden;
+    size_t cp = (size_t)d->cp;
+    size_t hq, hk, hv, ho;
+    head_widths(d, &hq, &hk, &hv, &ho);
     size_t ws = moe_eng_attn_ws_bytes(e);
+    if (d->is_mla) {
+        sim_mla_heads(e, s); /* mla_up_proj recompute (released) */
+    }
     if (d->cp > 1) {
-        for (int i = 0; i < 3; i++) {
-            tf_(s, M * (size_t)d->cp * hkv);
-        }
+        tf_(s, M * cp * (hk > hv ? hk : hv));
+        tf_(s, M * cp * hk);
+        tf_(s, M * cp * hv);
     }
     carve(s, ws, false); /* core-attention recompute */
     if (d->sp) {
         tf_(s, M * C);
     }
+    tf_(s, M * ho);
     tf_(s, M * hq);
-    tf_(s, M * hq);
-    tf_(s, M * (size_t)d->cp * hkv);
-    tf_(s, M * (size_t)d->cp * hkv);
+    tf_(s, M * cp * hk);
+    tf_(s, M * cp * hv);
     carve(s, ws, false);
     if (d->cp > 1) {
-        tf_(s, M * hkv);
-        tf_(s, M * hkv);
+        tf_(s, M * hk);
+        tf_(s, M * hv);
         size_t mark = moe_eng_arena_mark(&s->a);
-        tf_(s, M * (size_t)d->cp * hkv); /* reduce_dkv's transient (released after each call) */
+        tf_(s, M * cp * (hk > hv ? hk : hv)); /* reduce_rows' transient (released each call) */
         rel_(s, mark);
     }
-    tf_(s, M * (size_t)d->qkv_cols);
-    if (d->sp) {
-        tf_(s, M * C);
-    }
-    tf_(s, M * C);
-    if (d->sp) {
-        tf_(s, (size_t)d->tokens_sp * C);
-    }
+    tf_(s, Ms * C);
+    sim_qkv_bwd(e, s);
     qdq_reserve(e, s);
 }
 
@@ -531,7 +712,7 @@ static void sim_mlp_bwd(const struct moe_eng *e, struct tsim *s, int ffn_l)
         tf_(s, M * C);
     }
     tf_(s, M * (size_t)ffn_l);
-    tf_(s, M * 2 * (size_t)ffn_l);
+    tf_(s, M * (size_t)d->glu * (size_t)ffn_l);
     tf_(s, M * C);
     if (d->sp) {
         tf_(s, (size_t)d->tokens_sp * C);
@@ -575,7 +756,7 @@ static void sim_moe_overlap(const struct moe_eng *e, struct tsim *s, bool bwd)
         td_(s, (size_t)d->rows_recv * C);
         td_(s, (size_t)d->rows_exp * C);
         td_(s, (size_t)d->rows_exp * fel);
-        td_(s, (size_t)d->rows_exp * 2 * fel);
+        td_(s, (size_t)d->rows_exp * (size_t)d->glu * fel);
     }
     qdq_reserve(e, s);
 }
@@ -633,7 +814,7 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
         td_(s, (size_t)d->rows_send * C);
     }
     td_(s, (size_t)d->rows_exp * fel);
-    td_(s, (size_t)d->rows_exp * 2 * fel);
+    td_(s, (size_t)d->rows_exp * (size_t)d->glu * fel);
     qdq_reserve(e, s);
     if (e->is_hierarchical) {
         sim_hier(e, s);
@@ -643,13 +824,13 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     tf_(s, ms * (size_t)d->experts);
 }
 
-static void sim_head(const struct moe_eng *e, struct tsim *s)
+/* moe_eng_logits_fwd_bwd (engine/head.c). */
+static void sim_logits(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
-    size_t M = (size_t)d->tokens, C = (size_t)d->hidden, ms = (size_t)d->tokens_sp;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden;
     size_t vl = (size_t)d->vocab_l;
-    tf_(s, ms * C);
-    tf_(s, ms);
+    size_t mark = moe_eng_arena_mark(&s->a);
     if (d->sp) {
         tf_(s, M * C);
     }
@@ -659,8 +840,93 @@ static void sim_head(const struct moe_eng *e, struct tsim *s)
     tf_(s, M);
     tf_(s, M * vl);
     tf_(s, M * C);
+    rel_(s, mark);
+}
+
+static void sim_head(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t C = (size_t)d->hidden, ms = (size_t)d->tokens_sp;
+    tf_(s, ms * C);
+    tf_(s, ms);
+    tf_(s, ms * C);
+    sim_logits(e, s);
+}
+
+/* engine/mtp.c: the heaviest of its steps (a depth's forward with its head; its backward). */
+static void sim_mtp(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t M = (size_t)d->tokens, C = (size_t)d->hidden, ms = (size_t)d->tokens_sp;
+    size_t m0 = moe_eng_arena_mark(&s->a);
+    tf_(s, M * C); /* embedding lookup (engine/head.c) */
+    rel_(s, m0);
+    tf_(s, ms * C); /* enorm and hnorm outputs */
+    tf_(s, ms * C);
+    rel_(s, m0);
+    /* eh_proj forward: gathered input, local output, gathered blocks, full rows */
     if (d->sp) {
-        tf_(s, ms * C);
+        tf_(s, M * 2 * C);
+    }
+    tf_(s, M * C / (size_t)d->tp);
+    tf_(s, M * C);
+    tf_(s, M * C);
+    qdq_reserve(e, s);
+    rel_(s, m0);
+    sim_logits(e, s);
+    rel_(s, m0);
+    /* backward: gradient of h, eh_proj backward, norm gradients */
+    tf_(s, ms * C);
+    tf_(s, ms * C);
+    if (d->sp) {
+        tf_(s, M * C);
+        tf_(s, M * 2 * C);
+    }
+    tf_(s, M * C / (size_t)d->tp);
+    tf_(s, M * 2 * C);
+    tf_(s, ms * 2 * C);
+    tf_(s, ms * C);
+    tf_(s, M * C); /* embedding backward's gathered gradient */
+    qdq_reserve(e, s);
+    rel_(s, m0);
+}
+
+/* A layer's forward and backward (attention, dense MLP, MoE block) on top of what is live. */
+static void sim_layers(const struct moe_eng *e, struct tsim *s)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t msc = (size_t)d->tokens_sp * (size_t)d->hidden;
+    size_t m0 = moe_eng_arena_mark(&s->a);
+    sim_attn_fwd(e, s);
+    rel_(s, m0);
+    sim_attn_bwd(e, s);
+    rel_(s, m0);
+    if (d->ffn_l > 0) {
+        sim_mlp_fwd(e, s);
+        rel_(s, m0);
+        tf_(s, msc); /* dh2 */
+        sim_mlp_bwd(e, s, d->ffn_l);
+        rel_(s, m0);
+    }
+    if (d->experts > 0) {
+        sim_moe_fwd(e, s);
+        rel_(s, m0);
+        tf_(s, msc); /* shared expert output */
+        sim_mlp_fwd(e, s);
+        rel_(s, m0);
+        tf_(s, msc); /* dh2 */
+        tf_(s, msc); /* moe recompute output */
+        sim_moe_fwd(e, s);
+        rel_(s, m0);
+        tf_(s, msc);
+        tf_(s, msc);
+        if (d->shared_ffn_l > 0) {
+            size_t m1 = moe_eng_arena_mark(&s->a);
+            sim_mlp_bwd(e, s, d->shared_ffn_l);
+            rel_(s, m1);
+        }
+        sim_moe_bwd(e, s);
+        rel_(s, m0);
     }
 }
 
@@ -672,12 +938,16 @@ size_t moe_eng_temp_bytes(const struct moe_eng *e, size_t *dispatch_bytes)
     memset(&s, 0, sizeof(s));
     moe_eng_arena_init_sizing(&s.a);
     size_t m0 = moe_eng_arena_mark(&s.a);
-    sim_attn_fwd(e, &s);
-    rel_(&s, m0);
-    sim_attn_bwd(e, &s);
-    rel_(&s, m0);
     sim_head(e, &s);
     rel_(&s, m0);
+    if (d->num_mtp > 0) {
+        /* engine/mtp.c's backward holds two gradients of h while a depth's layer runs backward */
+        tf_(&s, msc);
+        tf_(&s, msc);
+        sim_layers(e, &s);
+        sim_mtp(e, &s);
+        rel_(&s, m0);
+    }
     tf_(&s, (size_t)d->tokens * (size_t)d->hidden); /* embedding forward / backward */
     rel_(&s, m0);
     if (e->is_device) {
@@ -685,35 +955,9 @@ size_t moe_eng_temp_bytes(const struct moe_eng *e, size_t *dispatch_bytes)
         rel_(&s, m0);
     }
     /* optimizer expert counts of every layer */
-    ti_(&s, (size_t)d->num_layers * (size_t)(d->experts > 0 ? d->experts : 1));
+    ti_(&s, (size_t)d->num_layers_all * (size_t)(d->experts > 0 ? d->experts : 1));
     rel_(&s, m0);
-    if (d->ffn_l > 0) {
-        sim_mlp_fwd(e, &s);
-        rel_(&s, m0);
-        tf_(&s, msc); /* dh2 */
-        sim_mlp_bwd(e, &s, d->ffn_l);
-        rel_(&s, m0);
-    }
-    if (d->experts > 0) {
-        sim_moe_fwd(e, &s);
-        rel_(&s, m0);
-        tf_(&s, msc); /* shared expert output */
-        sim_mlp_fwd(e, &s);
-        rel_(&s, m0);
-        tf_(&s, msc); /* dh2 */
-        tf_(&s, msc); /* moe recompute output */
-        sim_moe_fwd(e, &s);
-        rel_(&s, m0);
-        tf_(&s, msc);
-        tf_(&s, msc);
-        if (d->shared_ffn_l > 0) {
-            size_t m1 = moe_eng_arena_mark(&s.a);
-            sim_mlp_bwd(e, &s, d->shared_ffn_l);
-            rel_(&s, m1);
-        }
-        sim_moe_bwd(e, &s);
-        rel_(&s, m0);
-    }
+    sim_layers(e, &s);
     *dispatch_bytes = s.dispatch_at_peak;
     return s.a.peak;
 }

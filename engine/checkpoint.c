@@ -128,7 +128,7 @@ static size_t payload_bytes(const struct moe_eng *e)
     for (int b = 0; b < e->num_buckets; b++) {
         n += (e->buckets[b].padded + 3 * e->buckets[b].shard) * sizeof(float);
     }
-    for (int l = 0; l < e->d.num_layers; l++) {
+    for (int l = 0; l < e->d.num_layers_all; l++) {
         n += e->layers[l].expert_bias != NULL ? (size_t)e->d.experts * sizeof(float) : 0;
     }
     return n;
@@ -156,7 +156,7 @@ static void walk(struct moe_eng *e, unsigned char *buf, bool is_save)
         MOVE(bk->m, bk->shard * sizeof(float));
         MOVE(bk->v, bk->shard * sizeof(float));
     }
-    for (int l = 0; l < e->d.num_layers; l++) {
+    for (int l = 0; l < e->d.num_layers_all; l++) {
         if (e->layers[l].expert_bias != NULL) {
             MOVE(e->layers[l].expert_bias, (size_t)e->d.experts * sizeof(float));
         }
@@ -300,7 +300,7 @@ enum moe_status moe_eng_save(moe_eng_t *e, const char *dir, struct moe_diag *dia
     }
     moe_eng_params_wait(e, MOE_ENG_TAG_EMBED);
     moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
-    for (int l = 0; l < e->d.num_layers; l++) {
+    for (int l = 0; l < e->d.num_layers_all; l++) {
         moe_eng_params_wait(e, l);
     }
     /* step_<N>, or, when a checkpoint of that step is already in the folder (an earlier run),

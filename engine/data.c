@@ -12,6 +12,8 @@
  * micro-batch j / DP) and, of each, the tokens of its CP piece (chunks r and 2 CP - 1 - r of 2 CP,
  * Megatron's load-balanced causal split; engine/internal.h). So every layout sees the same
  * global batch, and (RNG state, sequences consumed) is the whole data position a checkpoint saves.
+ * With MTP layers the loss stage also keeps each depth k's inputs and targets: the tokens k and
+ * k + 1 positions ahead, read from the same sequence (no exchange between CP ranks is needed).
  */
 #include "engine/internal.h"
 
@@ -184,6 +186,22 @@ fill_sequence(const struct moe_eng *e, uint64_t draw, int first, int n, int *ids
     }
 }
 
+/* MTP depth k's ids and targets for positions [first, first + n): the tokens k and k + 1 ahead,
+ * id 0 and target -1 (ignored) past the sequence (Megatron rolls the ids and the loss mask). */
+static void fill_shifted(
+    const struct moe_eng *e, uint64_t draw, int first, int n, int k, int *ids, int *targets)
+{
+    int valid = e->d.seq - first - k;
+    valid = valid < 0 ? 0 : (valid > n ? n : valid);
+    if (valid > 0) {
+        fill_sequence(e, draw, first + k, valid, ids, targets);
+    }
+    for (int t = valid; t < n; t++) {
+        ids[t] = 0;
+        targets[t] = -1;
+    }
+}
+
 void moe_eng_data_next_batch(struct moe_eng *e)
 {
     const struct moe_layout *lay = &e->plan.layout;
@@ -202,6 +220,11 @@ void moe_eng_data_next_batch(struct moe_eng *e)
             size_t at = off + (size_t)h * (size_t)d->cp_chunk_len;
             fill_sequence(e, draw, d->cp_chunk_pos[h], d->cp_chunk_len, e->h_ids + at,
                           e->h_targets + at);
+            for (int k = 1; e->h_mtp_ids != NULL && k <= d->num_mtp; k++) {
+                size_t mk = (size_t)(k - 1) * (size_t)lay->num_microbatches * (size_t)d->tokens;
+                fill_shifted(e, draw, d->cp_chunk_pos[h], d->cp_chunk_len, k,
+                             e->h_mtp_ids + mk + at, e->h_mtp_targets + mk + at);
+            }
         }
     }
     e->data.next_seq += (uint64_t)lay->gbs;
@@ -209,4 +232,9 @@ void moe_eng_data_next_batch(struct moe_eng *e)
     size_t bytes = (size_t)lay->num_microbatches * (size_t)d->tokens * sizeof(int);
     moe_eng_copy_from_host(e->ctx.dev, e->ids, e->h_ids, bytes);
     moe_eng_copy_from_host(e->ctx.dev, e->targets, e->h_targets, bytes);
+    if (e->mtp_ids != NULL) {
+        size_t mb = (size_t)d->num_mtp * bytes;
+        moe_eng_copy_from_host(e->ctx.dev, e->mtp_ids, e->h_mtp_ids, mb);
+        moe_eng_copy_from_host(e->ctx.dev, e->mtp_targets, e->h_mtp_targets, mb);
+    }
 }

@@ -128,16 +128,16 @@ static int scal_capacity(const struct moe_eng *e)
 {
     long layers = 0;
     for (int v = 0; v < e->num_chunks_local; v++) {
-        layers += e->chunks[v].num_layers;
+        layers += e->chunks[v].num_layers + e->chunks[v].num_mtp;
     }
     return (int)(4L * layers * e->plan.layout.num_microbatches + 4);
 }
 
 static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
 {
-    int L = e->plan.model.num_layers;
-    e->cap_params = 16 * L + 8;
-    e->cap_buckets = 3 * L + 8;
+    int L = e->d.num_layers_all;
+    e->cap_params = 32 * L + 16;
+    e->cap_buckets = 4 * L + 8;
     struct moe_eng_heap *h = &e->ctx.heap;
     e->params = moe_eng_heap_alloc(h, (size_t)e->cap_params * sizeof(*e->params));
     e->buckets = moe_eng_heap_alloc(h, (size_t)e->cap_buckets * sizeof(*e->buckets));
@@ -404,6 +404,8 @@ void moe_eng_destroy(moe_eng_t *e)
             size_t nl = (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
             for (int s = 0; s < ch->num_slots && ch->slots != NULL; s++) {
                 moe_eng_heap_free(h, ch->slots[s].acts, nl * sizeof(struct moe_eng_layer_act));
+                moe_eng_heap_free(h, ch->slots[s].mtp,
+                                  (size_t)ch->num_mtp * sizeof(struct moe_eng_mtp_act));
             }
             moe_eng_heap_free(h, ch->slots, (size_t)ch->num_slots * sizeof(*ch->slots));
             moe_eng_heap_free(h, ch->mb_slot, (size_t)m * sizeof(int));
@@ -419,7 +421,7 @@ void moe_eng_destroy(moe_eng_t *e)
         moe_eng_heap_free(h, e->chunks, (size_t)e->num_chunks_local * sizeof(*e->chunks));
         moe_eng_heap_free(h, e->ops, 2 * (size_t)m * (size_t)e->num_chunks_local * sizeof(*e->ops));
     }
-    int L = e->plan.model.num_layers;
+    int L = e->d.num_layers_all;
     size_t ne = (size_t)L * (size_t)(e->d.experts > 0 ? e->d.experts : 1);
     moe_eng_heap_free(h, e->params, (size_t)e->cap_params * sizeof(*e->params));
     moe_eng_heap_free(h, e->buckets, (size_t)e->cap_buckets * sizeof(*e->buckets));
@@ -451,10 +453,12 @@ static void begin_step(struct moe_eng *e)
     e->nan_seq = 0;
     e->loss_sum = 0.0;
     e->aux_sum = 0.0;
+    e->mtp_sum = 0.0;
     e->dropped = 0.0;
     e->nan_origin[0] = '\0';
     if (e->d.experts > 0) {
-        memset(e->step_counts, 0, (size_t)e->d.num_layers * (size_t)e->d.experts * sizeof(long));
+        memset(e->step_counts, 0,
+               (size_t)e->d.num_layers_all * (size_t)e->d.experts * sizeof(long));
     }
     moe_eng_grads_zero(e);
 }
@@ -481,6 +485,7 @@ moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_dia
     res->step = e->step + 1;
     res->loss = e->loss_sum;
     res->aux_loss = e->aux_sum;
+    res->mtp_loss = e->mtp_sum;
     res->grad_norm = gnorm;
     res->step_s = dt;
     res->tokens_per_s = (double)e->plan.layout.gbs * (double)e->d.seq / dt;
@@ -518,9 +523,9 @@ enum moe_status moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_dia
     e->plan.options.overlap_grad_reduce = false; /* keep local gradients */
     moe_eng_run_schedule(e);
     e->plan.options.overlap_grad_reduce = was;
-    double sums[2] = {e->loss_sum, e->aux_sum};
-    moe_comm_allreduce(e->ctx.world, sums, sums, 2, MOE_COMM_F64, MOE_COMM_SUM);
-    *loss = sums[0] + sums[1] / (double)e->global_mbs;
+    double sums[3] = {e->loss_sum, e->aux_sum, e->mtp_sum};
+    moe_comm_allreduce(e->ctx.world, sums, sums, 3, MOE_COMM_F64, MOE_COMM_SUM);
+    *loss = sums[0] + sums[1] / (double)e->global_mbs + sums[2];
     e->ctx.rng = saved;
     e->data.next_seq = saved_pos;
     return MOE_OK;
@@ -544,10 +549,14 @@ enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)
         MOE_TRY(moe_eng_train_step(e, &r, diag));
         double elapsed = moe_eng_now() - t_start;
         double eta = elapsed / (double)(i + 1) * (double)(n - i - 1);
+        char mtp[32] = "";
+        if (e->d.num_mtp > 0) {
+            (void)snprintf(mtp, sizeof(mtp), " | mtp %.4f", r.mtp_loss);
+        }
         moe_eng_log_info(&e->ctx.log,
-                         "step %5d/%d | loss %.4f | aux %.4f | grad norm %.3f | %9.0f tok/s | "
+                         "step %5d/%d | loss %.4f%s | aux %.4f | grad norm %.3f | %9.0f tok/s | "
                          "%7.1f ms | ETA %.1f s",
-                         r.step, e->step - i - 1 + n, r.loss, r.aux_loss, r.grad_norm,
+                         r.step, e->step - i - 1 + n, r.loss, mtp, r.aux_loss, r.grad_norm,
                          r.tokens_per_s, r.step_s * 1e3, eta);
         if (e->opts.save_dir != NULL && e->opts.save_every > 0 &&
             r.step % e->opts.save_every == 0) {

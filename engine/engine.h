@@ -119,6 +119,7 @@ struct moe_eng_step_result {
     int step;            /* 1-based */
     double loss;         /* mean cross-entropy over the global batch */
     double aux_loss;     /* router losses (sum over MoE layers, mean over micro-batches) */
+    double mtp_loss;     /* MTP losses times the scaling factor / D (0 without MTP layers) */
     double grad_norm;    /* global gradient norm before clipping */
     double step_s;       /* wall time of the step on this rank */
     double tokens_per_s; /* global tokens / step_s */

@@ -18,7 +18,10 @@
 
 #define NORM_EPS 1e-5f /* Megatron-LM --norm-epsilon default */
 
-void moe_eng_embed_fwd(struct moe_eng *e, const int *ids, float *x0)
+void moe_eng_embed_fwd(struct moe_eng *e,
+                       const struct moe_eng_tensor *table,
+                       const int *ids,
+                       float *x0)
 {
     const struct moe_eng_dims *d = &e->d;
     int M = d->tokens;
@@ -26,14 +29,16 @@ void moe_eng_embed_fwd(struct moe_eng *e, const int *ids, float *x0)
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     size_t mark = moe_eng_arena_mark(&e->temp);
     float *partial = d->sp ? moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)C) : x0;
-    e->k->embedding_fwd(partial, ids, e->embedding.w, M, C, d->vocab0, d->vocab0 + d->vocab_l,
-                        e->kc);
+    e->k->embedding_fwd(partial, ids, table->w, M, C, d->vocab0, d->vocab0 + d->vocab_l, e->kc);
     moe_eng_sp_reduce(e, x0, partial, C);
     moe_eng_arena_release(&e->temp, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-void moe_eng_embed_bwd(struct moe_eng *e, const int *ids, const float *dx0)
+void moe_eng_embed_bwd(struct moe_eng *e,
+                       const struct moe_eng_tensor *table,
+                       const int *ids,
+                       const float *dx0)
 {
     const struct moe_eng_dims *d = &e->d;
     int C = d->hidden;
@@ -41,26 +46,26 @@ void moe_eng_embed_bwd(struct moe_eng *e, const int *ids, const float *dx0)
     size_t mark = moe_eng_arena_mark(&e->temp);
     float *buf = d->sp ? moe_eng_arena_floats(&e->temp, (size_t)d->tokens * (size_t)C) : NULL;
     const float *dfull = moe_eng_sp_gather(e, dx0, buf, C);
-    e->k->embedding_bwd(e->embedding.g, dfull, ids, d->tokens, C, d->vocab0, d->vocab0 + d->vocab_l,
+    e->k->embedding_bwd(table->g, dfull, ids, d->tokens, C, d->vocab0, d->vocab0 + d->vocab_l,
                         e->kc);
     moe_eng_arena_release(&e->temp, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
-void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets, float *dx)
+void moe_eng_logits_fwd_bwd(struct moe_eng *e,
+                            const float *hf,
+                            const int *targets,
+                            double denom,
+                            double *loss_out,
+                            float *dhf)
 {
     const struct moe_eng_dims *d = &e->d;
     const struct moe_k_ops *k = e->k;
     int M = d->tokens;
-    int Ms = d->tokens_sp;
     int C = d->hidden;
     int Vl = d->vocab_l;
     struct moe_eng_arena *t = &e->temp;
-    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     size_t mark = moe_eng_arena_mark(t);
-    float *hf = moe_eng_arena_floats(t, (size_t)Ms * (size_t)C);
-    float *rstd = moe_eng_arena_floats(t, (size_t)Ms);
-    k->rmsnorm_fwd(hf, rstd, x, e->final_norm.w, Ms, C, NORM_EPS, e->kc);
     float *gbuf = d->sp ? moe_eng_arena_floats(t, (size_t)M * (size_t)C) : NULL;
     const float *h = moe_eng_sp_gather(e, hf, gbuf, C);
     float *logits = moe_eng_arena_floats(t, (size_t)M * (size_t)Vl);
@@ -81,7 +86,6 @@ void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets,
         moe_eng_phase_enter(&e->ctx.timer, p2);
     }
     k->xent_loss(loss, gmax, stats, stats + M, targets, M, e->kc);
-    double n_global = (double)e->plan.layout.gbs * (double)d->seq;
     /* The token losses on the host (CUDA: one copy per micro-batch, which waits for the head). */
     size_t hmark = moe_eng_arena_mark(e->htemp);
     const float *hloss = moe_eng_host_floats(e, loss, (size_t)M);
@@ -91,17 +95,18 @@ void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets,
     }
     moe_eng_arena_release(e->htemp, hmark);
     if (e->groups.me.tp == 0) {
-        e->loss_sum += s / n_global;
+        *loss_out += s / denom;
     }
     if (!isfinite(s) && e->nan_origin[0] == '\0') {
         const moe_eng_dev_t *dev = e->ctx.dev;
         const char *what = "logits";
         e->nan_priority = 0;
-        if (!moe_eng_is_finite(dev, x, (size_t)Ms * (size_t)C)) {
-            what = "input of the final norm";
+        if (!moe_eng_is_finite(dev, hf, (size_t)d->tokens_sp * (size_t)C)) {
+            what = "input of the output layer";
             e->nan_priority = 1;
         }
-        if (!moe_eng_is_finite(dev, e->final_norm.w, e->final_norm.numel)) {
+        if (e->final_norm.w != NULL &&
+            !moe_eng_is_finite(dev, e->final_norm.w, e->final_norm.numel)) {
             what = "final_norm";
         } else if (!moe_eng_is_finite(dev, e->output.w, e->output.numel)) {
             what = e->params[e->output.param].name;
@@ -111,14 +116,36 @@ void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets,
     }
     e->check_seq++;
     float *dlogits = moe_eng_arena_floats(t, (size_t)M * (size_t)Vl);
-    k->xent_bwd(dlogits, logits, targets, gmax, stats, M, Vl, d->vocab0, (float)(1.0 / n_global),
+    k->xent_bwd(dlogits, logits, targets, gmax, stats, M, Vl, d->vocab0, (float)(1.0 / denom),
                 e->kc);
     float *dh = moe_eng_arena_floats(t, (size_t)M * (size_t)C);
     k->linear_bwd_data(dh, dlogits, e->output.w, M, C, Vl, false, e->kc);
     k->linear_bwd_weight(e->output.g, NULL, dlogits, h, M, C, Vl, e->kc);
-    float *dhf = d->sp ? moe_eng_arena_floats(t, (size_t)Ms * (size_t)C) : dh;
     moe_eng_sp_reduce(e, dhf, dh, C);
-    k->rmsnorm_bwd(dx, e->final_norm.g, dhf, x, e->final_norm.w, rstd, Ms, C, false, e->kc);
+    moe_eng_arena_release(t, mark);
+}
+
+void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets, float *dx)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int Ms = d->tokens_sp;
+    int C = d->hidden;
+    struct moe_eng_arena *t = &e->temp;
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    size_t mark = moe_eng_arena_mark(t);
+    float *hf = moe_eng_arena_floats(t, (size_t)Ms * (size_t)C);
+    float *rstd = moe_eng_arena_floats(t, (size_t)Ms);
+    e->k->rmsnorm_fwd(hf, rstd, x, e->final_norm.w, Ms, C, NORM_EPS, e->kc);
+    float *dhf = moe_eng_arena_floats(t, (size_t)Ms * (size_t)C);
+    double n_global = (double)e->plan.layout.gbs * (double)d->seq;
+    bool was_clean = e->nan_origin[0] == '\0';
+    moe_eng_logits_fwd_bwd(e, hf, targets, n_global, &e->loss_sum, dhf);
+    if (was_clean && e->nan_origin[0] != '\0' &&
+        !moe_eng_is_finite(e->ctx.dev, x, (size_t)Ms * (size_t)C)) {
+        (void)snprintf(e->nan_origin, sizeof(e->nan_origin), "the loss head, %s",
+                       "input of the final norm");
+    }
+    e->k->rmsnorm_bwd(dx, e->final_norm.g, dhf, x, e->final_norm.w, rstd, Ms, C, false, e->kc);
     moe_eng_arena_release(t, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }

@@ -9,9 +9,13 @@
  *   load-balanced causal split),
  *   M = B*Tl tokens of a micro-batch on this CP rank, Ms = M/TP tokens of the residual stream with
  *   sequence parallelism (M without), C hidden, V padded vocabulary (global), Vl = V/TP,
- *   Hq/Hkv query/key-value heads (global), Hql/Hkvl per TP rank, D head dim, F dense FFN (global),
- *   Fl = F/TP, Fs shared-expert FFN, Fsl = Fs/TP, Fe expert FFN (global), Fel = Fe/ETP,
- *   E experts (global), El = E/EP local experts, K top-k, R expert rows on this rank.
+ *   Hq/Hkv query/key-value heads (global), Hql/Hkvl per TP rank, D head dim (GQA), Dqk/Dv the
+ *   query-key and value dims of a head (D and D with GQA; dn + dr and dv with MLA), F dense FFN
+ *   (global), Fl = F/TP, Fs shared-expert FFN, Fsl = Fs/TP, Fe expert FFN (global), Fel = Fe/ETP,
+ *   G = 2 for gated (SwiGLU) FFNs, 1 for GELU (fc1 is G F wide), E experts (global), El = E/EP
+ *   local experts, K top-k, R expert rows on this rank.
+ *   MLA (multi-latent attention): Rq query latent (0 = queries not compressed), Rkv key-value
+ *   latent, dn / dr / dv the per-head non-rotary query-key, rotary and value dims.
  */
 #ifndef MOE_ENGINE_INTERNAL_H
 #define MOE_ENGINE_INTERNAL_H
@@ -77,17 +81,33 @@ struct moe_eng_dims {
     bool ep_overlap; /* --overlap-moe-expert-parallel-comm: counts kept per half micro-batch */
     int tp, cp, ep, etp;
     bool sp;      /* sequence parallel (tp > 1) */
-    int qkv_cols; /* (Hql + 2 Hkvl) D */
+    int qkv_cols; /* (Hql + 2 Hkvl) D (GQA) */
+    int qk_dim;   /* Dqk */
+    int v_dim;    /* Dv */
+    int glu;      /* G: 2 (SwiGLU) or 1 (GELU) */
+    /* Architecture options (engine/layers.c, engine/mla.c) */
+    bool is_mla;
+    int q_lora, kv_lora;  /* Rq, Rkv */
+    int qk_nope, qk_rope; /* dn, dr */
+    bool has_qk_norm;     /* per-head RMSNorm on q and k (Qwen3) */
+    bool has_bias;        /* linear biases (GPT-OSS) */
+    bool has_sinks;       /* learned attention sinks per head (GPT-OSS) */
+    int window;           /* sliding window of windowed layers (0 = none) */
+    int num_mtp;          /* D MTP layers (engine/mtp.c), layer indices L .. L + D - 1 */
+    int num_layers_all;   /* L + D: the size of every per-layer array */
 };
 
 /* ---- Parameters ------------------------------------------------------------------------------ */
 
 /* How a parameter's gradient is reduced. */
 enum moe_eng_pkind {
-    MOE_ENG_PK_DENSE = 0,  /* sharded or unique per TP rank; reduced over DP x CP */
-    MOE_ENG_PK_REPL = 1,   /* replicated over TP (norms, router); TP-summed when partial */
-    MOE_ENG_PK_EXPERT = 2, /* routed experts; reduced over EDP */
-    MOE_ENG_NUM_PKINDS = 3,
+    MOE_ENG_PK_DENSE = 0,   /* sharded or unique per TP rank; reduced over DP x CP */
+    MOE_ENG_PK_REPL = 1,    /* replicated over TP (norms, router); TP-summed when partial */
+    MOE_ENG_PK_EXPERT = 2,  /* routed experts; reduced over EDP */
+    MOE_ENG_PK_REPL_TP = 3, /* replicated over TP with gradients partial over TP even without
+                               sequence parallelism (q/k norms over this rank's heads, MLA's down
+                               projections and latent norms): always TP-summed */
+    MOE_ENG_NUM_PKINDS = 4,
 };
 
 struct moe_eng_tensor {
@@ -133,18 +153,43 @@ struct moe_eng_bucket {
 struct moe_eng_layer_w {
     int idx;
     bool is_moe;
+    bool is_windowed;                /* sliding-window attention (d.window keys) */
     struct moe_eng_tensor attn_norm; /* [C] */
-    struct moe_eng_tensor qkv;       /* [(Hql + 2 Hkvl) D, C] column-parallel */
-    struct moe_eng_tensor proj;      /* [C, Hql D] row-parallel */
+    struct moe_eng_tensor qkv;       /* GQA [(Hql + 2 Hkvl) D, C] column-parallel */
+    struct moe_eng_tensor proj;      /* [C, Hql Dv] row-parallel */
     struct moe_eng_tensor mlp_norm;  /* [C] */
-    struct moe_eng_tensor fc1;       /* dense [2 Fl, C] (gate rows, then up rows) */
+    struct moe_eng_tensor fc1;       /* dense [G Fl, C] (gate rows, then up rows) */
     struct moe_eng_tensor fc2;       /* dense [C, Fl] */
     struct moe_eng_tensor router;    /* [E, C] replicated */
-    struct moe_eng_tensor e_fc1;     /* [El, 2 Fel, C] */
+    struct moe_eng_tensor e_fc1;     /* [El, G Fel, C] */
     struct moe_eng_tensor e_fc2;     /* [El, C, Fel] */
-    struct moe_eng_tensor s_fc1;     /* shared expert [2 Fsl, C] */
+    struct moe_eng_tensor s_fc1;     /* shared expert [G Fsl, C] */
     struct moe_eng_tensor s_fc2;     /* shared expert [C, Fsl] */
-    float *expert_bias;              /* [E] aux-loss-free bias (not a parameter), or NULL */
+    /* Options (numel 0 when the model has none) */
+    struct moe_eng_tensor q_norm, k_norm; /* [D] per-head q/k RMSNorm, replicated */
+    struct moe_eng_tensor sinks;          /* [Hql] attention sinks */
+    struct moe_eng_tensor qkv_bias;       /* [(Hql + 2 Hkvl) D] */
+    struct moe_eng_tensor proj_bias;      /* [C] replicated, added after the reduction */
+    struct moe_eng_tensor fc1_bias;       /* [G Fl] */
+    struct moe_eng_tensor fc2_bias;       /* [C] replicated */
+    struct moe_eng_tensor s_fc1_bias;     /* [G Fsl] */
+    struct moe_eng_tensor s_fc2_bias;     /* [C] replicated */
+    struct moe_eng_tensor router_bias;    /* [E] replicated */
+    struct moe_eng_tensor e_fc1_bias;     /* [El, G Fel] */
+    struct moe_eng_tensor e_fc2_bias;     /* [El, C] replicated over ETP (added on etp rank 0) */
+    /* MTP layer (engine/mtp.c; idx >= L): norms of the shifted tokens' embedding and of the
+     * previous depth's hidden state, their projection, the final norm before the shared head */
+    struct moe_eng_tensor mtp_enorm, mtp_hnorm; /* [C] */
+    struct moe_eng_tensor mtp_eh_proj;          /* [C/TP, 2 C] column-parallel */
+    struct moe_eng_tensor mtp_norm;             /* [C] */
+    /* MLA (engine/mla.c) */
+    struct moe_eng_tensor q_down;   /* [Rq, C] replicated over TP */
+    struct moe_eng_tensor q_lnorm;  /* [Rq] */
+    struct moe_eng_tensor q_up;     /* [Hql Dqk, Rq] column-parallel; [Hql Dqk, C] when Rq = 0 */
+    struct moe_eng_tensor kv_down;  /* [Rkv + dr, C] replicated over TP */
+    struct moe_eng_tensor kv_lnorm; /* [Rkv] */
+    struct moe_eng_tensor kv_up;    /* [Hql (dn + dv), Rkv] column-parallel */
+    float *expert_bias;             /* [E] aux-loss-free bias (not a parameter), or NULL */
 };
 
 /* ---- Saved activations ----------------------------------------------------------------------- */
@@ -161,15 +206,22 @@ struct moe_eng_layer_act {
     float *x;               /* [Ms, C] layer input (residual stream) */
     float *rstd1;           /* [Ms] */
     float *h1;              /* [Ms, C] attention-norm output */
-    float *q;               /* [M, Hql D] after RoPE */
-    float *k;               /* [M, Hkvl D] after RoPE */
-    float *v;               /* [M, Hkvl D] */
-    float *o;               /* [M, Hql D] attention output */
+    float *q;               /* [M, Hql Dqk] after RoPE (MLA: [q_nope, q_rope] per head) */
+    float *k;               /* [M, Hkvl Dqk] after RoPE */
+    float *v;               /* [M, Hkvl Dv] */
+    float *q_raw, *k_raw;   /* q/k norm: [M, Hql D], [M, Hkvl D] before the norm */
+    float *q_rstd, *k_rstd; /* q/k norm: [M Hql], [M Hkvl] */
+    float *cq, *cq_n;       /* MLA: [M, Rq] query latent before / after its norm */
+    float *cq_rstd;         /* MLA: [M] */
+    float *ckv, *ckv_n;     /* MLA: [M, Rkv] key-value latent before / after its norm */
+    float *ckv_rstd;        /* MLA: [M] */
+    float *kpe;             /* MLA: [M, dr] shared rotary key before RoPE */
+    float *o;               /* [M, Hql Dv] attention output */
     float *lse;             /* [B, Hql, Tl]; with CP > 1 per chunk: [B, 2, Hql, c] */
     float *x2;              /* [Ms, C] residual after attention */
     float *rstd2;           /* [Ms] */
     float *h2;              /* [Ms, C] MLP-norm output */
-    float *fc1;             /* [M, 2 Fl] dense, or [M, 2 Fsl] shared expert */
+    float *fc1;             /* [M, G Fl] dense, or [M, G Fsl] shared expert */
     float *act;             /* [M, Fl] / [M, Fsl] */
     float *logits;          /* [Ms, E] router logits */
     float *scores;          /* [Ms, E] */
@@ -189,7 +241,7 @@ struct moe_eng_layer_act {
     int *recv_counts; /* [EP, El] rows received per (source, local expert) */
     int *gath_counts; /* [ETP, EP, El] rows after the ETP gather */
     float *xe;        /* [R, C] expert input rows, expert-major */
-    float *e_fc1;     /* [R, 2 Fel] */
+    float *e_fc1;     /* [R, G Fel] */
     float *e_act;     /* [R, Fel] */
     float *y_rows;    /* [Ms K, C] expert outputs back at the source (permuted order); hierarchical:
                          [hier_rows, C] expert outputs back at the proxy */
@@ -216,6 +268,18 @@ struct moe_eng_rc {
 
 /* ---- Pipeline -------------------------------------------------------------------------------- */
 
+/* Saved tensors of one MTP depth for one micro-batch (engine/mtp.c). */
+struct moe_eng_mtp_act {
+    struct moe_eng_layer_act layer; /* its transformer layer (layer.x: the projection's output) */
+    float *emb;                     /* [Ms, C] embedding of the shifted tokens */
+    float *rstd_e, *rstd_h;         /* [Ms] enorm / hnorm statistics */
+    float *cat;                     /* [Ms, 2 C] [enorm(emb), hnorm(h_prev)] (eh_proj input) */
+    float *out;                     /* [Ms, C] transformer layer output */
+    float *rstd_o;                  /* [Ms] final norm statistics */
+    float *h;  /* [Ms, C] final norm output (the head's and next depth's input) */
+    float *dh; /* [Ms, C] the MTP head's gradient of h */
+};
+
 struct moe_eng_slot {
     float *x0;      /* [Ms, C] chunk input (received, or the embedding output) */
     float *out;     /* [Ms, C] chunk output (sent to the next chunk, or the head input) */
@@ -224,6 +288,11 @@ struct moe_eng_slot {
     struct moe_comm_req out_req;
     struct moe_comm_req dx_req;
     struct moe_eng_layer_act *acts; /* [layers of the chunk] */
+    /* Loss chunk with MTP layers: the final norm's output and statistics (the main head's and the
+     * first MTP depth's input); dout then holds the main head's gradient of hf. */
+    float *hf;                   /* [Ms, C] */
+    float *rstd_f;               /* [Ms] */
+    struct moe_eng_mtp_act *mtp; /* [D] (NULL without MTP) */
 };
 
 /* A CUDA graph of one dense layer's forward for one activation slot (--cuda-graphs). */
@@ -238,6 +307,7 @@ struct moe_eng_chunk {
     int v; /* local virtual stage */
     int first_layer;
     int num_layers;
+    int num_mtp; /* MTP layers after the decoder layers (the loss chunk only) */
     bool has_embedding;
     bool has_loss;
     int prev_pp; /* pp-group rank holding chunk c-1, -1 when c == 0 */
@@ -246,8 +316,16 @@ struct moe_eng_chunk {
     struct moe_eng_slot *slots;
     int *mb_slot;                      /* [num_microbatches] slot a micro-batch uses */
     struct moe_eng_rc *rc;             /* [num_layers] */
+    struct moe_eng_rc mtp_rc;          /* the MTP layers' (selective recompute and offload only) */
     struct moe_eng_graph_slot *graphs; /* [num_slots, num_layers] (NULL without --cuda-graphs) */
 };
+
+/* Global index of a chunk's i-th layer, i < num_layers + num_mtp (MTP layers follow the decoder
+ * layers: indices L, L + 1, ...). */
+static inline int moe_eng_chunk_layer(int num_decoder_layers, const struct moe_eng_chunk *ch, int i)
+{
+    return i < ch->num_layers ? ch->first_layer + i : num_decoder_layers + (i - ch->num_layers);
+}
 
 struct moe_eng_op {
     bool is_backward;
@@ -348,6 +426,9 @@ struct moe_eng {
     struct moe_eng_tensor final_norm; /* [C] (loss chunk) */
     struct moe_eng_tensor output;     /* [Vl, C] (loss chunk); shares embedding when tied here */
     bool has_tied_copy;               /* output is a tied copy (embedding on another stage) */
+    /* The table MTP embeds the shifted tokens with: the embedding on its stage, the tied output
+     * copy, or an embedding copy on the loss stage kept equal through the embedding group. */
+    struct moe_eng_tensor mtp_embedding;
 
     /* Pipeline */
     struct moe_eng_chunk *chunks; /* [vpp] */
@@ -356,8 +437,13 @@ struct moe_eng {
     int num_ops;
 
     /* Per-step buffers */
-    int *ids;            /* [m, M] token ids of every micro-batch */
-    int *targets;        /* [m, M] */
+    int *ids;         /* [m, M] token ids of every micro-batch */
+    int *targets;     /* [m, M] */
+    int *mtp_ids;     /* [D, m, M] MTP depth k's input ids: the token k positions ahead (0 past
+                         the sequence); NULL without MTP here */
+    int *mtp_targets; /* [D, m, M] the token k + 1 ahead, -1 past the sequence */
+    int *h_mtp_ids;   /* host copies (CUDA) */
+    int *h_mtp_targets;
     int *positions;      /* [M] */
     int *cp_chunk_rows;  /* [2 CP B] c each (K/V reorder; CP > 1) */
     int *cp_chunk_order; /* [2 CP B] gathered chunk at each (sequence, position-chunk) */
@@ -365,6 +451,7 @@ struct moe_eng {
     float *grad_tmp;     /* [Ms, C] */
     long *step_counts;   /* [L, E] routed slots per expert this step (before drop) */
     double loss_sum;     /* cross-entropy summed over this rank's owned tokens this step */
+    double mtp_sum;      /* MTP losses (scaled by the factor) this step, owner-counted */
     double aux_sum;      /* router losses this step (owner-counted) */
     double dropped;      /* dropped slots this step */
     int step;            /* steps done */
@@ -447,13 +534,20 @@ void moe_eng_layer_bwd(struct moe_eng *e,
 /* Name of the first parameter of layer w with a non-finite weight, or NULL (scans engine memory:
  * a failure path). */
 const char *moe_eng_nonfinite_weight(struct moe_eng *e, const struct moe_eng_layer_w *w);
-/* Linear layer helpers with optional precision emulation (qdq of GEMM inputs).
- */
-void moe_eng_linear_fwd(
-    struct moe_eng *e, float *y, const float *x, const float *w, int rows, int in, int out);
+/* Linear layer helpers with optional precision emulation (qdq of GEMM inputs); bias [out] may be
+ * NULL (d_bias too). */
+void moe_eng_linear_fwd(struct moe_eng *e,
+                        float *y,
+                        const float *x,
+                        const float *w,
+                        const float *bias,
+                        int rows,
+                        int in,
+                        int out);
 void moe_eng_linear_bwd(struct moe_eng *e,
                         float *dx,
                         float *dw,
+                        float *d_bias,
                         const float *dy,
                         const float *x,
                         const float *w,
@@ -468,12 +562,25 @@ size_t moe_eng_attn_ws_bytes(const struct moe_eng *e);
 /* Sequence-parallel helpers over TP: gather [Ms, C] -> [M, C]; reduce partial [M, C] -> [Ms, C]. */
 const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, int cols);
 void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols);
+/* Temporary [M, cols] for moe_eng_sp_gather when gathering is needed, else NULL. */
+float *moe_eng_gather_buf(struct moe_eng *e, int cols);
 
-/* Dense SwiGLU MLP (also the shared expert): hin [Ms, C] -> out [Ms, C]. */
+/* The FFN activation: SwiGLU on fc1 [rows, 2 f] or GELU on fc1 [rows, f] -> act [rows, f]. */
+void moe_eng_act_fwd(struct moe_eng *e, float *act, const float *fc1, int rows, int f);
+void moe_eng_act_bwd(
+    struct moe_eng *e, float *d_fc1, const float *d_act, const float *fc1, int rows, int f);
+
+/* A dense MLP's tensors (the layer's MLP or its shared expert); biases have numel 0 when absent. */
+struct moe_eng_mlp_w {
+    const struct moe_eng_tensor *fc1, *fc2, *fc1_bias, *fc2_bias;
+    int ffn_l; /* Fl or Fsl */
+};
+struct moe_eng_mlp_w moe_eng_dense_mlp(const struct moe_eng *e, const struct moe_eng_layer_w *w);
+struct moe_eng_mlp_w moe_eng_shared_mlp(const struct moe_eng *e, const struct moe_eng_layer_w *w);
+
+/* Dense MLP: hin [Ms, C] -> out [Ms, C]. */
 void moe_eng_mlp_fwd(struct moe_eng *e,
-                     const struct moe_eng_tensor *fc1,
-                     const struct moe_eng_tensor *fc2,
-                     int ffn_l,
+                     const struct moe_eng_mlp_w *m,
                      const float *hin,
                      float *fc1_out,
                      float *act,
@@ -481,9 +588,7 @@ void moe_eng_mlp_fwd(struct moe_eng *e,
                      enum moe_phase phase);
 /* dh (overwrite or accumulate) from dout; recomputes fc1_out/act first when asked. */
 void moe_eng_mlp_bwd(struct moe_eng *e,
-                     const struct moe_eng_tensor *fc1,
-                     const struct moe_eng_tensor *fc2,
-                     int ffn_l,
+                     const struct moe_eng_mlp_w *m,
                      const float *hin,
                      float *fc1_out,
                      float *act,
@@ -492,6 +597,41 @@ void moe_eng_mlp_bwd(struct moe_eng *e,
                      float *dh,
                      bool accumulate,
                      enum moe_phase phase);
+
+/* Every tensor of a layer (weights view), in a fixed order; returns the count (at most
+ * MOE_ENG_LAYER_TENSORS). */
+enum { MOE_ENG_LAYER_TENSORS = 40 };
+int moe_eng_layer_tensors(struct moe_eng_layer_w *w, struct moe_eng_tensor **out);
+
+/* ---- attention.c / mla.c: the attention block ----------------------------------------------- */
+
+/* From a->x: attention norm, projections, core attention, output projection, residual (a->x2) and
+ * the pre-MLP norm (a->h2). */
+void moe_eng_attention_fwd(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           struct moe_eng_layer_act *a);
+/* d [Ms, C]: gradient of x2 on entry; gradient of x on return. */
+void moe_eng_attention_bwd(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           struct moe_eng_layer_act *a,
+                           const struct moe_eng_rc *rc,
+                           float *d);
+/* MLA: latents and per-head q, k, v from a->h1. */
+void moe_eng_mla_fwd(struct moe_eng *e,
+                     const struct moe_eng_layer_w *w,
+                     struct moe_eng_layer_act *a);
+/* MLA: the per-head q, k, v from the saved latents (the mla_up_proj recompute). */
+void moe_eng_mla_heads_fwd(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           struct moe_eng_layer_act *a);
+/* MLA: dh1 [Ms, C] (overwrite, complete) from the heads' gradients (dq is destroyed). */
+void moe_eng_mla_bwd(struct moe_eng *e,
+                     const struct moe_eng_layer_w *w,
+                     struct moe_eng_layer_act *a,
+                     float *dq,
+                     const float *dk,
+                     const float *dv,
+                     float *dh1);
 
 /* ---- moe_block.c: router, dispatch, experts, combine ----------------------------------------- */
 
@@ -510,10 +650,38 @@ void moe_eng_moe_bwd(struct moe_eng *e,
 
 /* ---- head.c: embedding, final norm, output layer, loss --------------------------------------- */
 
-void moe_eng_embed_fwd(struct moe_eng *e, const int *ids, float *x0);
-void moe_eng_embed_bwd(struct moe_eng *e, const int *ids, const float *dx0);
+/* Vocab-parallel lookup in table (the embedding, or the MTP stage's copy) and its gradient. */
+void moe_eng_embed_fwd(struct moe_eng *e,
+                       const struct moe_eng_tensor *table,
+                       const int *ids,
+                       float *x0);
+void moe_eng_embed_bwd(struct moe_eng *e,
+                       const struct moe_eng_tensor *table,
+                       const int *ids,
+                       const float *dx0);
 /* Loss chunk: from the chunk output x[Ms, C], accumulate the loss and write dx[Ms, C]. */
 void moe_eng_head_fwd_bwd(struct moe_eng *e, const float *x, const int *targets, float *dx);
+
+/* The loss head on the normed hidden state hf [Ms, C]: output layer, vocab-parallel cross-entropy
+ * with weight `scale` per valid token (targets -1 are ignored); *loss_out += the weighted sum over
+ * this TP group's tokens (counted on tp rank 0); dhf [Ms, C] = its gradient (overwrite). */
+void moe_eng_logits_fwd_bwd(struct moe_eng *e,
+                            const float *hf,
+                            const int *targets,
+                            double scale,
+                            double *loss_out,
+                            float *dhf);
+
+/* ---- mtp.c: multi-token prediction (on the loss chunk) ----------------------------------------
+ */
+
+/* Forward of the loss chunk's head with MTP: final norm of x [Ms, C] (the chunk output), main head,
+ * then each MTP depth's layer and head; fills the slot's MTP tensors and sl->dout (the gradient of
+ * the normed output from the main head). */
+void moe_eng_mtp_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, struct moe_eng_slot *sl, int mb);
+/* Backward through the MTP depths and the final norm: d [Ms, C] = gradient of the chunk output. */
+void moe_eng_mtp_bwd(
+    struct moe_eng *e, struct moe_eng_chunk *ch, struct moe_eng_slot *sl, int mb, float *d);
 
 /* ---- pipeline.c: schedule and step execution ------------------------------------------------- */
 

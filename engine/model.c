@@ -46,6 +46,11 @@ enum {
     CODE_EMBED,
     CODE_FINAL_NORM,
     CODE_OUTPUT,
+    CODE_Q_DOWN,
+    CODE_Q_UP,
+    CODE_KV_DOWN,
+    CODE_KV_UP,
+    CODE_EH_PROJ,
 };
 
 static uint64_t uid_of(int layer, int code, int expert)
@@ -55,38 +60,52 @@ static uint64_t uid_of(int layer, int code, int expert)
 
 /* ---- Dimensions ------------------------------------------------------------------------------ */
 
+/* Architecture features added after the CUDA backend was last checked on a GPU: the CPU backend
+ * runs them; on CUDA they are refused until a GPU session compares them with the CPU engine. */
+static const char *cpu_only_feature(const struct moe_model_cfg *m)
+{
+    if (m->is_mla) {
+        return "multi-latent attention (MLA)";
+    }
+    if (m->mtp_num_layers > 0) {
+        return "multi-token-prediction layers";
+    }
+    if (m->window_size > 0) {
+        return "sliding-window attention";
+    }
+    if (m->has_attention_sinks) {
+        return "attention sinks";
+    }
+    if (m->has_qk_layernorm) {
+        return "q/k layernorm";
+    }
+    if (m->has_linear_bias) {
+        return "linear biases";
+    }
+    if (!m->is_swiglu) {
+        return "non-gated (GELU) MLPs";
+    }
+    return NULL;
+}
+
 static enum moe_status check_supported(const struct moe_eng *e, struct moe_diag *diag)
 {
     const struct moe_model_cfg *m = &e->plan.model;
     const char *what = NULL;
-    if (m->is_mla) {
-        what = "multi-latent attention (MLA)";
-    } else if (m->mtp_num_layers > 0) {
-        what = "multi-token-prediction layers";
-    } else if (m->window_size > 0) {
-        what = "sliding-window attention";
-    } else if (m->has_qk_layernorm) {
-        what = "q/k layernorm";
-    } else if (m->has_linear_bias) {
-        what = "linear biases";
-    } else if (!m->is_swiglu) {
-        what = "non-gated (GELU) MLPs";
-    } else if (e->plan.options.dispatcher == MOE_DISPATCH_ALLGATHER && moe_cfg_is_moe(m)) {
+    if (e->plan.options.dispatcher == MOE_DISPATCH_ALLGATHER && moe_cfg_is_moe(m)) {
         what = "the allgather dispatcher (use alltoall or flex)";
     }
     if (what != NULL) {
         return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "model %s uses %s, which moefold-train does not implement; use a "
-                            "GQA/MHA SwiGLU model such as the tiny-moe or tiny-dsv3 presets",
-                            m->name, what);
+                            "model %s uses %s, which moefold-train does not implement", m->name,
+                            what);
     }
-    for (int l = 0; l < m->num_layers; l++) {
-        if (m->layer_flags[l] & MOE_LAYER_WINDOWED) {
-            return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                                "layer %d uses sliding-window attention, which moefold-train does "
-                                "not implement",
-                                l);
-        }
+    const char *cpu_only = cpu_only_feature(m);
+    if (cpu_only != NULL && e->k->backend != MOE_K_BACKEND_CPU) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "model %s uses %s, which moefold-train runs on the CPU backend only "
+                            "(the %s backend has not been checked with it); use --backend cpu",
+                            m->name, cpu_only, e->k->name);
     }
     return MOE_OK;
 }
@@ -140,11 +159,31 @@ enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag)
     d->etp = lay->etp;
     d->sp = lay->tp > 1 && lay->sequence_parallel;
     d->num_layers = m->num_layers;
+    d->num_mtp = m->mtp_num_layers;
+    d->num_layers_all = m->num_layers + m->mtp_num_layers;
     d->hidden = m->hidden_size;
     d->vocab = moe_cfg_padded_vocab(m, lay->tp);
     d->heads = m->num_attention_heads;
     d->kv_heads = m->num_query_groups;
     d->head_dim = m->kv_channels;
+    d->qk_dim = d->v_dim = d->head_dim;
+    d->glu = m->is_swiglu ? 2 : 1;
+    d->is_mla = m->is_mla;
+    d->has_qk_norm = m->has_qk_layernorm && !m->is_mla;
+    d->has_bias = m->has_linear_bias;
+    d->has_sinks = m->has_attention_sinks;
+    d->window = m->window_size;
+    if (d->is_mla) {
+        d->kv_heads = d->heads; /* MLA has no grouped queries */
+        d->q_lora = m->q_lora_rank;
+        d->kv_lora = m->kv_lora_rank;
+        d->qk_nope = m->qk_head_dim;
+        d->qk_rope = m->qk_pos_emb_head_dim;
+        d->qk_dim = d->qk_nope + d->qk_rope;
+        d->v_dim = m->v_head_dim;
+        d->head_dim = d->qk_dim;
+        MOE_TRY(divides(d->qk_rope, 2, "qk_pos_emb_head_dim (RoPE pairs)", "2", diag));
+    }
     d->ffn = m->ffn_hidden_size;
     d->shared_ffn = m->moe_shared_expert_intermediate_size;
     d->experts = moe_cfg_is_moe(m) ? m->num_experts : 0;
@@ -153,7 +192,13 @@ enum moe_status moe_eng_dims_init(struct moe_eng *e, struct moe_diag *diag)
     MOE_TRY(divides(d->vocab, lay->tp, "padded vocab", "tp", diag));
     MOE_TRY(divides(d->heads, lay->tp, "num_attention_heads", "tp", diag));
     MOE_TRY(divides(d->kv_heads, lay->tp, "num_query_groups", "tp", diag));
-    MOE_TRY(divides(d->head_dim, 2, "kv_channels (RoPE pairs)", "2", diag));
+    if (!d->is_mla) {
+        MOE_TRY(divides(d->head_dim, 2, "kv_channels (RoPE pairs)", "2", diag));
+    }
+    if (d->num_mtp > 0) {
+        MOE_TRY(
+            divides(d->hidden, lay->tp, "hidden_size (MTP's column-parallel eh_proj)", "tp", diag));
+    }
     d->vocab_l = d->vocab / lay->tp;
     d->vocab0 = c->tp * d->vocab_l;
     d->heads_l = d->heads / lay->tp;
@@ -220,10 +265,12 @@ static int bucket_open(struct moe_eng *e, enum moe_eng_pkind kind, int layer)
     bk->kind = kind;
     bk->layer = layer;
     bk->first_param = e->num_params;
+    bool repl = kind == MOE_ENG_PK_REPL || kind == MOE_ENG_PK_REPL_TP;
     bk->group = kind == MOE_ENG_PK_EXPERT ? e->groups.edp : e->groups.dpcp;
-    bk->tp_partial = kind == MOE_ENG_PK_REPL && e->d.sp;
-    bk->is_norm_owner = kind != MOE_ENG_PK_REPL || e->groups.me.tp == 0;
-    bk->no_decay = kind == MOE_ENG_PK_REPL;
+    bk->tp_partial =
+        (kind == MOE_ENG_PK_REPL && e->d.sp) || (kind == MOE_ENG_PK_REPL_TP && e->d.tp > 1);
+    bk->is_norm_owner = !repl || e->groups.me.tp == 0;
+    bk->no_decay = repl;
     return b;
 }
 
@@ -290,49 +337,178 @@ static struct moe_eng_tensor none_tensor(void)
     return (struct moe_eng_tensor){.w = NULL, .g = NULL, .numel = 0, .param = -1};
 }
 
-/* Register one decoder layer's parameters (three buckets). */
+int moe_eng_layer_tensors(struct moe_eng_layer_w *w, struct moe_eng_tensor **out)
+{
+    struct moe_eng_tensor *ts[] = {
+        &w->attn_norm,   &w->qkv,         &w->proj,       &w->mlp_norm,   &w->fc1,
+        &w->fc2,         &w->router,      &w->e_fc1,      &w->e_fc2,      &w->s_fc1,
+        &w->s_fc2,       &w->q_norm,      &w->k_norm,     &w->sinks,      &w->qkv_bias,
+        &w->proj_bias,   &w->fc1_bias,    &w->fc2_bias,   &w->s_fc1_bias, &w->s_fc2_bias,
+        &w->router_bias, &w->e_fc1_bias,  &w->e_fc2_bias, &w->q_down,     &w->q_lnorm,
+        &w->q_up,        &w->kv_down,     &w->kv_lnorm,   &w->kv_up,      &w->mtp_enorm,
+        &w->mtp_hnorm,   &w->mtp_eh_proj, &w->mtp_norm,
+    };
+    MOE_ASSERT(MOE_ARRAY_LEN(ts) <= MOE_ENG_LAYER_TENSORS);
+    for (size_t i = 0; i < MOE_ARRAY_LEN(ts); i++) {
+        out[i] = ts[i];
+    }
+    return (int)MOE_ARRAY_LEN(ts);
+}
+
+/*
+ * A layer's parameters by bucket (a bucket's parameters are registered together, in this order):
+ * replicated (norms; the row-parallel biases, added after the reduction; router), TP-partial
+ * replicated (q/k norms, MLA's down projections and latent norms), TP-sharded (projections,
+ * sinks, column-parallel biases, the dense MLP or shared expert), experts.
+ */
+static void repl_register(struct moe_eng *e, struct moe_eng_layer_w *w, int b)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int l = w->idx;
+    size_t C = (size_t)d->hidden;
+    w->attn_norm = param_add(e, b, l, "attn_norm", C, true);
+    w->mlp_norm = param_add(e, b, l, "mlp_norm", C, true);
+    if (l >= d->num_layers) {
+        w->mtp_enorm = param_add(e, b, l, "mtp_enorm", C, true);
+        w->mtp_hnorm = param_add(e, b, l, "mtp_hnorm", C, true);
+        w->mtp_norm = param_add(e, b, l, "mtp_norm", C, true);
+    }
+    if (w->is_moe) {
+        w->router = param_add(e, b, l, "router", (size_t)d->experts * C, false);
+    }
+    if (!d->has_bias) {
+        return;
+    }
+    w->proj_bias = param_add(e, b, l, "proj_bias", C, true);
+    if (w->is_moe) {
+        w->router_bias = param_add(e, b, l, "router_bias", (size_t)d->experts, true);
+        if (d->shared_ffn_l > 0) {
+            w->s_fc2_bias = param_add(e, b, l, "shared_fc2_bias", C, true);
+        }
+    } else {
+        w->fc2_bias = param_add(e, b, l, "fc2_bias", C, true);
+    }
+}
+
+static void tp_partial_register(struct moe_eng *e, struct moe_eng_layer_w *w, int b)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int l = w->idx;
+    size_t C = (size_t)d->hidden;
+    if (d->has_qk_norm) {
+        w->q_norm = param_add(e, b, l, "q_norm", (size_t)d->head_dim, true);
+        w->k_norm = param_add(e, b, l, "k_norm", (size_t)d->head_dim, true);
+    }
+    if (d->is_mla) {
+        if (d->q_lora > 0) {
+            w->q_down = param_add(e, b, l, "q_down", (size_t)d->q_lora * C, false);
+            w->q_lnorm = param_add(e, b, l, "q_lnorm", (size_t)d->q_lora, true);
+        }
+        size_t kvd = (size_t)d->kv_lora + (size_t)d->qk_rope;
+        w->kv_down = param_add(e, b, l, "kv_down", kvd * C, false);
+        w->kv_lnorm = param_add(e, b, l, "kv_lnorm", (size_t)d->kv_lora, true);
+    }
+}
+
+/* A dense MLP's fc1/fc2 and fc1 bias (column-parallel). */
+static void
+mlp_register(struct moe_eng *e, struct moe_eng_layer_w *w, int b, bool shared, int ffn_l)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int l = w->idx;
+    size_t C = (size_t)d->hidden;
+    size_t g = (size_t)d->glu;
+    struct moe_eng_tensor *fc1 = shared ? &w->s_fc1 : &w->fc1;
+    struct moe_eng_tensor *fc2 = shared ? &w->s_fc2 : &w->fc2;
+    *fc1 = param_add(e, b, l, shared ? "shared_fc1" : "w_fc1", g * (size_t)ffn_l * C, false);
+    *fc2 = param_add(e, b, l, shared ? "shared_fc2" : "w_fc2", C * (size_t)ffn_l, false);
+    if (d->has_bias) {
+        struct moe_eng_tensor *b1 = shared ? &w->s_fc1_bias : &w->fc1_bias;
+        *b1 = param_add(e, b, l, shared ? "shared_fc1_bias" : "fc1_bias", g * (size_t)ffn_l, true);
+    }
+}
+
+static void dense_register(struct moe_eng *e, struct moe_eng_layer_w *w, int b)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int l = w->idx;
+    size_t C = (size_t)d->hidden;
+    size_t hl = (size_t)d->heads_l;
+    if (d->is_mla) {
+        size_t in = d->q_lora > 0 ? (size_t)d->q_lora : C;
+        w->q_up = param_add(e, b, l, d->q_lora > 0 ? "q_up" : "q_proj", hl * (size_t)d->qk_dim * in,
+                            false);
+        size_t kvw = (size_t)d->qk_nope + (size_t)d->v_dim;
+        w->kv_up = param_add(e, b, l, "kv_up", hl * kvw * (size_t)d->kv_lora, false);
+    } else {
+        w->qkv = param_add(e, b, l, "w_qkv", (size_t)d->qkv_cols * C, false);
+        if (d->has_bias) {
+            w->qkv_bias = param_add(e, b, l, "qkv_bias", (size_t)d->qkv_cols, true);
+        }
+    }
+    w->proj = param_add(e, b, l, "w_proj", C * hl * (size_t)d->v_dim, false);
+    if (l >= d->num_layers) {
+        w->mtp_eh_proj = param_add(e, b, l, "mtp_eh_proj", C / (size_t)d->tp * 2 * C, false);
+    }
+    if (d->has_sinks) {
+        w->sinks = param_add(e, b, l, "sinks", hl, true);
+    }
+    if (!w->is_moe) {
+        mlp_register(e, w, b, false, d->ffn_l);
+    } else if (d->shared_ffn_l > 0) {
+        mlp_register(e, w, b, true, d->shared_ffn_l);
+    }
+}
+
+static void expert_register(struct moe_eng *e, struct moe_eng_layer_w *w, int b)
+{
+    const struct moe_eng_dims *d = &e->d;
+    int l = w->idx;
+    size_t C = (size_t)d->hidden;
+    size_t el = (size_t)d->experts_l;
+    size_t fel = (size_t)d->expert_ffn_l;
+    size_t g = (size_t)d->glu;
+    w->e_fc1 = param_add(e, b, l, "expert_fc1", el * g * fel * C, false);
+    w->e_fc2 = param_add(e, b, l, "expert_fc2", el * C * fel, false);
+    if (d->has_bias) {
+        w->e_fc1_bias = param_add(e, b, l, "expert_fc1_bias", el * g * fel, true);
+        w->e_fc2_bias = param_add(e, b, l, "expert_fc2_bias", el * C, true);
+    }
+}
+
 static void layer_register(struct moe_eng *e, int l)
 {
     const struct moe_eng_dims *d = &e->d;
     struct moe_eng_layer_w *w = &e->layers[l];
-    size_t C = (size_t)d->hidden;
+    memset(w, 0, sizeof(*w));
+    struct moe_eng_tensor *ts[MOE_ENG_LAYER_TENSORS];
+    int nt = moe_eng_layer_tensors(w, ts);
+    for (int i = 0; i < nt; i++) {
+        *ts[i] = none_tensor();
+    }
     w->idx = l;
-    w->is_moe = d->experts > 0 && (e->plan.model.layer_flags[l] & MOE_LAYER_MOE);
-    struct moe_eng_tensor none = none_tensor();
-    w->fc1 = w->fc2 = w->router = w->e_fc1 = w->e_fc2 = w->s_fc1 = w->s_fc2 = none;
-
-    int br = bucket_open(e, MOE_ENG_PK_REPL, l);
-    w->attn_norm = param_add(e, br, l, "attn_norm", C, true);
-    w->mlp_norm = param_add(e, br, l, "mlp_norm", C, true);
+    /* An MTP layer (l >= L) is shaped like the last decoder layer (Megatron's MTP block spec). */
+    unsigned flags = e->plan.model.layer_flags[l < d->num_layers ? l : d->num_layers - 1];
+    w->is_moe = d->experts > 0 && (flags & MOE_LAYER_MOE);
+    w->is_windowed = d->window > 0 && (flags & MOE_LAYER_WINDOWED);
+    int b = bucket_open(e, MOE_ENG_PK_REPL, l);
+    repl_register(e, w, b);
+    bucket_close(e, b);
+    b = bucket_open(e, MOE_ENG_PK_REPL_TP, l);
+    tp_partial_register(e, w, b);
+    bucket_close(e, b); /* dropped when empty */
+    b = bucket_open(e, MOE_ENG_PK_DENSE, l);
+    dense_register(e, w, b);
+    bucket_close(e, b);
+    w->expert_bias = NULL;
     if (w->is_moe) {
-        w->router = param_add(e, br, l, "router", (size_t)d->experts * C, false);
-    }
-    bucket_close(e, br);
-
-    int bd = bucket_open(e, MOE_ENG_PK_DENSE, l);
-    w->qkv = param_add(e, bd, l, "w_qkv", (size_t)d->qkv_cols * C, false);
-    w->proj = param_add(e, bd, l, "w_proj", C * (size_t)(d->heads_l * d->head_dim), false);
-    if (!w->is_moe) {
-        w->fc1 = param_add(e, bd, l, "w_fc1", 2 * (size_t)d->ffn_l * C, false);
-        w->fc2 = param_add(e, bd, l, "w_fc2", C * (size_t)d->ffn_l, false);
-    } else if (d->shared_ffn_l > 0) {
-        w->s_fc1 = param_add(e, bd, l, "shared_fc1", 2 * (size_t)d->shared_ffn_l * C, false);
-        w->s_fc2 = param_add(e, bd, l, "shared_fc2", C * (size_t)d->shared_ffn_l, false);
-    }
-    bucket_close(e, bd);
-
-    if (w->is_moe) {
-        int be = bucket_open(e, MOE_ENG_PK_EXPERT, l);
-        size_t el = (size_t)d->experts_l;
-        w->e_fc1 = param_add(e, be, l, "expert_fc1", el * 2 * (size_t)d->expert_ffn_l * C, false);
-        w->e_fc2 = param_add(e, be, l, "expert_fc2", el * C * (size_t)d->expert_ffn_l, false);
-        bucket_close(e, be);
-        w->expert_bias =
-            e->plan.model.has_router_expert_bias
-                ? moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena, (size_t)d->experts)
-                : NULL;
-    } else {
-        w->expert_bias = NULL;
+        b = bucket_open(e, MOE_ENG_PK_EXPERT, l);
+        expert_register(e, w, b);
+        bucket_close(e, b);
+        if (e->plan.model.has_router_expert_bias) {
+            w->expert_bias =
+                moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena, (size_t)d->experts);
+        }
     }
 }
 
@@ -343,8 +519,12 @@ void moe_eng_params_carve(struct moe_eng *e)
     e->num_buckets = 0;
     size_t vc = (size_t)d->vocab_l * (size_t)d->hidden;
     struct moe_eng_tensor none = none_tensor();
-    e->embedding = e->final_norm = e->output = none;
+    e->embedding = e->final_norm = e->output = e->mtp_embedding = none;
     e->has_tied_copy = false;
+    int num_mtp = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        num_mtp += e->chunks[v].num_mtp;
+    }
     bool has_embed = false;
     bool has_loss = false;
     for (int v = 0; v < e->num_chunks_local; v++) {
@@ -362,6 +542,9 @@ void moe_eng_params_carve(struct moe_eng *e)
         for (int i = 0; i < ch->num_layers; i++) {
             layer_register(e, ch->first_layer + i);
         }
+    }
+    for (int j = 0; j < num_mtp; j++) {
+        layer_register(e, d->num_layers + j);
     }
     if (has_loss) {
         int br = bucket_open(e, MOE_ENG_PK_REPL, MOE_ENG_TAG_HEAD);
@@ -381,19 +564,42 @@ void moe_eng_params_carve(struct moe_eng *e)
             }
         }
     }
+    if (num_mtp > 0) {
+        /* MTP embeds the shifted tokens on the loss stage: with the embedding itself when it is
+         * here, the tied output copy, or an embedding copy (Megatron keeps one on the MTP stage)
+         * whose gradient is summed with the embedding's over the embedding group. */
+        if (has_embed) {
+            e->mtp_embedding = e->embedding;
+        } else if (!e->plan.model.is_untied_embeddings) {
+            e->mtp_embedding = e->output;
+        } else {
+            int bc = bucket_open(e, MOE_ENG_PK_DENSE, MOE_ENG_TAG_HEAD);
+            e->mtp_embedding = param_add(e, bc, -1, "embedding(mtp copy)", vc, false);
+            bucket_close(e, bc);
+            e->buckets[bc].is_tied_copy = true;
+            e->buckets[bc].is_norm_owner = false;
+        }
+    }
     tensor_bind(e, &e->embedding);
     tensor_bind(e, &e->final_norm);
     tensor_bind(e, &e->output);
+    tensor_bind(e, &e->mtp_embedding);
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
         for (int i = 0; i < ch->num_layers; i++) {
             struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
-            struct moe_eng_tensor *ts[] = {&w->attn_norm, &w->qkv,   &w->proj,   &w->mlp_norm,
-                                           &w->fc1,       &w->fc2,   &w->router, &w->e_fc1,
-                                           &w->e_fc2,     &w->s_fc1, &w->s_fc2};
-            for (size_t t = 0; t < MOE_ARRAY_LEN(ts); t++) {
+            struct moe_eng_tensor *ts[MOE_ENG_LAYER_TENSORS];
+            int nt = moe_eng_layer_tensors(w, ts);
+            for (int t = 0; t < nt; t++) {
                 tensor_bind(e, ts[t]);
             }
+        }
+    }
+    for (int j = 0; j < num_mtp; j++) {
+        struct moe_eng_tensor *ts[MOE_ENG_LAYER_TENSORS];
+        int nt = moe_eng_layer_tensors(&e->layers[d->num_layers + j], ts);
+        for (int t = 0; t < nt; t++) {
+            tensor_bind(e, ts[t]);
         }
     }
 }
@@ -505,6 +711,51 @@ static float *init_at(const struct moe_eng *e, float *w)
     return e->init_host + ((const char *)w - base) / (ptrdiff_t)sizeof(float);
 }
 
+/* Column-parallel fc1 of a gated (two global [f, C] tensors: gate, up) or GELU ([f, C]) FFN. */
+static void init_fc1(const struct moe_eng *e,
+                     float *w,
+                     int fl,
+                     int part,
+                     uint64_t uid_gate,
+                     uint64_t uid_up,
+                     double std)
+{
+    int C = e->d.hidden;
+    if (e->d.glu == 2) {
+        init_gate_up(w, fl, part, C, e->opts.seed, uid_gate, uid_up, std);
+    } else {
+        init_block(w, fl, C, e->opts.seed, uid_up, (long)part * fl, 0, C, std);
+    }
+}
+
+/* MLA projections: the replicated down projections whole, the up projections' rows of this TP
+ * rank's heads. */
+static void mla_init(struct moe_eng *e, const struct moe_eng_layer_w *w, double std)
+{
+    const struct moe_eng_dims *d = &e->d;
+    uint64_t s = e->opts.seed;
+    int l = w->idx;
+    int C = d->hidden;
+    long tp = e->groups.me.tp;
+    int kvd = d->kv_lora + d->qk_rope;
+    int qrows = d->heads_l * d->qk_dim;
+    int kvrows = d->heads_l * (d->qk_nope + d->v_dim);
+    if (d->q_lora > 0) {
+        init_block(init_at(e, w->q_down.w), d->q_lora, C, s, uid_of(l, CODE_Q_DOWN, 0), 0, 0, C,
+                   std);
+        init_ones(init_at(e, w->q_lnorm.w), w->q_lnorm.numel);
+        init_block(init_at(e, w->q_up.w), qrows, d->q_lora, s, uid_of(l, CODE_Q_UP, 0), tp * qrows,
+                   0, d->q_lora, std);
+    } else {
+        init_block(init_at(e, w->q_up.w), qrows, C, s, uid_of(l, CODE_Q_UP, 0), tp * qrows, 0, C,
+                   std);
+    }
+    init_block(init_at(e, w->kv_down.w), kvd, C, s, uid_of(l, CODE_KV_DOWN, 0), 0, 0, C, std);
+    init_ones(init_at(e, w->kv_lnorm.w), w->kv_lnorm.numel);
+    init_block(init_at(e, w->kv_up.w), kvrows, d->kv_lora, s, uid_of(l, CODE_KV_UP, 0), tp * kvrows,
+               0, d->kv_lora, std);
+}
+
 static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
 {
     const struct moe_eng_dims *d = &e->d;
@@ -517,20 +768,27 @@ static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
     int hd = d->head_dim;
     init_ones(init_at(e, w->attn_norm.w), w->attn_norm.numel);
     init_ones(init_at(e, w->mlp_norm.w), w->mlp_norm.numel);
-    float *q = init_at(e, w->qkv.w);
-    float *k = q + (size_t)d->heads_l * (size_t)hd * (size_t)C;
-    float *v = k + (size_t)d->kv_heads_l * (size_t)hd * (size_t)C;
-    init_block(q, d->heads_l * hd, C, s, uid_of(l, CODE_WQ, 0), (long)tp * d->heads_l * hd, 0, C,
-               std);
-    init_block(k, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WK, 0), (long)tp * d->kv_heads_l * hd, 0,
-               C, std);
-    init_block(v, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WV, 0), (long)tp * d->kv_heads_l * hd, 0,
-               C, std);
-    init_block(init_at(e, w->proj.w), C, d->heads_l * hd, s, uid_of(l, CODE_WO, 0), 0,
-               (long)tp * d->heads_l * hd, (long)d->heads * hd, out_std);
+    init_ones(init_at(e, w->q_norm.w), w->q_norm.numel);
+    init_ones(init_at(e, w->k_norm.w), w->k_norm.numel);
+    if (d->is_mla) {
+        mla_init(e, w, std);
+    } else {
+        float *q = init_at(e, w->qkv.w);
+        float *k = q + (size_t)d->heads_l * (size_t)hd * (size_t)C;
+        float *v = k + (size_t)d->kv_heads_l * (size_t)hd * (size_t)C;
+        init_block(q, d->heads_l * hd, C, s, uid_of(l, CODE_WQ, 0), (long)tp * d->heads_l * hd, 0,
+                   C, std);
+        init_block(k, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WK, 0),
+                   (long)tp * d->kv_heads_l * hd, 0, C, std);
+        init_block(v, d->kv_heads_l * hd, C, s, uid_of(l, CODE_WV, 0),
+                   (long)tp * d->kv_heads_l * hd, 0, C, std);
+    }
+    int vd = d->v_dim;
+    init_block(init_at(e, w->proj.w), C, d->heads_l * vd, s, uid_of(l, CODE_WO, 0), 0,
+               (long)tp * d->heads_l * vd, (long)d->heads * vd, out_std);
     if (!w->is_moe) {
-        init_gate_up(init_at(e, w->fc1.w), d->ffn_l, tp, C, s, uid_of(l, CODE_FC1_GATE, 0),
-                     uid_of(l, CODE_FC1_UP, 0), std);
+        init_fc1(e, init_at(e, w->fc1.w), d->ffn_l, tp, uid_of(l, CODE_FC1_GATE, 0),
+                 uid_of(l, CODE_FC1_UP, 0), std);
         init_block(init_at(e, w->fc2.w), C, d->ffn_l, s, uid_of(l, CODE_FC2, 0), 0,
                    (long)tp * d->ffn_l, d->ffn, out_std);
         return;
@@ -540,8 +798,8 @@ static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
         memset(init_at(e, w->expert_bias), 0, (size_t)d->experts * sizeof(float));
     }
     if (d->shared_ffn_l > 0) {
-        init_gate_up(init_at(e, w->s_fc1.w), d->shared_ffn_l, tp, C, s, uid_of(l, CODE_S1_GATE, 0),
-                     uid_of(l, CODE_S1_UP, 0), std);
+        init_fc1(e, init_at(e, w->s_fc1.w), d->shared_ffn_l, tp, uid_of(l, CODE_S1_GATE, 0),
+                 uid_of(l, CODE_S1_UP, 0), std);
         init_block(init_at(e, w->s_fc2.w), C, d->shared_ffn_l, s, uid_of(l, CODE_S2, 0), 0,
                    (long)tp * d->shared_ffn_l, d->shared_ffn, out_std);
     }
@@ -549,10 +807,9 @@ static void layer_init(struct moe_eng *e, const struct moe_eng_layer_w *w)
     int etp = e->groups.me.etp;
     for (int i = 0; i < d->experts_l; i++) {
         int ge = d->expert0 + i;
-        float *w1 = init_at(e, w->e_fc1.w) + (size_t)i * 2 * (size_t)fel * (size_t)C;
+        float *w1 = init_at(e, w->e_fc1.w) + (size_t)i * (size_t)d->glu * (size_t)fel * (size_t)C;
         float *w2 = init_at(e, w->e_fc2.w) + (size_t)i * (size_t)C * (size_t)fel;
-        init_gate_up(w1, fel, etp, C, s, uid_of(l, CODE_E1_GATE, ge), uid_of(l, CODE_E1_UP, ge),
-                     std);
+        init_fc1(e, w1, fel, etp, uid_of(l, CODE_E1_GATE, ge), uid_of(l, CODE_E1_UP, ge), std);
         init_block(w2, C, fel, s, uid_of(l, CODE_E2, ge), 0, (long)etp * fel, d->expert_ffn,
                    out_std);
     }
@@ -577,10 +834,26 @@ static void params_init_values(struct moe_eng *e)
         init_block(init_at(e, e->output.w), d->vocab_l, d->hidden, s, uid_of(-1, code, 0),
                    d->vocab0, 0, d->hidden, INIT_STD);
     }
+    if (e->mtp_embedding.w != NULL && e->mtp_embedding.param != e->embedding.param &&
+        e->mtp_embedding.param != e->output.param) {
+        init_block(init_at(e, e->mtp_embedding.w), d->vocab_l, d->hidden, s,
+                   uid_of(-1, CODE_EMBED, 0), d->vocab0, 0, d->hidden, INIT_STD);
+    }
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
         for (int i = 0; i < ch->num_layers; i++) {
             layer_init(e, &e->layers[ch->first_layer + i]);
+        }
+        for (int j = 0; j < ch->num_mtp; j++) {
+            const struct moe_eng_layer_w *w = &e->layers[d->num_layers + j];
+            layer_init(e, w);
+            init_ones(init_at(e, w->mtp_enorm.w), w->mtp_enorm.numel);
+            init_ones(init_at(e, w->mtp_hnorm.w), w->mtp_hnorm.numel);
+            init_ones(init_at(e, w->mtp_norm.w), w->mtp_norm.numel);
+            int cl = d->hidden / d->tp;
+            init_block(init_at(e, w->mtp_eh_proj.w), cl, 2 * d->hidden, s,
+                       uid_of(w->idx, CODE_EH_PROJ, 0), (long)e->groups.me.tp * cl, 0,
+                       2L * d->hidden, INIT_STD);
         }
     }
 }

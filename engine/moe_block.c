@@ -94,10 +94,39 @@ struct group_counts {
     const int *dev;  /* [El] */
 };
 
+/* y[R, out] += bias[e] [El, out] on each local expert's rows (GPT-OSS's expert biases). */
+static void
+grouped_bias_fwd(struct moe_eng *e, float *y, const float *bias, const int *counts, int out)
+{
+    size_t row = 0;
+    for (int i = 0; i < e->d.experts_l; i++) {
+        if (counts[i] > 0) {
+            e->k->bias_fwd(y + row * (size_t)out, bias + (size_t)i * (size_t)out, counts[i], out,
+                           e->kc);
+        }
+        row += (size_t)counts[i];
+    }
+}
+
+static void
+grouped_bias_bwd(struct moe_eng *e, float *d_bias, const float *dy, const int *counts, int out)
+{
+    size_t row = 0;
+    for (int i = 0; i < e->d.experts_l; i++) {
+        if (counts[i] > 0) {
+            e->k->bias_bwd(d_bias + (size_t)i * (size_t)out, dy + row * (size_t)out, counts[i], out,
+                           e->kc);
+        }
+        row += (size_t)counts[i];
+    }
+}
+
+/* bias [El, out] may be NULL. */
 static void grouped_fwd(struct moe_eng *e,
                         float *y,
                         const float *x,
                         const float *w,
+                        const float *bias,
                         struct group_counts counts,
                         int in,
                         int out)
@@ -107,12 +136,17 @@ static void grouped_fwd(struct moe_eng *e,
     const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
     e->k->grouped_linear_fwd(y, xq, wq, counts.dev, counts.host, el, in, out, e->kc);
+    if (bias != NULL) {
+        grouped_bias_fwd(e, y, bias, counts.host, out);
+    }
     moe_eng_tmark_release(e, mark);
 }
 
+/* d_bias [El, out] may be NULL. */
 static void grouped_bwd(struct moe_eng *e,
                         float *dx,
                         float *dw,
+                        float *d_bias,
                         const float *dy,
                         const float *x,
                         const float *w,
@@ -127,6 +161,9 @@ static void grouped_bwd(struct moe_eng *e,
     const float *wq = qdq_weights(e, w, el, out, in);
     e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, counts.host, el, in, out, false, e->kc);
     e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, counts.host, el, in, out, e->kc);
+    if (d_bias != NULL) {
+        grouped_bias_bwd(e, d_bias, dy, counts.host, out);
+    }
     moe_eng_tmark_release(e, mark);
 }
 
@@ -280,7 +317,7 @@ static void route(struct moe_eng *e,
         m->router_score == MOE_ROUTER_SIGMOID ? MOE_K_SCORE_SIGMOID : MOE_K_SCORE_SOFTMAX;
     bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
-    e->k->linear_fwd(a->logits, h, w->router.w, NULL, Ms, C, E, e->kc);
+    e->k->linear_fwd(a->logits, h, w->router.w, w->router_bias.w, Ms, C, E, e->kc);
     int groups = m->moe_router_num_groups > 1 ? m->moe_router_num_groups : 0;
     e->k->router_fwd(a->topk_idx, a->topk_w, a->scores, a->logits, w->expert_bias, Ms, E, K, groups,
                      groups > 0 ? m->moe_router_group_topk : 0, sf, norm, e->opts.topk_scaling,
@@ -505,12 +542,13 @@ static void moe_fwd_overlap(struct moe_eng *e,
         k->sort_chunks(xe, recv + (size_t)hv[i].recv_off * c, hv[i].p.d_chunk_rows,
                        hv[i].p.d_chunk_order, d->ep * El, C, e->kc);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
-        float *f1 = a->e_fc1 + x * 2 * (size_t)fel;
+        float *f1 = a->e_fc1 + x * (size_t)d->glu * (size_t)fel;
         float *act = a->e_act + x * (size_t)fel;
-        grouped_fwd(e, f1, xe, w->e_fc1.w, plan_counts(&hv[i].p), C, 2 * fel);
+        grouped_fwd(e, f1, xe, w->e_fc1.w, w->e_fc1_bias.w, plan_counts(&hv[i].p), C, d->glu * fel);
         poke(e, hv);
-        k->swiglu_fwd(act, f1, hv[i].p.rows_exp, fel, e->kc);
-        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, plan_counts(&hv[i].p), fel, C);
+        moe_eng_act_fwd(e, act, f1, hv[i].p.rows_exp, fel);
+        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, w->e_fc2_bias.w, plan_counts(&hv[i].p), fel,
+                    C);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
         float *back = recv + (size_t)hv[i].recv_off * c;
         k->unsort_chunks(back, eout + x * c, hv[i].p.d_chunk_rows, hv[i].p.d_chunk_order,
@@ -549,7 +587,7 @@ static void moe_bwd_overlap(struct moe_eng *e,
     float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * c);
     float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * c);
     float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
-    float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * 2 * (size_t)fel);
+    float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)d->glu * (size_t)fel);
     for (int i = 0; i < 2; i++) {
         size_t t0 = (size_t)hv[i].t0;
         float *rh = rows + (size_t)hv[i].send_off * c;
@@ -567,17 +605,17 @@ static void moe_bwd_overlap(struct moe_eng *e,
         k->sort_chunks(deo + x * c, recv + (size_t)hv[i].recv_off * c, hv[i].p.d_chunk_rows,
                        hv[i].p.d_chunk_order, d->ep * El, C, e->kc);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
-        float *f1 = a->e_fc1 + x * 2 * (size_t)fel;
+        float *f1 = a->e_fc1 + x * (size_t)d->glu * (size_t)fel;
         float *act = a->e_act + x * (size_t)fel;
         if (rc_act) {
-            k->swiglu_fwd(act, f1, r, fel, e->kc);
+            moe_eng_act_fwd(e, act, f1, r, fel);
         }
-        grouped_bwd(e, d_act, w->e_fc2.g, deo + x * c, act, w->e_fc2.w, plan_counts(&hv[i].p), fel,
-                    C);
+        grouped_bwd(e, d_act, w->e_fc2.g, w->e_fc2_bias.g, deo + x * c, act, w->e_fc2.w,
+                    plan_counts(&hv[i].p), fel, C);
         poke(e, hv);
-        k->swiglu_bwd(d_fc1, d_act, f1, r, fel, e->kc);
-        grouped_bwd(e, deo + x * c, w->e_fc1.g, d_fc1, a->xe + x * c, w->e_fc1.w,
-                    plan_counts(&hv[i].p), C, 2 * fel);
+        moe_eng_act_bwd(e, d_fc1, d_act, f1, r, fel);
+        grouped_bwd(e, deo + x * c, w->e_fc1.g, w->e_fc1_bias.g, d_fc1, a->xe + x * c, w->e_fc1.w,
+                    plan_counts(&hv[i].p), C, d->glu * fel);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
         float *back = recv + (size_t)hv[i].recv_off * c;
         k->unsort_chunks(back, deo + x * c, hv[i].p.d_chunk_rows, hv[i].p.d_chunk_order, d->ep * El,
@@ -641,9 +679,9 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, plan_counts(&p), C, 2 * fel);
-    k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
-    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, plan_counts(&p), fel, C);
+    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, w->e_fc1_bias.w, plan_counts(&p), C, d->glu * fel);
+    moe_eng_act_fwd(e, a->e_act, a->e_fc1, p.rows_exp, fel);
+    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, w->e_fc2_bias.w, plan_counts(&p), fel, C);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
     if (hier) {
         moe_eng_hier_combine(e, a, eout, out);
@@ -691,7 +729,7 @@ static void route_bwd(struct moe_eng *e,
                                 e->kc);
     }
     e->k->linear_bwd_data(dh, d_logits, w->router.w, Ms, C, E, true, e->kc);
-    e->k->linear_bwd_weight(w->router.g, NULL, d_logits, h, Ms, C, E, e->kc);
+    e->k->linear_bwd_weight(w->router.g, w->router_bias.g, d_logits, h, Ms, C, E, e->kc);
     moe_eng_arena_release(&e->temp, mark);
     moe_eng_phase_enter(&e->ctx.timer, prev);
 }
@@ -738,13 +776,15 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     if (e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
         (e->plan.options.recompute_modules & MOE_RC_MOE_ACT)) {
-        k->swiglu_fwd(a->e_act, a->e_fc1, p.rows_exp, fel, e->kc);
+        moe_eng_act_fwd(e, a->e_act, a->e_fc1, p.rows_exp, fel);
     }
     float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
-    grouped_bwd(e, d_act, w->e_fc2.g, deo, a->e_act, w->e_fc2.w, plan_counts(&p), fel, C);
-    float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * 2 * (size_t)fel);
-    k->swiglu_bwd(d_fc1, d_act, a->e_fc1, p.rows_exp, fel, e->kc);
-    grouped_bwd(e, deo, w->e_fc1.g, d_fc1, a->xe, w->e_fc1.w, plan_counts(&p), C, 2 * fel);
+    grouped_bwd(e, d_act, w->e_fc2.g, w->e_fc2_bias.g, deo, a->e_act, w->e_fc2.w, plan_counts(&p),
+                fel, C);
+    float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)d->glu * (size_t)fel);
+    moe_eng_act_bwd(e, d_fc1, d_act, a->e_fc1, p.rows_exp, fel);
+    grouped_bwd(e, deo, w->e_fc1.g, w->e_fc1_bias.g, d_fc1, a->xe, w->e_fc1.w, plan_counts(&p), C,
+                d->glu * fel);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     if (hier) {
         moe_eng_hier_dispatch_bwd(e, a, deo, dh);

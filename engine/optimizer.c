@@ -32,9 +32,13 @@ double moe_eng_lr_at(const struct moe_eng *e, int step)
     return lr;
 }
 
+/* A bucket whose gradient is summed over the embedding group (first and last stage): the
+ * embedding and its copy on the loss stage, when the output layer is tied to it or MTP embeds
+ * with it there. */
 static bool is_tied_embedding(const struct moe_eng *e, const struct moe_eng_bucket *bk)
 {
-    if (e->plan.model.is_untied_embeddings || e->groups.embed == NULL) {
+    bool shared = !e->plan.model.is_untied_embeddings || e->plan.model.mtp_num_layers > 0;
+    if (!shared || e->groups.embed == NULL) {
         return false;
     }
     if (bk->is_tied_copy) {
@@ -276,8 +280,8 @@ static void expert_counts_step(struct moe_eng *e)
     int num_moe = 0;
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
-        for (int i = 0; i < ch->num_layers; i++) {
-            num_moe += e->layers[ch->first_layer + i].is_moe ? 1 : 0;
+        for (int i = 0; i < ch->num_layers + ch->num_mtp; i++) {
+            num_moe += e->layers[moe_eng_chunk_layer(d->num_layers, ch, i)].is_moe ? 1 : 0;
         }
     }
     if (num_moe == 0) {
@@ -289,8 +293,8 @@ static void expert_counts_step(struct moe_eng *e)
     int j = 0;
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
-        for (int i = 0; i < ch->num_layers; i++) {
-            const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
+        for (int i = 0; i < ch->num_layers + ch->num_mtp; i++) {
+            const struct moe_eng_layer_w *w = &e->layers[moe_eng_chunk_layer(d->num_layers, ch, i)];
             if (!w->is_moe) {
                 continue;
             }
@@ -307,8 +311,8 @@ static void expert_counts_step(struct moe_eng *e)
     j = 0;
     for (int v = 0; v < e->num_chunks_local; v++) {
         const struct moe_eng_chunk *ch = &e->chunks[v];
-        for (int i = 0; i < ch->num_layers; i++) {
-            const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
+        for (int i = 0; i < ch->num_layers + ch->num_mtp; i++) {
+            const struct moe_eng_layer_w *w = &e->layers[moe_eng_chunk_layer(d->num_layers, ch, i)];
             if (!w->is_moe) {
                 continue;
             }
@@ -369,7 +373,7 @@ enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, str
     int priority = 4; /* nothing found here */
     struct moe_diag local;
     memset(&local, 0, sizeof(local));
-    double sums[4] = {0.0, 0.0, e->loss_sum, e->aux_sum};
+    double sums[5] = {0.0, 0.0, e->loss_sum, e->aux_sum, e->mtp_sum};
     if (e->nan_origin[0] != '\0') {
         /* The forward went non-finite first: name where, not the gradients it spoiled. */
         nonfinite = 1;
@@ -381,7 +385,8 @@ enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, str
     } else {
         sums[0] = owned_sumsq(e, &nonfinite, &local);
         priority = nonfinite != 0 ? 2 : 4;
-        if (nonfinite == 0 && (!isfinite(e->loss_sum) || !isfinite(e->aux_sum))) {
+        if (nonfinite == 0 &&
+            (!isfinite(e->loss_sum) || !isfinite(e->aux_sum) || !isfinite(e->mtp_sum))) {
             nonfinite = 1;
             priority = 3;
             (void)moe_diag_set(&local, MOE_ERR_RUNTIME, "step %d: the loss is not finite (%g)",
@@ -389,9 +394,10 @@ enum moe_status moe_eng_optimizer_step(struct moe_eng *e, double *grad_norm, str
         }
     }
     sums[1] = (double)nonfinite;
-    moe_comm_allreduce(e->ctx.world, sums, sums, 4, MOE_COMM_F64, MOE_COMM_SUM);
+    moe_comm_allreduce(e->ctx.world, sums, sums, 5, MOE_COMM_F64, MOE_COMM_SUM);
     e->loss_sum = sums[2];
     e->aux_sum = sums[3] / (double)e->global_mbs;
+    e->mtp_sum = sums[4];
     *grad_norm = sqrt(sums[0]);
     if (sums[1] > 0.0 || !isfinite(sums[0])) {
         agree_on_message(e, priority, &local, diag);

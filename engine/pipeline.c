@@ -145,6 +145,13 @@ enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag)
         ch->num_layers = pc->num_layers;
         ch->has_embedding = pc->has_embedding != 0;
         ch->has_loss = pc->has_loss != 0;
+        ch->num_mtp = pc->num_mtp;
+        if (ch->num_mtp > 0 && !ch->has_loss) {
+            return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                                "moefold-train runs the MTP layers in the chunk with the loss (as "
+                                "Megatron's default layout does); put 'm' before 'L' in the "
+                                "pipeline layout");
+        }
         ch->prev_pp = c > 0 ? (c - 1) % pp : -1;
         ch->next_pp = c + 1 < nch ? (c + 1) % pp : -1;
         ch->mb_slot = moe_eng_heap_alloc(heap, (size_t)m * sizeof(int));
@@ -167,6 +174,13 @@ enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag)
             ch->slots[s].acts = moe_eng_heap_alloc(heap, n * sizeof(struct moe_eng_layer_act));
             if (ch->slots[s].acts == NULL) {
                 return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for activation slots");
+            }
+            if (ch->num_mtp > 0) {
+                size_t nm = (size_t)ch->num_mtp * sizeof(struct moe_eng_mtp_act);
+                ch->slots[s].mtp = moe_eng_heap_alloc(heap, nm);
+                if (ch->slots[s].mtp == NULL) {
+                    return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the MTP slots");
+                }
             }
         }
     }
@@ -264,7 +278,7 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
     wait_req(e, &sl->out_req, false);
     if (ch->has_embedding) {
         moe_eng_params_wait(e, MOE_ENG_TAG_EMBED);
-        moe_eng_embed_fwd(e, e->ids + (size_t)mb * mt, sl->x0);
+        moe_eng_embed_fwd(e, &e->embedding, e->ids + (size_t)mb * mt, sl->x0);
     } else {
         recv_blocking(e, sl->x0, ch->prev_pp, fwd_tag(e, ch->c, mb), false);
     }
@@ -286,7 +300,10 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         offload_out(e, &sl->acts[i]);
         moe_eng_comm_progress(e);
     }
-    if (ch->has_loss) {
+    if (ch->has_loss && ch->num_mtp > 0) {
+        moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
+        moe_eng_mtp_fwd(e, ch, sl, mb); /* the head's buckets are done after the MTP backward */
+    } else if (ch->has_loss) {
         moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
         moe_eng_head_fwd_bwd(e, sl->out, e->targets + (size_t)mb * mt, sl->dout);
         moe_eng_layer_grads_done(e, MOE_ENG_TAG_HEAD);
@@ -325,7 +342,10 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
     size_t n = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
     float *d = e->grad_stream;
     wait_req(e, &sl->out_req, false); /* a recompute may rewrite the output buffer */
-    if (ch->has_loss) {
+    if (ch->has_loss && ch->num_mtp > 0) {
+        moe_eng_mtp_bwd(e, ch, sl, mb, d);
+        moe_eng_layer_grads_done(e, MOE_ENG_TAG_HEAD);
+    } else if (ch->has_loss) {
         moe_eng_copy(e->ctx.dev, d, sl->dout, n * sizeof(float));
     } else {
         recv_blocking(e, d, ch->next_pp, bwd_tag(e, ch->c, mb), true);
@@ -344,7 +364,7 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         moe_eng_comm_progress(e);
     }
     if (ch->has_embedding) {
-        moe_eng_embed_bwd(e, e->ids + (size_t)mb * (size_t)e->d.tokens, d);
+        moe_eng_embed_bwd(e, &e->embedding, e->ids + (size_t)mb * (size_t)e->d.tokens, d);
         moe_eng_layer_grads_done(e, MOE_ENG_TAG_EMBED);
     } else {
         /* The previous gradient sent from this slot must be out before its buffer is reused

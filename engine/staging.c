@@ -154,8 +154,8 @@ size_t moe_eng_host_temp_bytes(const struct moe_eng *e)
      * order, local counts; at most two plans (EP overlap halves) and their count copies live. */
     size_t plan = 4 * (size_t)d->ep + 2 * (size_t)d->etp + 2 * nch + El;
     size_t ints = 4 * E + 2 * plan + 2 * (2 * E + 2 * nch) + El;
-    ints += (size_t)d->num_layers * E; /* expert counts of the optimizer step */
-    size_t floats = (size_t)d->tokens; /* a micro-batch's token losses */
+    ints += (size_t)d->num_layers_all * E; /* expert counts of the optimizer step */
+    size_t floats = (size_t)d->tokens;     /* a micro-batch's token losses */
     /* Twice the count (two nested users at most), plus the 64-byte rounding of 64 carves. */
     return 2 * (ints + floats) * sizeof(int) + 64 * MOE_ENG_HOST_ALIGN;
 }

@@ -16,8 +16,8 @@
  * hnorm, the eh projection [2h -> h], a final norm and one transformer layer shaped like the last
  * decoder layer, sharing the embedding and output layer. The vocabulary is padded as Megatron pads
  * it. Not counted (each under 1e-5 of its model): Qwen2-MoE's q/k/v biases and shared-expert gate,
- * GPT-OSS's per-head attention sinks. The router's expert bias (DeepSeek's e_score_correction_bias)
- * is counted; it is a checkpoint tensor.
+ * GPT-OSS's per-head attention sinks (one float per head and layer). The router's expert bias
+ * (DeepSeek's e_score_correction_bias) is counted; it is a checkpoint tensor.
  *
  * This module does no I/O. Letters: see model/config.h.
  */
@@ -164,6 +164,7 @@ static const struct moe_model_cfg moe_presets[] = {
         .num_layers = 36, .hidden_size = 2880, .ffn_hidden_size = 2880,
         .num_attention_heads = 64, .num_query_groups = 8, .kv_channels = 64,
         .is_swiglu = true, .is_untied_embeddings = true, .has_linear_bias = true,
+        .has_attention_sinks = true,
         .vocab_size = 201088, .make_vocab_size_divisible_by = 128, .seq_length = 4096,
         .window_size = 128,
         .num_experts = 128, .moe_ffn_hidden_size = 2880, .moe_router_topk = 4,
@@ -228,6 +229,80 @@ const struct moe_model_cfg *moe_cfg_preset_at(size_t idx)
     return idx < MOE_ARRAY_LEN(moe_presets) ? &moe_presets[idx] : NULL;
 }
 
+/*
+ * Structure-faithful miniature of a preset (moe_cfg_shrink): what the architecture is made of
+ * stays, the sizes shrink so moefold-train runs a step in well under a second on one CPU core.
+ * Kept: attention kind (GQA with its grouping, or MLA with or without the query latent), q/k
+ * layernorm, linear biases, attention sinks, sliding windows (16 of 64 tokens), gated or GELU
+ * MLPs, untied embeddings, the router (score function, expert bias, group-limited routing), the
+ * shared expert, MTP layers, and the layer pattern: the first min(L, 4) layers of the preset's
+ * pattern with a leading dense run cut to half of them (DeepSeek-V3's 3 dense layers become 2 of
+ * 4), so both layer kinds are present. Sizes: hidden 64, 4 heads of 16 (2 key-value groups under
+ * GQA; MLA: key-value latent 32, query latent 48 when the preset has one, dims 16 + 8 rotary, value
+ * 16), dense FFN 128, at most 16 experts of 32 with top-k at most 4 (4 groups, group top-k scaled
+ * with them), a shared expert of 32 times its preset ratio to a routed expert (at most 4), a
+ * byte-level vocabulary (256) and sequences of 64.
+ */
+void moe_cfg_shrink(const struct moe_model_cfg *in, struct moe_model_cfg *out)
+{
+    struct moe_model_cfg c = *in;
+    (void)snprintf(c.name, sizeof(c.name), "tiny-%.*s", MOE_NAME_LEN - 6, in->name);
+    int L = in->num_layers < 4 ? in->num_layers : 4;
+    int lead = 0;
+    while (in->num_experts > 0 && lead < in->num_layers &&
+           (in->layer_flags[lead] & MOE_LAYER_MOE) == 0) {
+        lead++;
+    }
+    int keep = lead < L / 2 ? lead : L / 2; /* dense layers kept at the front */
+    if (lead >= in->num_layers) {
+        keep = 0; /* a dense model: no prefix to cut */
+    }
+    memset(c.layer_flags, 0, sizeof(c.layer_flags));
+    for (int i = 0; i < L; i++) {
+        int src = i < keep ? i : (lead >= in->num_layers ? i : lead + (i - keep));
+        c.layer_flags[i] = src < in->num_layers ? in->layer_flags[src] : in->layer_flags[i];
+    }
+    c.num_layers = L;
+    c.hidden_size = 64;
+    c.ffn_hidden_size = 128;
+    c.num_attention_heads = 4;
+    int ratio = in->num_query_groups > 0 ? in->num_attention_heads / in->num_query_groups : 1;
+    c.num_query_groups = ratio > 1 ? 2 : 4;
+    c.kv_channels = 16;
+    if (in->is_mla) {
+        c.num_query_groups = 4;
+        c.q_lora_rank = in->q_lora_rank > 0 ? 48 : 0;
+        c.kv_lora_rank = 32;
+        c.qk_head_dim = 16;
+        c.qk_pos_emb_head_dim = 8;
+        c.v_head_dim = 16;
+    }
+    c.vocab_size = 256;
+    c.make_vocab_size_divisible_by = 32;
+    c.seq_length = 64;
+    c.window_size = in->window_size > 0 ? 16 : 0;
+    if (in->num_experts > 0) {
+        int experts = in->num_experts < 16 ? in->num_experts : 16;
+        int topk = in->moe_router_topk < 4 ? in->moe_router_topk : 4;
+        c.num_experts = experts;
+        c.moe_router_topk = topk < experts / 2 ? topk : (experts / 2 > 0 ? experts / 2 : 1);
+        c.moe_ffn_hidden_size = 32;
+        if (in->moe_shared_expert_intermediate_size > 0) {
+            int r = in->moe_ffn_hidden_size > 0
+                        ? in->moe_shared_expert_intermediate_size / in->moe_ffn_hidden_size
+                        : 1;
+            r = r < 1 ? 1 : (r > 4 ? 4 : r);
+            c.moe_shared_expert_intermediate_size = 32 * r;
+        }
+        if (in->moe_router_num_groups > 1) {
+            c.moe_router_num_groups = 4;
+            int g = 4 * in->moe_router_group_topk / in->moe_router_num_groups;
+            c.moe_router_group_topk = g < 1 ? 1 : g;
+        }
+    }
+    *out = c;
+}
+
 enum moe_status moe_cfg_preset(const char *name, struct moe_model_cfg *out, struct moe_diag *diag)
 {
     if (name != NULL) {
@@ -240,6 +315,17 @@ enum moe_status moe_cfg_preset(const char *name, struct moe_model_cfg *out, stru
                     memcpy(out, &moe_presets[i], sizeof(*out)); /* padding too */
                     return MOE_OK;
                 }
+            }
+        }
+        /* tiny-<preset>: the preset's miniature. */
+        if (strncasecmp(name, "tiny-", 5) == 0) {
+            struct moe_model_cfg full;
+            struct moe_diag quiet;
+            if (moe_cfg_preset(name + 5, &full, &quiet) == MOE_OK &&
+                strncmp(full.name, "tiny-", 5) != 0) {
+                memset(out, 0, sizeof(*out));
+                moe_cfg_shrink(&full, out);
+                return MOE_OK;
             }
         }
     }
@@ -255,8 +341,9 @@ enum moe_status moe_cfg_preset(const char *name, struct moe_model_cfg *out, stru
         used += (size_t)w;
     }
     return moe_diag_set(diag, MOE_ERR_NOT_FOUND,
-                        "unknown model preset \"%s\"; built-in presets: %s (or pass "
-                        "--model-config FILE with a HuggingFace config.json)",
+                        "unknown model preset \"%s\"; built-in presets: %s, and tiny-<preset> for "
+                        "a miniature of any of them (or pass --model-config FILE with a "
+                        "HuggingFace config.json)",
                         name != NULL ? name : "(null)", list);
 }
 

@@ -53,6 +53,7 @@ struct moe_model_cfg {
     bool is_untied_embeddings; /* separate output layer (untie-embeddings-and-output-weights) */
     bool has_qk_layernorm;     /* per-head RMSNorm on q and k (Qwen3) */
     bool has_linear_bias;      /* bias on attention/MLP linears (GPT-OSS) */
+    bool has_attention_sinks;  /* a learned sink logit per attention head (GPT-OSS) */
     int vocab_size;            /* V, tokenizer vocabulary before padding */
     int make_vocab_size_divisible_by; /* Megatron pads V to a multiple of this x TP */
     int seq_length;                   /* s, default training sequence length (tokens) */
@@ -103,9 +104,14 @@ struct moe_param_counts {
 size_t moe_cfg_num_presets(void);
 const struct moe_model_cfg *moe_cfg_preset_at(size_t idx);
 
-/* Copy the named preset into *out. MOE_ERR_NOT_FOUND (diag lists the names) if unknown. */
+/* Copy the named preset into *out; "tiny-<preset>" gives moe_cfg_shrink of that preset.
+ * MOE_ERR_NOT_FOUND (diag lists the names) if unknown. */
 MOE_NODISCARD enum moe_status
 moe_cfg_preset(const char *name, struct moe_model_cfg *out, struct moe_diag *diag);
+
+/* A structure-faithful miniature of a preset (named tiny-<name>): the same architecture features
+ * and layer pattern at a size that trains in seconds on a CPU (rules in config.c). */
+void moe_cfg_shrink(const struct moe_model_cfg *in, struct moe_model_cfg *out);
 
 /* Zero the struct and set Megatron-LM's defaults for fields with defaults (vocab divisor 128). */
 void moe_cfg_init(struct moe_model_cfg *cfg);

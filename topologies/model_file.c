@@ -156,9 +156,13 @@ static const struct int_field moe_int_fields[] = {
 #f, offsetof(struct moe_model_cfg, f)                                                      \
     }
 static const struct bool_field moe_bool_fields[] = {
-    MOE_BOOL_FIELD(is_swiglu),        MOE_BOOL_FIELD(is_untied_embeddings),
-    MOE_BOOL_FIELD(has_qk_layernorm), MOE_BOOL_FIELD(has_linear_bias),
-    MOE_BOOL_FIELD(is_mla),           MOE_BOOL_FIELD(has_router_expert_bias),
+    MOE_BOOL_FIELD(is_swiglu),
+    MOE_BOOL_FIELD(is_untied_embeddings),
+    MOE_BOOL_FIELD(has_qk_layernorm),
+    MOE_BOOL_FIELD(has_linear_bias),
+    MOE_BOOL_FIELD(is_mla),
+    MOE_BOOL_FIELD(has_router_expert_bias),
+    MOE_BOOL_FIELD(has_attention_sinks),
 };
 /* Keys that are not plain int/bool fields. */
 static const char moe_other_keys[][20] = {
@@ -747,6 +751,7 @@ hf_gpt_oss(const cJSON *root, const char *source, struct moe_model_cfg *c, struc
     MOE_TRY(moe_json_get_int(root, topk_key, true, 1, INT_MAX, &c->moe_router_topk, source, diag));
     c->moe_ffn_hidden_size = c->ffn_hidden_size;
     c->has_linear_bias = true;
+    c->has_attention_sinks = true; /* GptOssAttention's per-head sinks */
     moe_cfg_set_moe_every(c, 1);
     return hf_gpt_oss_windows(root, source, c, diag);
 }

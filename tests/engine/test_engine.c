@@ -18,6 +18,10 @@
  * the fp32 forward's rounding (check_direction). Along the gradient it is at most 2% of g.d, and
  * along at least a third of the random directions at most 5% (random directions of small-gradient
  * tensors have a g.d too close to the loss's rounding to check more sharply in fp32).
+ * The architectures of the presets' miniatures (q/k norm, biases, sliding window with sinks, GELU,
+ * MLA with and without the query latent, MTP tied and untied) are checked by fd_check_derived,
+ * the same idea along four directions per tensor (the gradient, a random one, the gradient on each
+ * half of the tensor) with scaled-up attention projections, so the query-key path matters.
  */
 #include "engine/internal.h" /* moe_eng_optimizer_step: the gradient-norm tests */
 #include "model/memory.h"
@@ -346,6 +350,196 @@ static void test_fd_gradients_sigmoid_grouped_tied(void **state)
     fd_check(true);
 }
 
+/*
+ * Finite differences with a tolerance derived from the step and the float error, for the
+ * architectures of the presets' miniatures. Per tensor and direction d (the gradient's, then a
+ * random one), with g.d the engine's directional derivative:
+ *   D(h) = (L(w + h d) - L(w - h d)) / 2h has truncation error c h^2 + O(h^4) and round-off at
+ *   most 2 nu / 2h, where nu bounds the error of one fp32 evaluation of L;
+ *   nu = 4 u |L| with u = 2^-24: the loss is a double sum of fp32 token losses, each a few fp32
+ *   operations (logit GEMM, max, sum of exponentials, log) on values of the loss's size, so its
+ *   error is a few units in the last place of L (measured differences sit well inside it);
+ *   D(h) - D(h/2) = 3 c h^2 / 4 + round-off, so the truncation of D(h/2), c h^2 / 4, is at most
+ *   |D(h) - D(h/2)| / 3 plus round-off.
+ * Pass: |D(h/2) - g.d| <= |D(h) - D(h/2)| + 6 nu / h (the truncation bound with a 3x margin and
+ * the round-off of both differences; with h = 5e-3, 6 nu / h is 1e-3). The tolerance must also be
+ * tight where fp32 can resolve the gradient well: at most 2% of |g| for every tensor with |g| >=
+ * 0.05, so a wrong term of that size fails; the test prints the largest ratio (FD_VERBOSE=1 prints
+ * every comparison). Tensors with smaller gradients are checked to the absolute tolerance.
+ */
+static double
+loss_along(moe_eng_t *e, struct moe_eng_param_view *v, const float *w0, const double *dir, double h)
+{
+    for (size_t i = 0; i < v->numel; i++) {
+        v->weight[i] = (float)((double)w0[i] + h * dir[i]);
+    }
+    double l = loss_at(e);
+    memcpy(v->weight, w0, v->numel * sizeof(float));
+    return l;
+}
+
+static void fd_check_derived(const struct moe_plan *plan, int min_tensors)
+{
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    o.aux_loss_coeff = 1e-2f;
+    struct fixture f;
+    make(&f, plan, &o);
+    /* Megatron's init (std 0.02) leaves attention nearly uniform, where the query-key path's
+     * gradients are a tiny share of the total; scaled-up projections (std 0.16) make the scores
+     * matter, so an error there shows. */
+    for (int p = 0; p < moe_eng_num_params(f.e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        bool proj = strstr(v.name, "qkv") != NULL || strstr(v.name, "q_") != NULL ||
+                    strstr(v.name, "kv_") != NULL;
+        if (proj && strstr(v.name, "norm") == NULL && strstr(v.name, "bias") == NULL) {
+            for (size_t i = 0; i < v.numel; i++) {
+                v.weight[i] *= 8.0f;
+            }
+        }
+    }
+    const double h = 5e-3;
+    struct moe_test_rng rng;
+    moe_test_rng_seed(&rng, 7);
+    int checked = 0;
+    double worst = 0.0;
+    for (int p = 0; p < moe_eng_num_params(f.e); p++) {
+        struct moe_eng_param_view v;
+        moe_eng_param(f.e, p, &v);
+        size_t n = v.numel;
+        double l0 = loss_at(f.e);
+        double *g = malloc(n * sizeof(double));
+        double *dir = malloc(n * sizeof(double));
+        float *w0 = malloc(n * sizeof(float));
+        assert_true(g != NULL && dir != NULL && w0 != NULL);
+        memcpy(w0, v.weight, n * sizeof(float));
+        double gn = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            g[i] = v.grad[i];
+            gn += g[i] * g[i];
+        }
+        gn = sqrt(gn);
+        for (int k = 0; k < 4; k++) {
+            /* the gradient; a random direction; the gradient on each half of the tensor (an
+             * error confined to some rows is a larger share of a half's gradient) */
+            double dn = 0.0, gd = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                bool in_half = k == 2 ? i < n / 2 : i >= n / 2;
+                dir[i] = k == 0
+                             ? g[i]
+                             : (k == 1 ? moe_test_rng_uniform(&rng) - 0.5 : (in_half ? g[i] : 0.0));
+                dn += dir[i] * dir[i];
+            }
+            if (dn == 0.0) {
+                continue; /* a one-element tensor's empty half */
+            }
+            for (size_t i = 0; i < n; i++) {
+                dir[i] /= sqrt(dn);
+                gd += g[i] * dir[i];
+            }
+            double d1 =
+                (loss_along(f.e, &v, w0, dir, h) - loss_along(f.e, &v, w0, dir, -h)) / (2.0 * h);
+            double d2 =
+                (loss_along(f.e, &v, w0, dir, h / 2) - loss_along(f.e, &v, w0, dir, -h / 2)) / h;
+            double nu = 4.0 * 0x1.0p-24 * fabs(l0);
+            double tol = fabs(d1 - d2) + 6.0 * nu / h;
+            double err = fabs(d2 - gd);
+            if (gn >= 0.05 && k == 0) {
+                worst = fmax(worst, tol / gn);
+            }
+            if (getenv("FD_VERBOSE") != NULL) {
+                printf("    %-24s k%d |g| %.2e g.d %+.3e err %.1e tol %.1e nu %.1e\n", v.name, k,
+                       gn, gd, err, tol, nu);
+            }
+            if (err > tol || gn == 0.0) {
+                const char *kind[4] = {"gradient", "random", "first-half gradient",
+                                       "second-half gradient"};
+                print_error("%s (%s direction): g.d %+.8e, D(h/2) %+.8e, D(h) %+.8e, tolerance "
+                            "%.2e (nu %.1e), |g| %.3e\n",
+                            v.name, kind[k], gd, d2, d1, tol, nu, gn);
+            }
+            assert_true(gn > 0.0);
+            assert_true(err <= tol);
+            checked++;
+        }
+        free(g);
+        free(dir);
+        free(w0);
+    }
+    printf("  %-28s %d directional derivatives, largest tolerance %.1e of |g| (|g| >= 0.05)\n",
+           plan->model.name, checked, worst);
+    release(&f);
+    assert_true(checked >= 2 * min_tensors);
+    assert_true(worst < 2e-2); /* tight: a 2% error in any well-resolved gradient fails */
+}
+
+/* The fd model with the architecture options of the presets' miniatures. Every token takes all 4
+ * experts (top-4 of 4): the loss is then a smooth function of every weight (a top-k selection
+ * that flips under a perturbation is a jump no finite difference can follow), while the router
+ * still gets its gradient through the combine weights. */
+static void fd_arch_plan(struct moe_plan *plan, const char *name)
+{
+    fd_plan(plan, false);
+    struct moe_model_cfg *m = &plan->model;
+    (void)snprintf(m->name, sizeof(m->name), "fd-%s", name);
+    m->moe_router_topk = m->num_experts;
+}
+
+static void test_fd_qknorm_bias_window_sinks(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    fd_arch_plan(&plan, "qknorm-bias-window-sinks");
+    plan.model.has_qk_layernorm = true;
+    plan.model.has_linear_bias = true;
+    plan.model.has_attention_sinks = true;
+    plan.model.window_size = 3;
+    plan.model.layer_flags[0] |= MOE_LAYER_WINDOWED; /* layer 0 windowed, layer 1 full */
+    fd_check_derived(&plan, 24);
+}
+
+static void test_fd_gelu_bias(void **state)
+{
+    (void)state;
+    struct moe_plan plan;
+    fd_arch_plan(&plan, "gelu-bias");
+    plan.model.is_swiglu = false;
+    plan.model.has_linear_bias = true;
+    fd_check_derived(&plan, 20);
+}
+
+/* One MTP layer (MoE, like the last decoder layer) with untied and with tied embeddings. */
+static void test_fd_mtp(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied < 2; tied++) {
+        struct moe_plan plan;
+        fd_arch_plan(&plan, tied ? "mtp-tied" : "mtp");
+        plan.model.mtp_num_layers = 1;
+        plan.model.is_untied_embeddings = !tied;
+        fd_check_derived(&plan, 24);
+    }
+}
+
+static void test_fd_mla(void **state)
+{
+    (void)state;
+    for (int q_lora = 0; q_lora <= 12; q_lora += 12) {
+        struct moe_plan plan;
+        fd_arch_plan(&plan, q_lora > 0 ? "mla" : "mla-no-q-latent");
+        struct moe_model_cfg *m = &plan.model;
+        m->is_mla = true;
+        m->num_query_groups = m->num_attention_heads;
+        m->q_lora_rank = q_lora;
+        m->kv_lora_rank = 8;
+        m->qk_head_dim = 4;
+        m->qk_pos_emb_head_dim = 4;
+        m->v_head_dim = 6;
+        fd_check_derived(&plan, q_lora > 0 ? 22 : 20);
+    }
+}
+
 /* ---- Recompute and offload ---------------------------------------------------------------------
  */
 
@@ -438,11 +632,20 @@ static void test_recompute_offload_bit_identical(void **state)
 
 /* ---- Checkpoints ----------------------------------------------------------------------------- */
 
+static void checkpoint_resume(const char *model);
+
 static void test_checkpoint_resume(void **state)
 {
     (void)state;
+    checkpoint_resume("tiny-dsv3");
+    checkpoint_resume("tiny-deepseek-v3");  /* MLA, MTP */
+    checkpoint_resume("tiny-gpt-oss-120b"); /* biases, sinks, windows */
+}
+
+static void checkpoint_resume(const char *model)
+{
     struct moe_plan plan;
-    eng_test_plan(&plan, "tiny-dsv3", &one_rank);
+    eng_test_plan(&plan, model, &one_rank);
     plan.options.use_distributed_optimizer = true;
     double straight[4];
     struct moe_eng_run_opts o;
@@ -823,10 +1026,10 @@ static void test_errors(void **state)
     eng_test_plan(&plan, "tiny-moe", &two);
     assert_int_equal(create_status(&plan, &o, &diag), MOE_ERR_INVALID);
     assert_non_null(strstr(diag.message, "mpirun -np 2"));
-    eng_test_plan(&plan, "deepseek-v3", &one_rank);
-    plan.model.num_layers = 4;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    plan.options.dispatcher = MOE_DISPATCH_ALLGATHER;
     assert_int_equal(create_status(&plan, &o, &diag), MOE_ERR_UNSUPPORTED);
-    assert_non_null(strstr(diag.message, "MLA"));
+    assert_non_null(strstr(diag.message, "allgather"));
     eng_test_plan(&plan, "tiny-moe", &one_rank);
     o.data_kind = MOE_ENG_DATA_TEXT;
     o.data_path = "/nonexistent/moefold-data";
@@ -897,6 +1100,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_allocation_in_steps),
         cmocka_unit_test(test_fd_gradients_softmax),
         cmocka_unit_test(test_fd_gradients_sigmoid_grouped_tied),
+        cmocka_unit_test(test_fd_qknorm_bias_window_sinks),
+        cmocka_unit_test(test_fd_gelu_bias),
+        cmocka_unit_test(test_fd_mla),
+        cmocka_unit_test(test_fd_mtp),
         cmocka_unit_test(test_recompute_offload_bit_identical),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_checkpoint_integrity),

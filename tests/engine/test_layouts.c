@@ -33,6 +33,7 @@ struct extra {
     int ranks_per_node; /* emulated nodes (0: shared memory) */
     bool hierarchical;  /* hierarchical dispatcher instead of the flat all-to-all */
     bool ep_overlap;    /* one half micro-batch's dispatch/combine behind the other's experts */
+    bool no_sp;         /* tp > 1 without sequence parallelism (a MoE model needs it: made dense) */
 };
 
 /* Losses of a layout on ranks 0..world-1 of MPI_COMM_WORLD, broadcast to every rank. */
@@ -63,6 +64,11 @@ static enum moe_status run_layout_with(const char *model,
         o.has_dispatcher_override = true;
         o.is_hierarchical = x->hierarchical;
         plan.options.overlap_moe_ep_comm = x->ep_overlap;
+        plan.layout.sequence_parallel = l->tp > 1 && !x->no_sp;
+        if (x->no_sp) {
+            plan.model.num_experts = 0;
+            moe_cfg_set_moe_every(&plan.model, 0);
+        }
         st = eng_test_losses(sub, &plan, &o, losses);
         MPI_Comm_free(&sub);
     }
@@ -76,7 +82,7 @@ static enum moe_status run_layout_with(const char *model,
 static enum moe_status
 run_layout(const char *model, const struct eng_test_layout *l, bool overlap, double *losses)
 {
-    const struct extra x = {overlap, 0, false, false};
+    const struct extra x = {overlap, 0, false, false, false};
     return run_layout_with(model, l, &x, losses);
 }
 
@@ -88,7 +94,8 @@ static void check_layouts_with(const char *model,
 {
     const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
     double ref[STEPS];
-    assert_int_equal(run_layout(model, &one, false, ref), MOE_OK);
+    const struct extra rx = {false, 0, false, false, x->no_sp}; /* the same model on one rank */
+    assert_int_equal(run_layout_with(model, &one, &rx, ref), MOE_OK);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (int i = 0; i < n; i++) {
@@ -106,7 +113,7 @@ static void check_layouts_with(const char *model,
 
 static void check_layouts(const char *model, const struct eng_test_layout *ls, int n, bool overlap)
 {
-    const struct extra x = {overlap, 0, false, false};
+    const struct extra x = {overlap, 0, false, false, false};
     check_layouts_with(model, ls, n, &x);
 }
 
@@ -143,6 +150,54 @@ static void test_tiny_dsv3_layouts(void **state)
     check_layouts("tiny-dsv3", ls, (int)MOE_ARRAY_LEN(ls), false);
 }
 
+/* The architectures of the presets' miniatures (tiny-<preset>) under the foldings that apply:
+ * Qwen3's per-head q/k norm (heads split over TP), GPT-OSS's biases, sliding windows (CP chunks
+ * with a window) and sinks, MLA (TP splits the heads and up projections; the down projections are
+ * replicated, with and without sequence parallelism), GELU experts. */
+static void test_architecture_layouts(void **state)
+{
+    (void)state;
+    const struct eng_test_layout qwen[] = {
+        {"TP2+SP", 2, 1, 1, 1, 1, 1, false, 2},
+        {"CP2", 1, 2, 1, 1, 1, 1, false, 2},
+        {"PP2 EP2 (DP2)", 1, 1, 2, 1, 2, 1, false, 4},
+        {"TP2 CP2 EP4 dist-opt", 2, 2, 1, 1, 4, 1, true, 4},
+    };
+    check_layouts("tiny-qwen3-30b-a3b", qwen, (int)MOE_ARRAY_LEN(qwen), false);
+    const struct eng_test_layout oss[] = {
+        {"TP2+SP", 2, 1, 1, 1, 1, 1, false, 2},
+        {"CP2 (window 16, chunks 16)", 1, 2, 1, 1, 1, 1, false, 2},
+        {"CP4 (window 16, chunks 8)", 1, 4, 1, 1, 1, 1, false, 4},
+        {"PP2 VPP2 EP2 (DP2)", 1, 1, 2, 2, 2, 1, false, 4},
+        {"TP2 CP2 EP2 dist-opt", 2, 2, 1, 1, 2, 1, true, 4},
+    };
+    check_layouts("tiny-gpt-oss-120b", oss, (int)MOE_ARRAY_LEN(oss), false);
+    const struct eng_test_layout mla[] = {
+        {"TP2+SP (heads, up projections)", 2, 1, 1, 1, 1, 1, false, 2},
+        {"CP2", 1, 2, 1, 1, 1, 1, false, 2},
+        {"PP2 EP2 (DP2)", 1, 1, 2, 1, 2, 1, false, 4},
+        {"TP2 CP2 PP2 EP2 dist-opt", 2, 2, 2, 1, 2, 1, true, 8},
+    };
+    check_layouts("tiny-kimi-k2", mla, (int)MOE_ARRAY_LEN(mla), false);
+    /* DeepSeek-V3's miniature: MLA, first dense layers, grouped sigmoid router with expert bias,
+     * one MTP layer on the last stage (with PP an embedding copy there, summed with stage 0's) */
+    const struct eng_test_layout dsv3[] = {
+        {"TP2+SP", 2, 1, 1, 1, 1, 1, false, 2},
+        {"CP2", 1, 2, 1, 1, 1, 1, false, 2},
+        {"PP2 (MTP on stage 1)", 1, 1, 2, 1, 1, 1, false, 2},
+        {"PP2 VPP2 EP2 (DP2) dist-opt", 1, 1, 2, 2, 2, 1, true, 4},
+        {"TP2 CP2 PP2 EP2", 2, 2, 2, 1, 2, 1, false, 8},
+    };
+    check_layouts("tiny-deepseek-v3", dsv3, (int)MOE_ARRAY_LEN(dsv3), false);
+    const struct eng_test_layout nosp[] = {
+        {"dense, TP2 (no SP)", 2, 1, 1, 1, 1, 1, false, 2},
+        {"dense, TP4 (no SP) PP2", 4, 1, 2, 1, 1, 1, false, 8},
+    };
+    const struct extra x = {false, 0, false, false, true};
+    check_layouts_with("tiny-kimi-k2", nosp, (int)MOE_ARRAY_LEN(nosp), &x);
+    check_layouts_with("tiny-qwen3-30b-a3b", nosp, 1, &x);
+}
+
 static void test_overlap_same_losses(void **state)
 {
     (void)state;
@@ -158,7 +213,7 @@ static void test_overlap_same_losses(void **state)
         {"TP2 EP4 a2a overlap", 2, 1, 1, 1, 4, 1, true, 8},
         {"PP2 VPP2 EP2 a2a overlap", 1, 1, 2, 2, 2, 1, false, 4},
     };
-    const struct extra ov = {false, 0, false, true};
+    const struct extra ov = {false, 0, false, true, false};
     check_layouts_with("tiny-moe", ep, (int)MOE_ARRAY_LEN(ep), &ov);
     check_layouts_with("tiny-dsv3", ep + 1, 1, &ov);
 }
@@ -174,8 +229,8 @@ static void test_hierarchical_dispatcher(void **state)
         {"TP2 EP4 on 2 nodes x 2", 2, 1, 1, 1, 4, 1, false, 8},
     };
     const struct eng_test_layout by4[] = {{"EP8 on 2 nodes x 4", 1, 1, 1, 1, 8, 1, false, 8}};
-    const struct extra two = {false, 2, true, false};
-    const struct extra four = {false, 4, true, false};
+    const struct extra two = {false, 2, true, false, false};
+    const struct extra four = {false, 4, true, false, false};
     check_layouts_with("tiny-moe", by2, (int)MOE_ARRAY_LEN(by2), &two);
     check_layouts_with("tiny-dsv3", by2 + 2, 1, &two);
     check_layouts_with("tiny-moe", by4, 1, &four);
@@ -401,6 +456,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_moe_layouts),
         cmocka_unit_test(test_tiny_dsv3_layouts),
+        cmocka_unit_test(test_architecture_layouts),
         cmocka_unit_test(test_overlap_same_losses),
         cmocka_unit_test(test_hierarchical_dispatcher),
         cmocka_unit_test(test_dense_tied_layouts),

@@ -118,6 +118,41 @@ static void test_one_rank_variants(void **state)
     }
 }
 
+/* The presets' miniatures (q/k norm; biases, windows and sinks; MLA) on the emulated device: one
+ * rank plain and with the attention recomputes, and two folded four-rank layouts. */
+static void test_architectures(void **state)
+{
+    (void)state;
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *models[] = {"tiny-qwen3-30b-a3b", "tiny-gpt-oss-120b", "tiny-kimi-k2"};
+    const struct eng_test_layout ls[] = {
+        {"1 rank", 1, 1, 1, 1, 1, 1, false, 1},
+        {"tp2 sp x ep2 (folded), dp2", 2, 1, 1, 1, 2, 1, true, 4},
+        {"cp2 dp2 ep2", 1, 2, 1, 1, 2, 1, true, 4},
+    };
+    for (size_t m = 0; m < MOE_ARRAY_LEN(models); m++) {
+        for (size_t i = 0; i < MOE_ARRAY_LEN(ls); i++) {
+            if (ls[i].world > size) {
+                continue;
+            }
+            for (int rc = 0; rc < (ls[i].world == 1 ? 2 : 1); rc++) {
+                struct moe_plan p;
+                eng_test_plan(&p, models[m], &ls[i]);
+                if (rc) {
+                    p.options.recompute = MOE_RECOMPUTE_SELECTIVE;
+                    p.options.recompute_modules = MOE_RC_LAYERNORM | MOE_RC_CORE_ATTN |
+                                                  (p.model.is_mla ? MOE_RC_MLA_UP_PROJ : 0u);
+                }
+                char what[96];
+                (void)snprintf(what, sizeof(what), "%s %s%s", models[m], ls[i].name,
+                               rc ? " recompute" : "");
+                same_as_cpu(what, &p, ls[i].world, false);
+            }
+        }
+    }
+}
+
 static void test_four_rank_layouts(void **state)
 {
     (void)state;
@@ -267,6 +302,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_rank_variants),
+        cmocka_unit_test(test_architectures),
         cmocka_unit_test(test_four_rank_layouts),
         cmocka_unit_test(test_nan_named_through_deferred_checks),
         cmocka_unit_test(test_checkpoint_and_refusals),
