@@ -13,7 +13,8 @@ File format (little-endian), shared with tests/kernels/test_refs.c:
   header: magic b"MOEFREF\\0" (8 bytes), u32 version (REF_VERSION), u32 number of tensors
   tensor: name (32 bytes, NUL padded), u32 dtype (0 f32, 1 i32, 2 u8, 3 u16), u32 ndim (<= 4),
           u32 dims[4] (unused = 1), then prod(dims) elements.
-Files: moe_block.bin, attention.bin, xent.bin, casts.bin, adamw.bin (total well under 1 MB).
+Files: moe_block.bin, attention.bin, attention_sinks.bin, xent.bin, casts.bin, adamw.bin (total
+well under 1 MB).
 """
 import os
 import struct
@@ -135,6 +136,38 @@ def attention(out_dir):
     write_refs(os.path.join(out_dir, "attention.bin"), tensors)
 
 
+def attention_window_sinks(out_dir):
+    """GPT-OSS attention: causal with a sliding window of W keys and a learned sink logit per head
+    that joins the softmax denominator (Hugging Face's eager GptOssAttention: scores concatenated
+    with the sinks, softmax, the sink column dropped); forward, log-sum-exp and backward,
+    including the sinks' gradient."""
+    gen = torch.Generator().manual_seed(17)
+    B, T, Hq, Hkv, D, W = 2, 10, 4, 2, 8, 4
+    scale = 1.0 / D ** 0.5
+    inputs = {"q": rand(gen, B, T, Hq, D), "k": rand(gen, B, T, Hkv, D),
+              "v": rand(gen, B, T, Hkv, D), "sinks": rand(gen, Hq, lo=-1.0, hi=2.0),
+              "dout": rand(gen, B, T, Hq, D)}
+    p = {k: v.double().requires_grad_(k != "dout") for k, v in inputs.items()}
+    q, k, v = (p[n].transpose(1, 2) for n in ("q", "k", "v"))  # [B, H, T, D]
+    kr = k.repeat_interleave(Hq // Hkv, dim=1)
+    vr = v.repeat_interleave(Hq // Hkv, dim=1)
+    s = (q @ kr.transpose(-1, -2)) * scale
+    i = torch.arange(T).view(T, 1)
+    j = torch.arange(T).view(1, T)
+    visible = (j <= i) & (j > i - W)
+    s = s.masked_fill(~visible, float("-inf"))
+    combined = torch.cat([s, p["sinks"].view(1, Hq, 1, 1).expand(B, Hq, T, 1)], dim=-1)
+    probs = torch.softmax(combined, dim=-1)[..., :-1]
+    out = (probs @ vr).transpose(1, 2)  # [B, T, Hq, D]
+    lse = torch.logsumexp(combined, dim=-1)  # [B, Hq, T]
+    (p["dout"] * out).sum().backward()
+    tensors = list(inputs.items())
+    tensors += [("window", torch.tensor([W], dtype=torch.int32)), ("out", out), ("lse", lse),
+                ("dq", p["q"].grad), ("dk", p["k"].grad), ("dv", p["v"].grad),
+                ("d_sinks", p["sinks"].grad)]
+    write_refs(os.path.join(out_dir, "attention_sinks.bin"), tensors)
+
+
 def xent(out_dir):
     """Token cross-entropy with ignored targets (-100): per-token losses and the gradient of
     their mean over valid tokens."""
@@ -201,6 +234,7 @@ def main():
     torch.manual_seed(0)
     moe_block(out_dir)
     attention(out_dir)
+    attention_window_sinks(out_dir)
     xent(out_dir)
     casts(out_dir)
     adamw(out_dir)

@@ -4,12 +4,13 @@
  * block composed from the ops exactly as the engine composes them (RMSNorm -> softmax router top-2
  * -> permute -> expert SwiGLU FFNs as grouped GEMMs -> weighted unpermute, plus a shared expert,
  * the residual, and the switch aux loss) forward and backward; causal GQA attention forward,
- * log-sum-exp and backward, and RoPE; cross-entropy with ignored targets over two vocabulary
- * shards; PyTorch's float8_e4m3fn / float8_e5m2 / bfloat16 casts bit for bit; torch.optim.AdamW.
- * The reader rejects a wrong magic or version with a message that says to regenerate.
- * Tolerances: references are float64 computations on the fp32 inputs; fp32 kernels agree to
- * atol 1e-5, rtol 1e-4 (attention, MoE block: sums of <= 64 products and softmaxes), casts exactly,
- * AdamW (both fp32) to rtol 1e-6.
+ * log-sum-exp and backward, and RoPE; GPT-OSS attention (sliding window, per-head sinks: Hugging
+ * Face's eager formula) forward, log-sum-exp and backward with the sinks' gradient; cross-entropy
+ * with ignored targets over two vocabulary shards; PyTorch's float8_e4m3fn / float8_e5m2 / bfloat16
+ * casts bit for bit; torch.optim.AdamW. The reader rejects a wrong magic or version with a message
+ * that says to regenerate. Tolerances: references are float64 computations on the fp32 inputs; fp32
+ * kernels agree to atol 1e-5, rtol 1e-4 (attention, MoE block: sums of <= 64 products and
+ * softmaxes), casts exactly, AdamW (both fp32) to rtol 1e-6.
  */
 #include "tests/kernels/ktest.h"
 
@@ -335,6 +336,39 @@ static void test_attention_ref(void **state)
     moe_k_ctx_destroy(ctx);
 }
 
+/* GPT-OSS attention: sliding window of 4 keys and a sink logit per head, against PyTorch. */
+static void test_attention_sinks_ref(void **state)
+{
+    (void)state;
+    struct ref_file f;
+    ref_load("tests/data/refs/attention_sinks.bin", &f);
+    moe_k_ctx_t *ctx = ktest_cpu_ctx();
+    const struct moe_k_ops *ops = moe_k_ctx_ops(ctx);
+    enum { B = 2, T = 10, HQ = 4, HKV = 2, D = 8 };
+    const float scale = 0.35355339f; /* 1/sqrt(8) */
+    int window = ((const int *)ref_get(&f, "window", REF_I32)->data)[0];
+    size_t ws_bytes = ops->attention_workspace_bytes(T, T, ctx);
+    void *ws = ktest_alloc(ws_bytes);
+    float out[B * T * HQ * D], lse[B * HQ * T], dq[B * T * HQ * D], dk[B * T * HKV * D],
+        dv[B * T * HKV * D], ds[HQ] = {0};
+    const float *q = ref_f32(&f, "q"), *k = ref_f32(&f, "k"), *v = ref_f32(&f, "v");
+    const float *sinks = ref_f32(&f, "sinks");
+    ops->attention_window_sink_fwd(out, lse, q, k, v, sinks, B, T, T, HQ, HKV, D, D, 0, 0, window,
+                                   scale, ws, ws_bytes, ctx);
+    expect_close("sinks out", out, &f, "out", ATOL, RTOL);
+    expect_close("sinks lse", lse, &f, "lse", ATOL, RTOL);
+    ops->attention_window_sink_bwd(dq, dk, dv, ds, ref_f32(&f, "dout"), q, k, v, out, lse, sinks, B,
+                                   T, T, HQ, HKV, D, D, 0, 0, window, scale, false, ws, ws_bytes,
+                                   ctx);
+    expect_close("sinks dq", dq, &f, "dq", ATOL, RTOL);
+    expect_close("sinks dk", dk, &f, "dk", ATOL, RTOL);
+    expect_close("sinks dv", dv, &f, "dv", ATOL, RTOL);
+    expect_close("sinks d_sinks", ds, &f, "d_sinks", ATOL, RTOL);
+    free(ws);
+    ref_free(&f);
+    moe_k_ctx_destroy(ctx);
+}
+
 /* ---- Cross-entropy over two vocabulary shards ------------------------------------------ */
 
 static void test_xent_ref(void **state)
@@ -442,8 +476,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reader_rejects), cmocka_unit_test(test_moe_block),
-        cmocka_unit_test(test_attention_ref),  cmocka_unit_test(test_xent_ref),
-        cmocka_unit_test(test_casts_ref),      cmocka_unit_test(test_adamw_ref),
+        cmocka_unit_test(test_attention_ref),  cmocka_unit_test(test_attention_sinks_ref),
+        cmocka_unit_test(test_xent_ref),       cmocka_unit_test(test_casts_ref),
+        cmocka_unit_test(test_adamw_ref),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
