@@ -367,6 +367,44 @@ static void fit_quant(const cJSON *bench, struct moe_calib_fit *fit)
     }
 }
 
+void moe_calib_fit_line(const double *x, const double *y, size_t n, struct moe_calib_line *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->points = (int)n;
+    if (n < 2 || n > MAX_POINTS) {
+        return;
+    }
+    double c0 = 0.0;
+    double c1 = 0.0;
+    double cov00 = 0.0;
+    double cov01 = 0.0;
+    double cov11 = 0.0;
+    double sumsq = 0.0;
+    double wts[MAX_POINTS] = {0.0};
+    for (size_t i = 0; i < n; i++) {
+        wts[i] = 1.0 / (y[i] * y[i]); /* relative residuals: sizes span orders of magnitude */
+    }
+    gsl_fit_wlinear(x, 1, wts, 1, y, 1, n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+    if (!(c1 > 0.0)) {
+        /* Degenerate: fall back to the best observed bus bandwidth, no latency. */
+        double best = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            best = fmax(best, x[i] / (y[i] * 1e-6) / 1e9);
+        }
+        c0 = 0.0;
+        c1 = 1e6 / (best * 1e9);
+    }
+    l->latency_us = c0 > 0.0 ? c0 : 0.0;
+    l->busbw_gbps = 1e6 / c1 / 1e9;
+    double rr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double fit_t = l->latency_us + x[i] * c1;
+        double e = (fit_t - y[i]) / y[i];
+        rr += e * e;
+    }
+    l->rms_rel_resid = sqrt(rr / (double)n);
+}
+
 static enum moe_status
 fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 {
@@ -413,35 +451,7 @@ fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *
             }
             continue;
         }
-        double c0 = 0.0;
-        double c1 = 0.0;
-        double cov00 = 0.0;
-        double cov01 = 0.0;
-        double cov11 = 0.0;
-        double sumsq = 0.0;
-        double wts[MAX_POINTS];
-        for (size_t i = 0; i < n; i++) {
-            wts[i] = 1.0 / (y[i] * y[i]); /* relative residuals: sizes span orders of magnitude */
-        }
-        gsl_fit_wlinear(x, 1, wts, 1, y, 1, n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
-        if (!(c1 > 0.0)) {
-            /* Degenerate: fall back to the best observed bus bandwidth, no latency. */
-            double best = 0.0;
-            for (size_t i = 0; i < n; i++) {
-                best = fmax(best, x[i] / (y[i] * 1e-6) / 1e9);
-            }
-            c0 = 0.0;
-            c1 = 1e6 / (best * 1e9);
-        }
-        l->latency_us = c0 > 0.0 ? c0 : 0.0;
-        l->busbw_gbps = 1e6 / c1 / 1e9;
-        double rr = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            double fit_t = l->latency_us + x[i] * c1;
-            double e = (fit_t - y[i]) / y[i];
-            rr += e * e;
-        }
-        l->rms_rel_resid = sqrt(rr / (double)n);
+        moe_calib_fit_line(x, y, n, l);
     }
     return MOE_OK;
 }

@@ -60,6 +60,14 @@ struct moe_calib_fit {
     struct moe_calib_line coll[MOE_CALIB_NUM_COLL];
 };
 
+/*
+ * t = latency + x / busbw by GSL weighted linear least squares (weights 1/t^2: relative residuals)
+ * over n points, x the bus bytes of each point (busbw x time, nccl-tests' convention) and y its
+ * time in us. A non-positive slope falls back to the best observed bus bandwidth and no latency.
+ * Fills every field of *l (points = n; nothing fitted when n < 2 or n > 1024).
+ */
+void moe_calib_fit_line(const double *x, const double *y, size_t n, struct moe_calib_line *l);
+
 /* Fit every figure from the bench JSON. MOE_ERR_INVALID naming the section when data is missing. */
 MOE_NODISCARD enum moe_status
 moe_calib_fit_bench(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag);

@@ -45,7 +45,10 @@ static int usage(FILE *out)
         "  --save-bench FILE  keep the bench output (default <out>.bench.json)\n"
         "  --mpirun-args ARGS extra mpirun arguments, e.g. '--hostfile hosts' (default\n"
         "                     '--bind-to core')\n"
-        "  --json             print the fitted figures as JSON\n");
+        "  --json             print the fitted figures as JSON\n"
+        "       moefold calibrate --nccl-tests FILE... [--deepep FILE...] --base CLUSTER ...\n"
+        "                         (network figures from nccl-tests / DeepEP outputs; --nccl-tests\n"
+        "                         --help)\n");
     return out == stdout ? 0 : 2;
 }
 
@@ -228,6 +231,11 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
 
 int moe_cli_calibrate(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--nccl-tests") == 0 || strcmp(argv[i], "--deepep") == 0) {
+            return moe_cli_calibrate_measured(argc, argv);
+        }
+    }
     struct calib_opts o;
     memset(&o, 0, sizeof(o));
     int prc = parse(argc, argv, &o);

@@ -91,6 +91,71 @@ int moe_cli_models(int argc, char **argv)
     return 0;
 }
 
+static void print_header(const char *last)
+{
+    printf("%-18s %-10s %5s %6s %7s %7s %6s %7s %8s %6s %6s%s%s\n", "name", "gpu", "node", "nvl",
+           "bf16_TF", "fp8_TF", "fp4_TF", "HBM_GiB", "nvl_GB/s", "nic", "max", last[0] ? "  " : "",
+           last);
+}
+
+/* One cluster's row (text) or object (JSON); base is "" for a reference system. */
+static void cluster_row(const struct moe_cluster *cl, const char *base, cJSON *arr)
+{
+    if (arr != NULL) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", cl->name);
+        cJSON_AddStringToObject(o, "kind", base[0] ? "cloud" : "reference");
+        if (base[0]) {
+            cJSON_AddStringToObject(o, "extends", base);
+        }
+        cJSON_AddStringToObject(o, "gpu", cl->gpu.name);
+        cJSON_AddStringToObject(o, "description", cl->description);
+        cJSON_AddNumberToObject(o, "gpus_per_node", cl->gpus_per_node);
+        cJSON_AddNumberToObject(o, "nvlink_domain_gpus", cl->nvlink.domain_gpus);
+        cJSON_AddNumberToObject(o, "bf16_tflops", cl->gpu.peak_tflops[MOE_MATH_BF16]);
+        cJSON_AddNumberToObject(o, "fp8_tflops", cl->gpu.peak_tflops[MOE_MATH_FP8]);
+        cJSON_AddNumberToObject(o, "fp4_tflops", cl->gpu.peak_tflops[MOE_MATH_FP4]);
+        cJSON_AddNumberToObject(o, "hbm_gib", cl->gpu.hbm_gib);
+        cJSON_AddNumberToObject(o, "nvlink_gbps", cl->nvlink.gbps);
+        cJSON_AddNumberToObject(o, "nic_gbps", cl->net.nic_gbps);
+        cJSON_AddNumberToObject(o, "max_gpus", cl->max_gpus);
+        cJSON_AddItemToArray(arr, o);
+        return;
+    }
+    printf("%-18s %-10.10s %5d %6d %7.0f %7.0f %6.0f %7.1f %8.0f %6.0f %6d%s%s\n", cl->name,
+           cl->gpu.name, cl->gpus_per_node, cl->nvlink.domain_gpus,
+           cl->gpu.peak_tflops[MOE_MATH_BF16], cl->gpu.peak_tflops[MOE_MATH_FP8],
+           cl->gpu.peak_tflops[MOE_MATH_FP4], cl->gpu.hbm_gib, cl->nvlink.gbps, cl->net.nic_gbps,
+           cl->max_gpus, base[0] ? "  " : "", base);
+}
+
+/* List the clusters of one kind (reference systems or the files extending another); 1 when a
+ * file fails to load. */
+static int list_group(char (*names)[MOE_NAME_LEN], size_t n, bool cloud, cJSON *arr)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct moe_cluster cl;
+        struct moe_diag d = {0};
+        char base[MOE_NAME_LEN] = "";
+        if (moe_cluster_file_base(names[i], base, sizeof(base), &d) != MOE_OK ||
+            (base[0] != '\0') != cloud) {
+            if (d.message[0] != '\0' && !cloud) {
+                fprintf(stderr, "moefold clusters: %s: %s\n", names[i], d.message);
+                rc = 1;
+            }
+            continue;
+        }
+        if (moe_cluster_load(names[i], &cl, &d) != MOE_OK) {
+            fprintf(stderr, "moefold clusters: %s: %s\n", names[i], d.message);
+            rc = 1;
+            continue;
+        }
+        cluster_row(&cl, base, arr);
+    }
+    return rc;
+}
+
 int moe_cli_clusters(int argc, char **argv)
 {
     int json = parse_list_flags(argc, argv, "clusters");
@@ -108,41 +173,16 @@ int moe_cli_clusters(int argc, char **argv)
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
         printf("# cluster files in %s\n", moe_cluster_dir(dir, sizeof(dir)));
-        printf("%-14s %-10s %5s %6s %7s %7s %6s %7s %8s %6s %6s\n", "name", "gpu", "node", "nvl",
-               "bf16_TF", "fp8_TF", "fp4_TF", "HBM_GiB", "nvl_GB/s", "nic", "max");
+        printf("# reference systems (NVIDIA's designs, InfiniBand or NVLink scale-out)\n");
+        print_header("");
     }
-    int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct moe_cluster cl;
-        struct moe_diag d = {0};
-        if (moe_cluster_load(names[i], &cl, &d) != MOE_OK) {
-            fprintf(stderr, "moefold clusters: %s: %s\n", names[i], d.message);
-            rc = 1;
-            continue;
-        }
-        if (json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "name", cl.name);
-            cJSON_AddStringToObject(o, "gpu", cl.gpu.name);
-            cJSON_AddStringToObject(o, "description", cl.description);
-            cJSON_AddNumberToObject(o, "gpus_per_node", cl.gpus_per_node);
-            cJSON_AddNumberToObject(o, "nvlink_domain_gpus", cl.nvlink.domain_gpus);
-            cJSON_AddNumberToObject(o, "bf16_tflops", cl.gpu.peak_tflops[MOE_MATH_BF16]);
-            cJSON_AddNumberToObject(o, "fp8_tflops", cl.gpu.peak_tflops[MOE_MATH_FP8]);
-            cJSON_AddNumberToObject(o, "fp4_tflops", cl.gpu.peak_tflops[MOE_MATH_FP4]);
-            cJSON_AddNumberToObject(o, "hbm_gib", cl.gpu.hbm_gib);
-            cJSON_AddNumberToObject(o, "nvlink_gbps", cl.nvlink.gbps);
-            cJSON_AddNumberToObject(o, "nic_gbps", cl.net.nic_gbps);
-            cJSON_AddNumberToObject(o, "max_gpus", cl.max_gpus);
-            cJSON_AddItemToArray(arr, o);
-        } else {
-            printf("%-14s %-10.10s %5d %6d %7.0f %7.0f %6.0f %7.1f %8.0f %6.0f %6d\n", cl.name,
-                   cl.gpu.name, cl.gpus_per_node, cl.nvlink.domain_gpus,
-                   cl.gpu.peak_tflops[MOE_MATH_BF16], cl.gpu.peak_tflops[MOE_MATH_FP8],
-                   cl.gpu.peak_tflops[MOE_MATH_FP4], cl.gpu.hbm_gib, cl.nvlink.gbps,
-                   cl.net.nic_gbps, cl.max_gpus);
-        }
+    int rc = list_group(names, n, false, arr);
+    if (!json) {
+        printf("\n# cloud and other systems (files that extend a reference system: only what "
+               "differs is stated)\n");
+        print_header("extends");
     }
+    rc |= list_group(names, n, true, arr);
     if (json) {
         char *s = cJSON_Print(arr);
         if (s != NULL) {

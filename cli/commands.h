@@ -20,6 +20,9 @@ int moe_cli_compare(int argc, char **argv);
 /* `moefold compare --megatron-log FILE ...` (cli/cmd_compare_log.c); moe_cli_compare hands over. */
 int moe_cli_compare_megatron_log(int argc, char **argv);
 int moe_cli_calibrate(int argc, char **argv);
+/* `moefold calibrate --nccl-tests/--deepep ...` (cli/cmd_calibrate_nccl.c); moe_cli_calibrate hands
+ * over. */
+int moe_cli_calibrate_measured(int argc, char **argv);
 int moe_cli_accuracy(int argc, char **argv);
 
 #ifdef __cplusplus

@@ -38,6 +38,20 @@
  * when they report skipped or NaN iterations, or when their global batch size differs from the
  * run's (batch ramp-up). The step time is the median of the remaining lines.
  *
+ * Use as a measured run (what `moefold compare --megatron-log` does, cli/cmd_compare_log.c):
+ *
+ *   struct moe_megatron_log log;
+ *   moe_mlog_init(&log);
+ *   if (moe_mlog_read_file(path, &log, &diag) != MOE_OK) { print diag.message; }
+ *   argv = {"fit", "--gpus", "<log.world_size>", log.words[0..num_words), "--cluster", C};
+ *   moe_cli_parse_problem(argc, argv, NULL, NULL, &problem, NULL, &diag);   (cli/common.h)
+ *   moe_cli_resolve(&problem, &diag);         measured: log.step_time_s, log.megatron_tflops,
+ *   ...                                       log.max_reserved_bytes
+ *   moe_mlog_fini(&log);
+ *
+ * An error of the parser names a flag (diag.source); moe_mlog_flag_line gives the log line of the
+ * argument behind it.
+ *
  * Does not read: NeMo 2 / PyTorch Lightning progress lines (another format), Megatron-Bridge
  * config YAML (Bridge prints no arguments dump), timers (printed as min/max per timer name, not
  * one figure per step).

@@ -46,7 +46,7 @@ static const struct expect logs[] = {
      "NVIDIA H100 80GB HBM3", 28302.0},
     {"megatron-core_v0.12.0-mixtral.log", 3.6520, 17, 64, 2, 1, 4, 2, 8, 2, 8, 1, 256, true, true,
      "NVIDIA H100 80GB HBM3", 44410.0},
-    {"megatron-main-2026-qwen3.log", 8.1543, 51, 16, 1, 1, 2, 2, 8, 1, 8, 1, 256, false, true,
+    {"megatron-main-2026-qwen3.log", 7.5603, 51, 16, 1, 1, 2, 2, 8, 1, 8, 1, 256, false, true,
      "NVIDIA B200", 64712.0},
 };
 

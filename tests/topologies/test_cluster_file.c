@@ -429,6 +429,41 @@ static void test_list_and_dir(void **state)
     assert_true(same_dir(found, fx->topo_dir));
 }
 
+/* The cloud systems: each extends the reference system with its GPU, keeps the GPU and every
+ * software figure of it, and states the provider's NIC bandwidth per GPU. */
+static void test_cloud_clusters(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        const char *base;
+        double nic_gbps;
+    } cloud[] = {
+        {"aws-p5", "dgx-h100", 50},      {"aws-p5e", "dgx-h200", 50},
+        {"aws-p6-b200", "dgx-b200", 50}, {"aws-p6-b300", "hgx-b300", 100},
+        {"gcp-a3-mega", "dgx-h100", 25}, {"gcp-a3-ultra", "dgx-h200", 50},
+        {"gcp-a4", "dgx-b200", 50},      {"azure-nd-h100-v5", "dgx-h100", 50},
+    };
+    for (size_t i = 0; i < MOE_ARRAY_LEN(cloud); i++) {
+        char base_name[64];
+        struct moe_diag diag;
+        memset(&diag, 0, sizeof(diag));
+        assert_int_equal(moe_cluster_file_base(cloud[i].name, base_name, sizeof(base_name), &diag),
+                         MOE_OK);
+        assert_string_equal(base_name, cloud[i].base);
+        struct moe_cluster cl;
+        struct moe_cluster base;
+        load_ok(cloud[i].name, &cl);
+        load_ok(cloud[i].base, &base);
+        assert_string_equal(cl.name, cloud[i].name);
+        assert_near(cl.net.nic_gbps, cloud[i].nic_gbps, 0);
+        assert_memory_equal(&cl.gpu, &base.gpu,
+                            sizeof(cl.gpu)); /* GPU and GEMM figures inherited */
+        assert_memory_equal(&cl.overheads, &base.overheads, sizeof(cl.overheads));
+        assert_int_equal(cl.gpus_per_node, base.gpus_per_node);
+    }
+}
+
 /* A file extending `base` with the given sections (JSON text of the object's inside). */
 static void write_child(const struct fixture *fx,
                         const char *file,
@@ -611,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_malformed_and_missing),
         cmocka_unit_test(test_list_and_dir),
+        cmocka_unit_test(test_cloud_clusters),
         cmocka_unit_test(test_extends),
         cmocka_unit_test(test_extends_merge_tree),
         cmocka_unit_test(test_extends_errors),

@@ -369,7 +369,7 @@ def log_main(repo):
             if start == 0 and it > 28:
                 break
             t = {start + 1: 24210.2, start + 2: 9308.4, start + 3: 8731.0}.get(
-                it, round(rng.gauss(8154.0, 30.0), 1))
+                it, round(rng.gauss(7560.0, 28.0), 1))
             nan = 1 if it == 44 else 0
             stamp = datetime(2026, 3, 2, 10, 20, 0) + timedelta(seconds=it * 2.5)
             line = (f" [{stamp.strftime('%Y-%m-%d %H:%M:%S.%f')}]" +
