@@ -172,6 +172,19 @@ static int build_problem(const struct log_opts *o,
     }
     argv[argc++] = (char *)"--cluster";
     argv[argc++] = cluster;
+    bool vocab = false;
+    for (int i = 0; i < argc && !vocab; i++) {
+        vocab = strncmp(argv[i], "--vocab-size", 12) == 0;
+    }
+    if (!vocab) {
+        fprintf(stderr,
+                "moefold compare: %s does not state the vocabulary size (vocab_size is None and no "
+                "'> padded vocab (size: N)' line): give it after `--`, e.g. `-- --vocab-size "
+                "151936`\n",
+                o->log_path);
+        free(argv);
+        return 1;
+    }
     struct moe_diag diag = {0};
     enum moe_status st = moe_cli_parse_problem(argc, argv, NULL, NULL, p, NULL, &diag);
     free(argv);

@@ -196,10 +196,10 @@ dump_entry(const char *s, size_t n, const char **name, size_t *nn, const char **
         while (i < n && s[i] == '.') {
             i++;
         }
-        if (i >= n || s[i] != ' ') {
+        if (i < n && s[i] != ' ') {
             return false;
         }
-        i++;
+        i = i < n ? i + 1 : n; /* an empty value, its trailing space trimmed by the collector */
     } else if (i < n && s[i] == ' ' && *nn >= 48) { /* no dots: two spaces */
         i++;
     } else {

@@ -210,6 +210,15 @@ static void test_bad_input(void **state)
     /* A good one first: the steady lines are 4 and 5. */
     (void)snprintf(text, sizeof(text), "%s%s%s%s", HDR, ARGS, END, iters);
     assert_int_equal(parse_text(text, &d), MOE_OK);
+    /* An empty value (its trailing space trimmed) is still an argument. */
+    (void)snprintf(text, sizeof(text), "%s%s%s%s%s", HDR, ARGS,
+                   "  wandb_exp_name ..................................\n", END, iters);
+    struct moe_megatron_log log;
+    moe_mlog_init(&log);
+    assert_int_equal(moe_mlog_parse(text, strlen(text), "t.log", &log, &d), MOE_OK);
+    assert_int_equal(log.num_args, 4);
+    assert_int_equal(log.num_noise_in_dump, 0);
+    moe_mlog_fini(&log);
     /* No dump. */
     assert_int_equal(parse_text(iters, &d), MOE_ERR_NOT_FOUND);
     assert_non_null(strstr(d.message, "arguments dump"));
@@ -363,6 +372,19 @@ static void test_cli_errors(void **state)
     assert_non_null(strstr(out, "--cluster"));
     (void)snprintf(args, sizeof(args), "compare --megatron-log %s --cluster dgx-h100", p);
     assert_int_equal(run_cli(args, out), 0);
+    /* No vocabulary in the log: says how to give it; an empty value is an argument. */
+    (void)snprintf(p, sizeof(p), "%s/novocab.log", dir);
+    write_text(p, HDR ARGS "  num_attention_heads ............................. 8\n"
+                           "  seq_length ...................................... 512\n"
+                           "  vocab_size ...................................... None\n"
+                           "  wandb_exp_name ..................................\n" END STEADY);
+    (void)snprintf(args, sizeof(args), "compare --megatron-log %s --cluster dgx-h100", p);
+    assert_int_equal(run_cli(args, out), 1);
+    assert_non_null(strstr(out, "-- --vocab-size"));
+    (void)snprintf(args, sizeof(args),
+                   "compare --megatron-log %s --cluster dgx-h100 --json -- --vocab-size 32000", p);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_non_null(strstr(out, "\"measured_step_time_s\""));
     /* A pipeline layout that does not parse: the argument's line. */
     (void)snprintf(p, sizeof(p), "%s/layout.log", dir);
     write_text(p, HDR ARGS "  num_attention_heads ............................. 8\n"
