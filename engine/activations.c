@@ -167,6 +167,14 @@ static void carve_moe(const struct moe_eng_dims *d,
     a->xe = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_EXPERT_FC1), r * C);
     a->e_fc1 = tf(pl, store_of(rc, MOE_RC_MOE, MOE_OFF_MOE_ACT), r * (size_t)d->glu * fel);
     a->e_act = tf(pl, store_of(rc, MOE_RC_MOE | MOE_RC_MOE_ACT, 0), r * fel);
+    if (d->ag_group > 0) {
+        size_t g = (size_t)d->ag_group * ms;
+        a->y_rows = tf(pl, s, r * C); /* expert outputs (the combine is on all G tokens) */
+        a->ag_w = tf(pl, s, g * K);
+        a->ag_s2r = ti(pl, s, g * K);
+        a->ag_counts = ti(pl, s, (size_t)d->experts_l);
+        return;
+    }
     if (d->hier_nodes == 0) {
         a->y_rows = tf(pl, s, ms * K * C);
         return;
@@ -761,10 +769,44 @@ static void sim_moe_overlap(const struct moe_eng *e, struct tsim *s, bool bwd)
     qdq_reserve(e, s);
 }
 
+/* engine/allgather.c, forward and backward. */
+static void sim_moe_allgather(const struct moe_eng *e, struct tsim *s, bool bwd)
+{
+    const struct moe_eng_dims *d = &e->d;
+    size_t C = (size_t)d->hidden, K = (size_t)d->topk, fel = (size_t)d->expert_ffn_l;
+    size_t G = (size_t)d->ag_group * (size_t)d->tokens_sp;
+    size_t R = (size_t)d->rows_exp;
+    if (!bwd) {
+        td_(s, G * C);
+        ti_(s, G * K);
+        ti_(s, (size_t)d->experts);
+        ti_(s, (size_t)d->ep);
+        ti_(s, G * K);
+        ti_(s, G * K);
+        td_(s, G * C);
+    } else {
+        td_(s, G * C);
+        td_(s, R * C);
+        tf_(s, G * K);
+        td_(s, R * fel);
+        td_(s, R * (size_t)d->glu * fel);
+        tf_(s, (size_t)d->tokens_sp * C);
+    }
+    qdq_reserve(e, s);
+}
+
 static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
     size_t C = (size_t)d->hidden;
+    if (d->ag_group > 0) {
+        size_t mark = moe_eng_arena_mark(&s->a);
+        ti_(s, (size_t)d->experts);
+        ti_(s, (size_t)d->ep);
+        rel_(s, mark);
+        sim_moe_allgather(e, s, false);
+        return;
+    }
     if (e->is_ep_overlap) {
         sim_moe_overlap(e, s, false);
         return;
@@ -793,6 +835,15 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     const struct moe_eng_dims *d = &e->d;
     size_t C = (size_t)d->hidden, fel = (size_t)d->expert_ffn_l;
     size_t ms = (size_t)d->tokens_sp;
+    if (d->ag_group > 0) {
+        tf_(s, ms * (size_t)d->topk);
+        size_t mark = moe_eng_arena_mark(&s->a);
+        sim_moe_allgather(e, s, true);
+        rel_(s, mark);
+        tf_(s, ms * (size_t)d->experts);
+        tf_(s, ms * (size_t)d->experts);
+        return;
+    }
     if (e->is_ep_overlap) {
         size_t mark = moe_eng_arena_mark(&s->a);
         sim_moe_overlap(e, s, true);

@@ -104,6 +104,16 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
     e->is_hierarchical = hier && e->d.experts > 0;
+    e->is_allgather = o->dispatcher == MOE_DISPATCH_ALLGATHER && e->d.experts > 0 &&
+                      !e->opts.has_dispatcher_override;
+    if (e->is_allgather) {
+        if (e->is_device || e->d.capacity > 0 || o->overlap_moe_ep_comm) {
+            return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                                "moefold-train's allgather dispatcher runs on the CPU backend, "
+                                "dropless and without the EP overlap; use alltoall otherwise");
+        }
+        e->d.ag_group = e->d.etp * e->d.ep;
+    }
     if (e->is_hierarchical && e->is_device) {
         return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
                             "the hierarchical dispatcher is not implemented on the CUDA backend "
@@ -350,10 +360,11 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     }
     if (st == MOE_OK) {
         /* Count only the training's traffic, not the set-up's. */
-        moe_comm_t *all[] = {
-            e->groups.tp,    e->groups.cp,     e->groups.dp,      e->groups.dpcp,    e->groups.tpcp,
-            e->groups.pp,    e->groups.pp_bwd, e->groups.ep,      e->groups.etp,     e->groups.edp,
-            e->groups.stage, e->groups.embed,  e->groups.ep_node, e->groups.ep_cross};
+        moe_comm_t *all[] = {e->groups.tp,      e->groups.cp,       e->groups.dp,
+                             e->groups.dpcp,    e->groups.tpcp,     e->groups.pp,
+                             e->groups.pp_bwd,  e->groups.ep,       e->groups.etp,
+                             e->groups.edp,     e->groups.stage,    e->groups.embed,
+                             e->groups.ep_node, e->groups.ep_cross, e->groups.etpep};
         for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
             if (all[i] != NULL) {
                 moe_comm_reset_stats(all[i]);

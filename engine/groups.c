@@ -104,6 +104,7 @@ enum moe_status moe_eng_groups_create(moe_comm_t *world,
     MOE_TRY(split(world, ep_color, "ep", &out->ep));
     MOE_TRY(split(world, (c.stage * lay->ep + c.ep) * lay->edp + c.edp, "etp", &out->etp));
     MOE_TRY(split(world, (c.stage * lay->etp + c.etp) * lay->ep + c.ep, "edp", &out->edp));
+    MOE_TRY(split(world, c.stage * lay->edp + c.edp, "etpep", &out->etpep));
     MOE_TRY(split(world, c.stage, "stage", &out->stage));
     bool in_embed = lay->pp > 1 && (c.stage == 0 || c.stage == lay->pp - 1);
     MOE_TRY(split(world, in_embed ? out->local_idx : -1, "embed", &out->embed));
@@ -113,9 +114,9 @@ enum moe_status moe_eng_groups_create(moe_comm_t *world,
 
 void moe_eng_groups_destroy(struct moe_eng_groups *g)
 {
-    moe_comm_t **all[] = {&g->tp,    &g->cp,     &g->dp,      &g->dpcp,    &g->tpcp,
-                          &g->pp,    &g->pp_bwd, &g->ep,      &g->etp,     &g->edp,
-                          &g->stage, &g->embed,  &g->ep_node, &g->ep_cross};
+    moe_comm_t **all[] = {&g->tp,    &g->cp,     &g->dp,    &g->dpcp,    &g->tpcp,
+                          &g->pp,    &g->pp_bwd, &g->ep,    &g->etp,     &g->edp,
+                          &g->etpep, &g->stage,  &g->embed, &g->ep_node, &g->ep_cross};
     for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
         moe_comm_destroy(*all[i]);
         *all[i] = NULL;
@@ -133,8 +134,8 @@ enum moe_status moe_eng_groups_to_nccl(struct moe_eng_groups *g,
                             "NCCL_HOME or CUDA_HOME): the CUDA backend needs it");
     }
     /* Same order on every rank; embed (not every rank is a member) last. */
-    moe_comm_t **all[] = {&g->tp,     &g->cp, &g->dp,  &g->dpcp, &g->tpcp,  &g->pp,
-                          &g->pp_bwd, &g->ep, &g->etp, &g->edp,  &g->stage, &g->embed};
+    moe_comm_t **all[] = {&g->tp, &g->cp,  &g->dp,  &g->dpcp,  &g->tpcp,  &g->pp,   &g->pp_bwd,
+                          &g->ep, &g->etp, &g->edp, &g->etpep, &g->stage, &g->embed};
     for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
         if (*all[i] == NULL) {
             continue;

@@ -38,6 +38,7 @@ struct moe_eng_groups {
     moe_comm_t *ep;     /* same stage, etp, edp */
     moe_comm_t *etp;    /* same stage, ep, edp */
     moe_comm_t *edp;    /* same stage, etp, ep: expert-gradient reduction */
+    moe_comm_t *etpep;  /* same stage, edp: the allgather dispatcher's group (ETP x EP) */
     moe_comm_t *stage;  /* every rank of this stage (expert load statistics) */
     moe_comm_t *embed;  /* first + last stage, same local index (pp > 1 only; else NULL) */
 

@@ -79,6 +79,7 @@ struct moe_eng_dims {
     int hier_copies;
     int hier_rows;
     bool ep_overlap; /* --overlap-moe-expert-parallel-comm: counts kept per half micro-batch */
+    int ag_group;    /* allgather dispatcher: ETP x EP ranks gathering their tokens (0 = none) */
     int tp, cp, ep, etp;
     bool sp;      /* sequence parallel (tp > 1) */
     int qkv_cols; /* (Hql + 2 Hkvl) D (GQA) */
@@ -245,6 +246,10 @@ struct moe_eng_layer_act {
     float *e_act;     /* [R, Fel] */
     float *y_rows;    /* [Ms K, C] expert outputs back at the source (permuted order); hierarchical:
                          [hier_rows, C] expert outputs back at the proxy */
+    /* Allgather dispatcher only (NULL otherwise; G = ETP EP Ms tokens of the gathered group). */
+    float *ag_w;    /* [G, K] the group's top-k weights */
+    int *ag_s2r;    /* [G K] slot -> row among this rank's expert rows, -1 for other ranks' */
+    int *ag_counts; /* [El] rows per local expert */
     /* Hierarchical dispatcher only (NULL when flat). */
     int *h_sent; /* [nodes] token copies sent to each node's proxy */
     int *h_recv; /* [nodes] copies this proxy received from each node */
@@ -465,6 +470,7 @@ struct moe_eng {
     char nan_origin[160]; /* first non-finite layer output of the step ("" = none) */
     int nan_priority;     /* 0: names a non-finite weight, 1: a block output (see optimizer.c) */
     bool is_hierarchical;
+    bool is_allgather;  /* Megatron's allgather token dispatcher (engine/allgather.c) */
     bool is_ep_overlap; /* expert dispatch/combine of one half behind the other's compute */
     int tag_base_fwd;
     int tag_base_bwd;
@@ -647,6 +653,45 @@ void moe_eng_moe_bwd(struct moe_eng *e,
                      const float *h,
                      const float *dout,
                      float *dh);
+
+/* ---- allgather.c: the allgather token dispatcher -----------------------------------------------
+ */
+
+/* The routed experts' output for this rank's tokens h [Ms, C] (routing done, in a): out [Ms, C]
+ * (overwrite). */
+void moe_eng_allgather_fwd(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           struct moe_eng_layer_act *a,
+                           const float *h,
+                           float *out);
+/* Backward: dh [Ms, C] += through the experts, d_topk_w [Ms, K] (overwrite). */
+void moe_eng_allgather_bwd(struct moe_eng *e,
+                           const struct moe_eng_layer_w *w,
+                           struct moe_eng_layer_act *a,
+                           const float *dout,
+                           float *dh,
+                           float *d_topk_w);
+/* The expert-path helpers moe_block.c shares with it. */
+void moe_eng_grouped_fwd(struct moe_eng *e,
+                         float *y,
+                         const float *x,
+                         const float *w,
+                         const float *bias,
+                         const int *counts_host,
+                         const int *counts_dev,
+                         int in,
+                         int out);
+void moe_eng_grouped_bwd(struct moe_eng *e,
+                         float *dx,
+                         float *dw,
+                         float *d_bias,
+                         const float *dy,
+                         const float *x,
+                         const float *w,
+                         const int *counts_host,
+                         const int *counts_dev,
+                         int in,
+                         int out);
 
 /* ---- head.c: embedding, final norm, output layer, loss --------------------------------------- */
 

@@ -91,15 +91,6 @@ static const char *cpu_only_feature(const struct moe_model_cfg *m)
 static enum moe_status check_supported(const struct moe_eng *e, struct moe_diag *diag)
 {
     const struct moe_model_cfg *m = &e->plan.model;
-    const char *what = NULL;
-    if (e->plan.options.dispatcher == MOE_DISPATCH_ALLGATHER && moe_cfg_is_moe(m)) {
-        what = "the allgather dispatcher (use alltoall or flex)";
-    }
-    if (what != NULL) {
-        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "model %s uses %s, which moefold-train does not implement", m->name,
-                            what);
-    }
     const char *cpu_only = cpu_only_feature(m);
     if (cpu_only != NULL && e->k->backend != MOE_K_BACKEND_CPU) {
         return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,

@@ -167,6 +167,36 @@ static void grouped_bwd(struct moe_eng *e,
     moe_eng_tmark_release(e, mark);
 }
 
+void moe_eng_grouped_fwd(struct moe_eng *e,
+                         float *y,
+                         const float *x,
+                         const float *w,
+                         const float *bias,
+                         const int *counts_host,
+                         const int *counts_dev,
+                         int in,
+                         int out)
+{
+    struct group_counts c = {counts_host, counts_dev};
+    grouped_fwd(e, y, x, w, bias, c, in, out);
+}
+
+void moe_eng_grouped_bwd(struct moe_eng *e,
+                         float *dx,
+                         float *dw,
+                         float *d_bias,
+                         const float *dy,
+                         const float *x,
+                         const float *w,
+                         const int *counts_host,
+                         const int *counts_dev,
+                         int in,
+                         int out)
+{
+    struct group_counts c = {counts_host, counts_dev};
+    grouped_bwd(e, dx, dw, d_bias, dy, x, w, c, in, out);
+}
+
 /* ---- Dispatch bookkeeping -------------------------------------------------------------------- */
 
 /* Rows and element counts of the EP exchange, derived from the saved per-expert counts. All
@@ -648,6 +678,10 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     }
     const bool hier = e->is_hierarchical;
     route(e, w, a, h);
+    if (e->is_allgather) {
+        moe_eng_allgather_fwd(e, w, a, h, out);
+        return;
+    }
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     struct moe_eng_arena *t = &e->temp;
@@ -749,8 +783,12 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     struct moe_eng_arena *t = &e->temp;
     float *d_topk_w = moe_eng_arena_floats(t, (size_t)Ms * (size_t)K);
-    if (e->is_ep_overlap) {
-        moe_bwd_overlap(e, w, a, dout, dh, d_topk_w);
+    if (e->is_ep_overlap || e->is_allgather) {
+        if (e->is_allgather) {
+            moe_eng_allgather_bwd(e, w, a, dout, dh, d_topk_w);
+        } else {
+            moe_bwd_overlap(e, w, a, dout, dh, d_topk_w);
+        }
         route_bwd(e, w, a, h, d_topk_w, dh);
         moe_eng_tmark_release(e, mark);
         moe_eng_phase_enter(&e->ctx.timer, prev);

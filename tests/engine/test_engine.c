@@ -1028,6 +1028,7 @@ static void test_errors(void **state)
     assert_non_null(strstr(diag.message, "mpirun -np 2"));
     eng_test_plan(&plan, "tiny-moe", &one_rank);
     plan.options.dispatcher = MOE_DISPATCH_ALLGATHER;
+    plan.options.capacity_factor = 1.0; /* a capacity over the gathered group: refused */
     assert_int_equal(create_status(&plan, &o, &diag), MOE_ERR_UNSUPPORTED);
     assert_non_null(strstr(diag.message, "allgather"));
     eng_test_plan(&plan, "tiny-moe", &one_rank);

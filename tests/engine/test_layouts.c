@@ -5,7 +5,10 @@
  * with the distributed optimizer, TP2 x EP4 folded, TP2/PP2/EP2, and everything at once. Routing
  * differences would show up as loss jumps far above 1e-5, so this checks the dispatch, the
  * reductions and the schedules together. Also: the same layout twice gives bit-identical losses,
- * and expert-parallel experts match replicated experts (EP4 vs DP4 without EP). Context parallelism
+ * and expert-parallel experts match replicated experts (EP4 vs DP4 without EP). The presets'
+ * miniatures (Qwen3's q/k norm, GPT-OSS's biases, windows and sinks, Kimi-K2's and DeepSeek-V3's
+ * MLA, DeepSeek-V3's MTP on the last stage) under the foldings that apply, and the allgather
+ * dispatcher (EP2, EP4, EP2 x ETP2, TP2 EP2 PP2), give the same curve. Context parallelism
  * (CP2, CP4, CP8 and folded with TP/PP/EP) uses Megatron's load-balanced causal split, and every
  * CP rank does the same attention work (counted query-key pairs and score FLOPs).
  *
@@ -34,6 +37,7 @@ struct extra {
     bool hierarchical;  /* hierarchical dispatcher instead of the flat all-to-all */
     bool ep_overlap;    /* one half micro-batch's dispatch/combine behind the other's experts */
     bool no_sp;         /* tp > 1 without sequence parallelism (a MoE model needs it: made dense) */
+    bool allgather;     /* Megatron's allgather dispatcher */
 };
 
 /* Losses of a layout on ranks 0..world-1 of MPI_COMM_WORLD, broadcast to every rank. */
@@ -61,8 +65,11 @@ static enum moe_status run_layout_with(const char *model,
         struct moe_eng_run_opts o;
         eng_test_opts(&o, STEPS);
         o.ranks_per_node = x->ranks_per_node;
-        o.has_dispatcher_override = true;
+        o.has_dispatcher_override = !x->allgather;
         o.is_hierarchical = x->hierarchical;
+        if (x->allgather) {
+            plan.options.dispatcher = MOE_DISPATCH_ALLGATHER;
+        }
         plan.options.overlap_moe_ep_comm = x->ep_overlap;
         plan.layout.sequence_parallel = l->tp > 1 && !x->no_sp;
         if (x->no_sp) {
@@ -82,7 +89,7 @@ static enum moe_status run_layout_with(const char *model,
 static enum moe_status
 run_layout(const char *model, const struct eng_test_layout *l, bool overlap, double *losses)
 {
-    const struct extra x = {overlap, 0, false, false, false};
+    const struct extra x = {overlap, 0, false, false, false, false};
     return run_layout_with(model, l, &x, losses);
 }
 
@@ -94,7 +101,8 @@ static void check_layouts_with(const char *model,
 {
     const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
     double ref[STEPS];
-    const struct extra rx = {false, 0, false, false, x->no_sp}; /* the same model on one rank */
+    const struct extra rx = {false, 0,        false,
+                             false, x->no_sp, false}; /* the same model on one rank */
     assert_int_equal(run_layout_with(model, &one, &rx, ref), MOE_OK);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -113,7 +121,7 @@ static void check_layouts_with(const char *model,
 
 static void check_layouts(const char *model, const struct eng_test_layout *ls, int n, bool overlap)
 {
-    const struct extra x = {overlap, 0, false, false, false};
+    const struct extra x = {overlap, 0, false, false, false, false};
     check_layouts_with(model, ls, n, &x);
 }
 
@@ -189,11 +197,21 @@ static void test_architecture_layouts(void **state)
         {"TP2 CP2 PP2 EP2", 2, 2, 2, 1, 2, 1, false, 8},
     };
     check_layouts("tiny-deepseek-v3", dsv3, (int)MOE_ARRAY_LEN(dsv3), false);
+    /* Megatron's allgather dispatcher: every ETP x EP rank gathers the group's tokens */
+    const struct eng_test_layout ag[] = {
+        {"EP2 allgather", 1, 1, 1, 1, 2, 1, false, 2},
+        {"EP4 allgather", 1, 1, 1, 1, 4, 1, false, 4},
+        {"EP2 ETP2 allgather", 1, 1, 1, 1, 2, 2, false, 4},
+        {"TP2 EP2 PP2 allgather", 2, 1, 2, 1, 2, 1, false, 8},
+    };
+    const struct extra xag = {false, 0, false, false, false, true};
+    check_layouts_with("tiny-moe", ag, (int)MOE_ARRAY_LEN(ag), &xag);
+    check_layouts_with("tiny-gpt-oss-120b", ag, 2, &xag);
     const struct eng_test_layout nosp[] = {
         {"dense, TP2 (no SP)", 2, 1, 1, 1, 1, 1, false, 2},
         {"dense, TP4 (no SP) PP2", 4, 1, 2, 1, 1, 1, false, 8},
     };
-    const struct extra x = {false, 0, false, false, true};
+    const struct extra x = {false, 0, false, false, true, false};
     check_layouts_with("tiny-kimi-k2", nosp, (int)MOE_ARRAY_LEN(nosp), &x);
     check_layouts_with("tiny-qwen3-30b-a3b", nosp, 1, &x);
 }
@@ -213,7 +231,7 @@ static void test_overlap_same_losses(void **state)
         {"TP2 EP4 a2a overlap", 2, 1, 1, 1, 4, 1, true, 8},
         {"PP2 VPP2 EP2 a2a overlap", 1, 1, 2, 2, 2, 1, false, 4},
     };
-    const struct extra ov = {false, 0, false, true, false};
+    const struct extra ov = {false, 0, false, true, false, false};
     check_layouts_with("tiny-moe", ep, (int)MOE_ARRAY_LEN(ep), &ov);
     check_layouts_with("tiny-dsv3", ep + 1, 1, &ov);
 }
@@ -229,8 +247,8 @@ static void test_hierarchical_dispatcher(void **state)
         {"TP2 EP4 on 2 nodes x 2", 2, 1, 1, 1, 4, 1, false, 8},
     };
     const struct eng_test_layout by4[] = {{"EP8 on 2 nodes x 4", 1, 1, 1, 1, 8, 1, false, 8}};
-    const struct extra two = {false, 2, true, false, false};
-    const struct extra four = {false, 4, true, false, false};
+    const struct extra two = {false, 2, true, false, false, false};
+    const struct extra four = {false, 4, true, false, false, false};
     check_layouts_with("tiny-moe", by2, (int)MOE_ARRAY_LEN(by2), &two);
     check_layouts_with("tiny-dsv3", by2 + 2, 1, &two);
     check_layouts_with("tiny-moe", by4, 1, &four);
