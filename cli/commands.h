@@ -24,6 +24,7 @@ int moe_cli_calibrate(int argc, char **argv);
  * over. */
 int moe_cli_calibrate_measured(int argc, char **argv);
 int moe_cli_accuracy(int argc, char **argv);
+int moe_cli_fit(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -109,6 +109,7 @@ enum moe_status moe_cli_parse_problem(int argc,
     const char *model = NULL;
     const char *model_file = NULL;
     const char *cluster = NULL;
+    const char *software = NULL;
     bool fp32 = false;
     for (int i = 1; i < argc; i++) {
         bool m = false;
@@ -128,6 +129,11 @@ enum moe_status moe_cli_parse_problem(int argc,
                 return MOE_ERR_INVALID;
             }
             cluster = v;
+        } else if ((v = flag_value(argc, argv, &i, "--software", diag, &m)) != NULL || m) {
+            if (v == NULL) {
+                return MOE_ERR_INVALID;
+            }
+            software = v;
         } else if ((v = flag_value(argc, argv, &i, "--gpus", diag, &m)) != NULL || m) {
             if (v == NULL) {
                 return MOE_ERR_INVALID;
@@ -200,8 +206,14 @@ enum moe_status moe_cli_parse_problem(int argc,
                     p->mres.num_ignored_dropped);
         }
     }
+    if (software != NULL && cluster == NULL) {
+        moe_diag_source(diag, "--software");
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "--software names a release of a cluster's fitted figures: give "
+                            "--cluster too");
+    }
     if (cluster != NULL) {
-        MOE_TRY(moe_cluster_load(cluster, &p->cl, diag));
+        MOE_TRY(moe_cluster_load_release(cluster, software, &p->cl, diag));
         (void)snprintf(p->cluster_name, sizeof(p->cluster_name), "%s", cluster);
         p->has_cluster = true;
     }
@@ -228,6 +240,8 @@ void moe_cli_print_common_help(FILE *out)
         "                          (also override a preset's fields)\n"
         "cluster:\n"
         "  --cluster NAME|FILE     cluster file (moefold clusters)\n"
+        "  --software RELEASE      the cluster's fitted figures for this software release\n"
+        "                          (default: the newest the file knows; 'shared': none)\n"
         "  --gpus N                GPUs: a multiple of the GPUs per node/tray, up to the cluster\n"
         "layout and options: Megatron-LM flags, e.g.\n"
         "  --tensor-model-parallel-size --pipeline-model-parallel-size\n"

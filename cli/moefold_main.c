@@ -24,6 +24,7 @@ static const struct subcommand subcommands[] = {
     {"plan", moe_cli_plan, "search every layout and option for the fastest plan that fits"},
     {"whatif", moe_cli_whatif, "best plan as GPU count, cluster, batch, precision... vary"},
     {"accuracy", moe_cli_accuracy, "predictions vs published training runs"},
+    {"fit", moe_cli_fit, "fit a cluster's software figures to measured runs"},
     {"compare", moe_cli_compare, "predicted vs measured, per phase (plan.json run.json)"},
     {"calibrate", moe_cli_calibrate, "measure this host as a cluster file (runs moefold-bench)"},
 };

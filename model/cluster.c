@@ -166,7 +166,6 @@ static enum moe_status validate_software(const struct moe_cluster *cl, struct mo
         {"dispatch.hybridep_intra_eff", d->hybridep_intra_eff, 0.0, true, fmax, "of nvlink.gbps"},
         {"dispatch.hybridep_inter_eff", d->hybridep_inter_eff, 0.0, true, fmax, "of nic_gbps"},
         {"dispatch.permute_bytes_eff", d->permute_bytes_eff, 0.0, true, fmax, "of HBM bandwidth"},
-        {"overheads.kernels_per_layer", o->kernels_per_layer, 0.0, false, big, "launches"},
         {"overheads.moe_host_sync_us", o->moe_host_sync_us, 0.0, false, big, "microseconds"},
         {"overheads.step_fixed_ms", o->step_fixed_ms, 0.0, false, big, "milliseconds"},
         {"overheads.overlap_eff", o->overlap_eff, 0.0, false, 1.0, "fraction hidden"},

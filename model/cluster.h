@@ -106,7 +106,6 @@ struct moe_dispatch_hw {
 
 /* Software overheads not tied to one kernel (per layer host work, per step fixed costs). */
 struct moe_overheads {
-    double kernels_per_layer;  /* kernel launches in one layer's forward (backward ~2x) */
     double moe_host_sync_us;   /* host sync per MoE layer pass for dropless token counts */
     double step_fixed_ms;      /* per step: data loading, logging, GC, optimizer launch */
     double overlap_eff;        /* fraction of overlappable comm actually hidden */
@@ -120,6 +119,10 @@ struct moe_overheads {
 struct moe_cluster {
     char name[MOE_NAME_LEN];
     char description[160];
+    char generation[MOE_NAME_LEN]; /* GPU generation whose software figures are fitted together
+                                      ("hopper", "blackwell", "cpu") */
+    char software[MOE_NAME_LEN];   /* software release whose fitted figures are applied; "" = the
+                                      generation's shared figures */
     int gpus_per_node; /* GPUs per node or tray: --gpus must be a multiple */
     int max_gpus;      /* largest --gpus accepted */
     struct moe_gpu gpu;

@@ -326,7 +326,7 @@ static void moe_block(const struct cctx *c,
                       struct moe_layer_cost *out,
                       double *expert_act_f,
                       double *shared_f_out,
-                      double *moe_comm_f)
+                      double *moe_tp_f)
 {
     const struct moe_cluster *cl = c->cl;
     double h = cfg->hidden_size;
@@ -468,7 +468,7 @@ static void moe_block(const struct cctx *c,
     out->fwd_combine += comb + unpermute_f;
     out->bwd_dispatch += d_b + unpermute_f; /* gradient of combine: dispatch-like */
     out->bwd_combine += comb + permute_f;
-    *moe_comm_f = d_f + comb + etp_comm + shared_tp;
+    *moe_tp_f = etp_comm + shared_tp; /* the block's TP-group collectives, forward */
 }
 
 static double host_kernels_moe(const struct moe_model_cfg *cfg,
@@ -528,24 +528,24 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->cp_bytes = 3.0 * at.cp_kv_bytes * (lay->cp - 1.0);
     }
 
-    double moe_fwd_total = 0.0; /* for moe recompute */
     double expert_act = 0.0;
     double shared_f = 0.0;
-    double mlp_recompute = 0.0;
-    double mlp_recompute_comm = 0.0;
     double norm_f = elem(&c, t_sp * h * c.ab * 2.0) + t_sp * h * c.quant_s;
     if (kind.is_moe) {
         double fwd_before = out->fwd_compute;
-        double moe_comm = 0.0;
-        moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &expert_act, &shared_f, &moe_comm);
-        moe_fwd_total = out->fwd_compute - fwd_before + out->fwd_expert;
+        double moe_tp = 0.0;
+        moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &expert_act, &shared_f, &moe_tp);
         kernels += host_kernels_moe(cfg, lay, opt);
         if (rc & MOE_RC_MOE) {
-            mlp_recompute = moe_fwd_total;
-            mlp_recompute_comm = out->fwd_dispatch + out->fwd_combine + moe_comm;
+            /* The whole MoE block again: router and permutes, experts, and its collectives. */
+            out->rc_compute += out->fwd_compute - fwd_before;
+            out->rc_expert += out->fwd_expert;
+            out->rc_dispatch += out->fwd_dispatch;
+            out->rc_combine += out->fwd_combine;
+            out->rc_tp += moe_tp;
         } else {
-            mlp_recompute += (rc & MOE_RC_MOE_ACT) ? expert_act : 0.0;
-            mlp_recompute += (rc & MOE_RC_SHARED_EXPERTS) ? shared_f : 0.0;
+            out->rc_expert += (rc & MOE_RC_MOE_ACT) ? expert_act : 0.0;
+            out->rc_expert += (rc & MOE_RC_SHARED_EXPERTS) ? shared_f : 0.0;
         }
     } else {
         struct mlp_parts mp = {0};
@@ -558,29 +558,33 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->bwd_tp += mlp_tp;
         kernels += kernel_counts.dense_mlp * graph_keep(opt, MOE_CGM_MLP);
         if (rc & MOE_RC_MLP) {
-            mlp_recompute = mp.f;
-            mlp_recompute_comm = mlp_tp / 2.0; /* the input all-gather again */
+            out->rc_compute += mp.f;
+            out->rc_tp += mlp_tp / 2.0; /* the input all-gather again */
         }
     }
     out->tp_bytes *= 2.0; /* forward and backward move the same volume */
 
     if (full) {
-        out->recompute = out->fwd_compute + out->fwd_expert;
-        out->recompute_comm = out->fwd_tp + out->fwd_cp + out->fwd_dispatch + out->fwd_combine;
+        /* The layer's whole forward, each part in its own phase (Megatron's checkpointed
+         * TransformerLayer re-runs attention, router, dispatch, experts and combine). */
+        out->rc_compute = out->fwd_compute;
+        out->rc_expert = out->fwd_expert;
+        out->rc_tp = out->fwd_tp;
+        out->rc_cp = out->fwd_cp;
+        out->rc_dispatch = out->fwd_dispatch;
+        out->rc_combine = out->fwd_combine;
     } else {
-        out->recompute = mlp_recompute;
-        out->recompute_comm = mlp_recompute_comm;
-        out->recompute += (rc & MOE_RC_CORE_ATTN) ? at.core_f : 0.0;
-        out->recompute += (rc & MOE_RC_LAYERNORM) ? 2.0 * norm_f : 0.0;
-        out->recompute += (rc & MOE_RC_MLA_UP_PROJ) ? at.up_f : 0.0;
+        out->rc_compute += (rc & MOE_RC_CORE_ATTN) ? at.core_f : 0.0;
+        out->rc_compute += (rc & MOE_RC_LAYERNORM) ? 2.0 * norm_f : 0.0;
+        out->rc_compute += (rc & MOE_RC_MLA_UP_PROJ) ? at.up_f : 0.0;
     }
+    out->recompute = out->rc_compute + out->rc_expert;
 
     if (offload_bytes > 0.0) {
         out->offload_copy = moe_compute_offload_copy_s(cl, offload_bytes);
     }
 
     /* Host: launches per pass (backward launches about twice as many kernels). */
-    kernels += cl->overheads.kernels_per_layer;
     if (opt->recipe != MOE_RECIPE_BF16) {
         /* One quantise launch per GEMM input: QKV and output (MLA: down, up and output
          * projections), then fc1 and fc2 of the dense MLP or of the experts and shared expert. */
@@ -593,6 +597,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     }
     out->host_fwd = kernels * cl->gpu.kernel_launch_us * 1e-6;
     out->host_bwd = 2.0 * out->host_fwd;
+    out->rc_host = full ? out->host_fwd : 0.0; /* full recompute launches the forward again */
     bool dropless_sync = kind.is_moe && lay->ep > 1 && opt->capacity_factor <= 0.0 &&
                          !(opt->cuda_graph_impl != MOE_CG_NONE &&
                            (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION));

@@ -77,31 +77,39 @@ double moe_pass_with_copy(const struct moe_pass_parts *p, double copy_s)
     return gpu > p->host_s ? gpu : p->host_s;
 }
 
-/* Exposed forward and backward phases of one layer with the options' overlaps applied; parts
- * (NULL: not wanted) gets each pass before the offload copy. */
+/*
+ * Exposed forward and backward phases of one layer with the options' overlaps applied; parts
+ * (NULL: not wanted) gets each pass before the offload copy. with_rc: the layer is recomputed
+ * (its backward re-runs lc's rc_* work first, each part in the phase of the op re-run).
+ */
 static void layer_exposed(const struct moe_cluster *cl,
                           const struct moe_options *opt,
                           const struct moe_layer_cost *lc,
+                          bool with_rc,
                           struct pass_phases *fwd,
                           struct pass_phases *bwd,
                           struct moe_pass_parts parts[2])
 {
     double ov = cl->overheads.overlap_eff;
+    double rc = with_rc ? 1.0 : 0.0;
     *fwd = (struct pass_phases){0};
     *bwd = (struct pass_phases){0};
     fwd->compute = lc->fwd_compute;
     fwd->expert = lc->fwd_expert;
-    bwd->compute = lc->bwd_compute + lc->recompute;
-    bwd->expert = lc->bwd_expert;
+    bwd->compute = lc->bwd_compute + rc * lc->rc_compute;
+    bwd->expert = lc->bwd_expert + rc * lc->rc_expert;
 
     double tp_keep = opt->tp_comm_overlap ? 1.0 - ov : 1.0;
     fwd->tp = lc->fwd_tp * tp_keep;
-    bwd->tp = (lc->bwd_tp + lc->recompute_comm) * tp_keep;
+    bwd->tp = (lc->bwd_tp + rc * lc->rc_tp) * tp_keep;
     fwd->cp = pos(lc->fwd_cp - ov * lc->attn_core_fwd);
-    bwd->cp = pos(lc->bwd_cp - ov * lc->attn_core_bwd);
+    bwd->cp = pos(lc->bwd_cp - ov * lc->attn_core_bwd) +
+              rc * pos(lc->rc_cp - ov * lc->attn_core_fwd);
 
+    double bwd_disp = lc->bwd_dispatch + rc * lc->rc_dispatch;
+    double bwd_comb = lc->bwd_combine + rc * lc->rc_combine;
     double ep_f = lc->fwd_dispatch + lc->fwd_combine;
-    double ep_b = lc->bwd_dispatch + lc->bwd_combine;
+    double ep_b = bwd_disp + bwd_comb;
     if (opt->overlap_moe_ep_comm && ep_f + ep_b > 0.0) {
         /* 1F1B A2A overlap pairs one micro-batch's forward with another's backward, segment by
          * segment: forward dispatch runs beside backward attention, forward combine beside backward
@@ -111,12 +119,12 @@ static void layer_exposed(const struct moe_cluster *cl,
         double eo = cl->overheads.ep_overlap_eff;
         double h_fd = eo * fmin(lc->fwd_dispatch, bwd->compute);
         double h_fc = eo * fmin(lc->fwd_combine, bwd->expert);
-        double h_bd = eo * fmin(lc->bwd_dispatch, fwd->compute);
-        double h_bc = eo * fmin(lc->bwd_combine, fwd->expert);
+        double h_bd = eo * fmin(bwd_disp, fwd->compute);
+        double h_bc = eo * fmin(bwd_comb, fwd->expert);
         fwd->dispatch = lc->fwd_dispatch - h_fd;
         fwd->combine = lc->fwd_combine - h_fc;
-        bwd->dispatch = lc->bwd_dispatch - h_bd;
-        bwd->combine = lc->bwd_combine - h_bc;
+        bwd->dispatch = bwd_disp - h_bd;
+        bwd->combine = bwd_comb - h_bc;
         /* GEMMs lose the SMs the dispatcher occupies while it runs beside them (DeepEP/HybridEP
          * take a fixed SM count; NCCL's all-to-all the cluster's measured share). */
         double loss = cl->overheads.a2a_overlap_loss;
@@ -132,14 +140,14 @@ static void layer_exposed(const struct moe_cluster *cl,
     } else {
         fwd->dispatch = lc->fwd_dispatch;
         fwd->combine = lc->fwd_combine;
-        bwd->dispatch = lc->bwd_dispatch;
-        bwd->combine = lc->bwd_combine;
+        bwd->dispatch = bwd_disp;
+        bwd->combine = bwd_comb;
     }
+    double host_bwd = lc->host_bwd + rc * lc->rc_host;
     if (parts != NULL) {
         parts[0] =
             (struct moe_pass_parts){fwd->compute + fwd->expert, phases_sum(fwd), lc->host_fwd};
-        parts[1] =
-            (struct moe_pass_parts){bwd->compute + bwd->expert, phases_sum(bwd), lc->host_bwd};
+        parts[1] = (struct moe_pass_parts){bwd->compute + bwd->expert, phases_sum(bwd), host_bwd};
     }
     /* Activation offload copies run on their own stream behind the pass's compute. */
     fwd->compute += pos(lc->offload_copy - (fwd->compute + fwd->expert));
@@ -148,7 +156,7 @@ static void layer_exposed(const struct moe_cluster *cl,
     double gpu_f = phases_sum(fwd);
     double gpu_b = phases_sum(bwd);
     fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
-    bwd->host = pos(lc->host_bwd - gpu_b);
+    bwd->host = pos(host_bwd - gpu_b);
 }
 
 /* Everything predict needs per call, computed once. */
@@ -159,10 +167,16 @@ struct pctx {
     const struct moe_layout *lay;
     const struct moe_options *opt;
     double load;
-    struct pass_phases kind_f[2][2]; /* [is_moe][is_windowed] */
+    /* Per layer kind [is_moe][is_windowed]: a pass of a layer as the options recompute it (with
+     * block recompute, a recomputed layer); kind_b_plain a backward without recompute (block
+     * recompute's other layers, and MTP layers). */
+    struct pass_phases kind_f[2][2];
     struct pass_phases kind_b[2][2];
+    struct pass_phases kind_b_plain[2][2];
     struct moe_pass_parts kind_parts[2][2][2]; /* before the offload copy (moe_prediction) */
     bool kind_ready[2][2];
+    bool block_rc; /* full recompute, block method: the first rc_block layers of each chunk */
+    int rc_block;
     struct pass_phases loss_f, loss_b, mtp_f, mtp_b, emb_f, emb_b;
     double p2p_s;
     double ep_bytes_layer, ep_inter_layer, tp_bytes_layer, cp_bytes_layer;
@@ -208,8 +222,10 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     struct moe_layer_kind kind = {is_moe, windowed};
     moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load,
                       moe_cost_offload_bytes(x->cfg, x->lay, x->opt, is_moe, x->load), &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->kind_f[is_moe][windowed], &x->kind_b[is_moe][windowed],
-                  x->kind_parts[is_moe][windowed]);
+    layer_exposed(x->cl, x->opt, &lc, true, &x->kind_f[is_moe][windowed],
+                  &x->kind_b[is_moe][windowed], x->kind_parts[is_moe][windowed]);
+    struct pass_phases f_plain;
+    layer_exposed(x->cl, x->opt, &lc, false, &f_plain, &x->kind_b_plain[is_moe][windowed], NULL);
     x->kind_ready[is_moe][windowed] = true;
     double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
     if (is_moe == x->is_moe && base > 0.0) {
@@ -232,11 +248,14 @@ static void extras_init(struct pctx *x)
 {
     struct moe_layer_cost lc;
     moe_compute_loss(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->loss_f, &x->loss_b, NULL);
+    layer_exposed(x->cl, x->opt, &lc, false, &x->loss_f, &x->loss_b, NULL);
     moe_compute_mtp_extra(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->mtp_f, &x->mtp_b, NULL);
+    layer_exposed(x->cl, x->opt, &lc, false, &x->mtp_f, &x->mtp_b, NULL);
     moe_compute_embedding(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, &x->emb_f, &x->emb_b, NULL);
+    layer_exposed(x->cl, x->opt, &lc, false, &x->emb_f, &x->emb_b, NULL);
+    x->block_rc =
+        x->opt->recompute == MOE_RECOMPUTE_FULL && x->opt->recompute_method == MOE_RECOMPUTE_BLOCK;
+    x->rc_block = x->opt->recompute_num_layers > 0 ? x->opt->recompute_num_layers : 1;
 
     /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
     const struct moe_layout *lay = x->lay;
@@ -254,13 +273,25 @@ static void extras_init(struct pctx *x)
     }
 }
 
+/* Decoder layers block recompute re-runs in a chunk of `layers` layers (Megatron's block method:
+ * the first recompute_num_layers of each model chunk); every layer otherwise. */
+static int rc_layers_of_chunk(const struct pctx *x, int layers)
+{
+    if (!x->block_rc) {
+        return layers;
+    }
+    return layers < x->rc_block ? layers : x->rc_block;
+}
+
 /*
  * Forward/backward phases of a span of chunks for one micro-batch: n[is_moe][is_windowed] decoder
- * layers, num_mtp MTP layers, the embedding and loss if present, and the pipeline transfers it
- * sends forward (sends_f) and backward (sends_b).
+ * layers of which num_rc are recomputed (block recompute; the kinds share them in proportion),
+ * num_mtp MTP layers, the embedding and loss if present, and the pipeline transfers it sends
+ * forward (sends_f) and backward (sends_b).
  */
 static void span_phases(struct pctx *x,
                         const int (*n)[2],
+                        int num_rc,
                         int num_mtp,
                         bool has_embedding,
                         bool has_loss,
@@ -272,12 +303,15 @@ static void span_phases(struct pctx *x,
     const struct moe_model_cfg *cfg = x->cfg;
     *f = (struct pass_phases){0};
     *b = (struct pass_phases){0};
+    int total = n[0][0] + n[0][1] + n[1][0] + n[1][1];
+    double rc_share = total > 0 ? (double)num_rc / total : 0.0;
     for (int m = 0; m < 2; m++) {
         for (int w = 0; w < 2; w++) {
             if (n[m][w] > 0) {
                 ensure_kind(x, m, w);
                 phases_add(f, &x->kind_f[m][w], n[m][w]);
-                phases_add(b, &x->kind_b[m][w], n[m][w]);
+                phases_add(b, &x->kind_b[m][w], n[m][w] * rc_share);
+                phases_add(b, &x->kind_b_plain[m][w], n[m][w] * (1.0 - rc_share));
             }
         }
     }
@@ -288,7 +322,8 @@ static void span_phases(struct pctx *x,
         ensure_kind(x, is_moe, win);
         double k = num_mtp;
         phases_add(f, &x->kind_f[is_moe][win], k);
-        phases_add(b, &x->kind_b[is_moe][win], k);
+        /* Block recompute counts decoder layers only; uniform recompute re-runs MTP's too. */
+        phases_add(b, x->block_rc ? &x->kind_b_plain[is_moe][win] : &x->kind_b[is_moe][win], k);
         phases_add(f, &x->mtp_f, k);
         phases_add(b, &x->mtp_b, k);
         phases_add(f, &x->loss_f, k);
@@ -315,7 +350,8 @@ static void chunk_phases(struct pctx *x, int c, struct pass_phases *f, struct pa
 {
     const struct moe_pp_chunk *ch = &x->lay->chunks[c];
     int last = x->lay->num_chunks - 1;
-    span_phases(x, x->kinds[c].n, ch->num_mtp, ch->has_embedding, ch->has_loss, c<last, c> 0, f, b);
+    span_phases(x, x->kinds[c].n, rc_layers_of_chunk(x, ch->num_layers), ch->num_mtp,
+                ch->has_embedding, ch->has_loss, c<last, c> 0, f, b);
 }
 
 /* Forward/backward phases of all chunks of pipeline rank p for one micro-batch. */
@@ -325,18 +361,20 @@ static void stage_phases(struct pctx *x, int p, struct pass_phases *f, struct pa
     int n[2][2] = {{0, 0}, {0, 0}};
     int sends_f = 0;
     int sends_b = 0;
+    int num_rc = 0;
     int last = lay->num_chunks - 1;
     for (int c = p; c < lay->num_chunks; c += lay->pp) {
         for (int m = 0; m < 2; m++) {
             n[m][0] += x->kinds[c].n[m][0];
             n[m][1] += x->kinds[c].n[m][1];
         }
+        num_rc += rc_layers_of_chunk(x, lay->chunks[c].num_layers);
         sends_f += c < last;
         sends_b += c > 0;
     }
     const struct moe_stage_contents *sc = &x->contents[p];
-    span_phases(x, (const int(*)[2])n, sc->num_mtp, sc->has_embedding, sc->has_loss, sends_f,
-                sends_b, f, b);
+    span_phases(x, (const int(*)[2])n, num_rc, sc->num_mtp, sc->has_embedding, sc->has_loss,
+                sends_f, sends_b, f, b);
 }
 
 /* DP / EDP communication and optimizer of one stage; exposed seconds. */
@@ -822,8 +860,19 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     double compute_s = out->time.compute + out->time.expert_gemm;
     out->executed_flops_per_step = out->flops_per_step;
     if (opt->recompute != MOE_RECOMPUTE_NONE && compute_s > 0.0) {
-        /* Executed FLOPs grow by the recomputed share of the model's main layer kind. */
-        out->executed_flops_per_step *= 1.0 + x.recompute_ratio;
+        /* Executed FLOPs grow by the recomputed share of the model's main layer kind (of the
+         * layers block recompute re-runs). */
+        double share = 1.0;
+        if (x.block_rc) {
+            int all = 0;
+            int rc = 0;
+            for (int c = 0; c < lay->num_chunks; c++) {
+                all += lay->chunks[c].num_layers;
+                rc += rc_layers_of_chunk(&x, lay->chunks[c].num_layers);
+            }
+            share = all > 0 ? (double)rc / all : 1.0;
+        }
+        out->executed_flops_per_step *= 1.0 + x.recompute_ratio * share;
     }
     double tokens = (double)lay->gbs * lay->seq_length;
     out->tokens_per_s_per_gpu = tokens / out->step_time_s / lay->num_gpus;

@@ -1207,11 +1207,49 @@ static bool memo_better(const struct search *s, const struct memo *a, const stru
 }
 
 /*
- * Evaluate k, expanding "every layer count" values. Those do not change the step time (the model
- * prices full recompute and CPU offloading per layer, whatever the count), so only the count with
- * the least memory (Pareto) and the first fitting count in knob order (top-k: equal times break
- * by key) can reach the results.
+ * Evaluate k, expanding "every layer count" values. Uniform full recompute and CPU offloading
+ * price every layer whatever the count, so only the count with the least memory (Pareto) and the
+ * first fitting count in knob order (top-k: equal times break by key) can reach the results.
+ * Block recompute re-runs only the first `count` layers of each chunk: each count is its own
+ * time/memory trade-off and is evaluated (eval_block_counts).
  */
+/* Every valid layer count of block recompute value k (bound lb holds for all: the least count
+ * re-runs the least). Out: the prediction and memory of the least valid count when it was
+ * evaluated -- a bound on every count, since re-running more layers never takes less time (the
+ * caller bounds the row's offload variants with it); false otherwise. */
+static bool eval_block_counts(struct worker *w,
+                              const struct moe_plan_okey *k,
+                              int n,
+                              double lb,
+                              struct moe_prediction *p,
+                              struct memo *mem_out)
+{
+    const struct moe_plan_space *sp = &w->s->sp;
+    bool least = false;
+    bool first = true;
+    for (int i = 1; i <= n; i++) {
+        struct moe_plan_okey v = *k;
+        v.rc_layers = (uint16_t)i;
+        if (!valid(w, &v)) {
+            w->c.invalid += w->leaf;
+            continue;
+        }
+        struct moe_options opt;
+        moe_plan_okey_apply(sp, &v, &opt);
+        struct memo m;
+        memory_of(w, &opt, &m);
+        struct moe_prediction pi;
+        bool ok = eval_candidate(w, &v, lb, &m, &pi);
+        if (first && ok) {
+            *p = pi;
+            *mem_out = m;
+            least = true;
+        }
+        first = false;
+    }
+    return least;
+}
+
 static bool eval_expanded(struct worker *w,
                           const struct moe_plan_okey *k,
                           double lb,
@@ -1231,6 +1269,9 @@ static bool eval_expanded(struct worker *w,
         moe_plan_okey_apply(sp, k, &opt);
         memory_of(w, &opt, mem_out);
         return eval_candidate(w, k, lb, mem_out, p);
+    }
+    if (nrc > 0 && k->rc_method == MOE_RECOMPUTE_BLOCK) {
+        return eval_block_counts(w, k, nrc, lb, p, mem_out);
     }
     int n = nrc > 0 ? nrc : noff;
     struct moe_plan_okey least = *k;
@@ -1606,7 +1647,10 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
         }
         double row_lb_m = 0.0;
         struct memo row_m;
-        bool has_row_lb = !s->req->exhaustive && sp->fine_all != 0;
+        /* The row bound is the memory of one recompute value; a row of every layer count (full
+         * recompute) holds counts that need less than its count 1, so it has none. */
+        bool has_row_lb =
+            !s->req->exhaustive && sp->fine_all != 0 && layer_choices(w, &kmin, true) == 0;
         if (has_row_lb) {
             row_lb_m = offload_memory_bound(w, &kmin, &row_m);
             if (prune(w, lb_r[ri], row_lb_m, &kmin)) {
@@ -1756,20 +1800,39 @@ static double rc_bound(struct worker *w,
     struct rc_sums *rs = &w->rcb[g * MOE_PLAN_MAX_RC + ri];
     if (rs->stamp != w->rcb_stamp[g]) {
         double r[MOE_PLAN_KINDS];
+        double r_min = INFINITY;
         for (int k = 0; k < MOE_PLAN_KINDS; k++) {
             r[k] = moe_plan_bound_rc_layer(&w->rc_terms[g], &s->sp.rcs[ri], k);
+            if (s->bm.kinds_total[k >> 1][k & 1] > 0) {
+                r_min = fmin(r_min, r[k]);
+            }
         }
+        /* Block recompute re-runs the first n layers of each chunk (model/cost.c); n >= 1 re-runs
+         * at least one layer of every non-empty chunk, and no MTP layer. */
+        const struct moe_plan_rc *rcv = &s->sp.rcs[ri];
+        bool block = rcv->rc == MOE_RECOMPUTE_FULL && rcv->method == MOE_RECOMPUTE_BLOCK;
         int last = s->bm.last_moe * 2 + s->bm.last_win;
         rs->sum = 0.0;
         rs->min = INFINITY;
         rs->max = 0.0;
         for (int p = 0; p < lay->pp; p++) {
+            /* raw: the rank's recompute if every layer is re-run (the most any value re-runs:
+             * what the DP tail can hide behind); low: the least (the growth the bound uses). */
             double raw = w->mtp[p] * r[last];
             for (int k = 0; k < MOE_PLAN_KINDS; k++) {
                 raw += w->kinds[p][k] * r[k];
             }
-            rs->sum += raw;
-            rs->min = fmin(rs->min, raw);
+            double low = raw;
+            if (block) {
+                int least = rcv->layers > 0 ? rcv->layers : 1;
+                low = 0.0;
+                for (int c = p; c < lay->num_chunks; c += lay->pp) {
+                    int n = lay->chunks[c].num_layers;
+                    low += (n < least ? n : least) * (isfinite(r_min) ? r_min : 0.0);
+                }
+            }
+            rs->sum += low;
+            rs->min = fmin(rs->min, low);
             rs->max = fmax(rs->max, raw);
         }
         rs->stamp = w->rcb_stamp[g];

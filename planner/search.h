@@ -29,9 +29,11 @@
  *   - dominance (never slower, never larger, in every case): overlap of the gradient
  *     reduce-scatter and of the parameter all-gather, FP8 parameter gather; equivalence
  *     (identical predictions): delay-wgrad (not priced), the CUDA-graph implementation
- *     (local == transformer_engine), redundant module sets, dispatchers at EP=1; for full
- *     recompute (method, layer count) and whole-layer CPU offloading (layer count), which do not
- *     change step time, only the smallest-memory choice is kept.
+ *     (local == transformer_engine), redundant module sets, dispatchers at EP=1; for uniform
+ *     full recompute (layer count) and whole-layer CPU offloading (layer count), which do not
+ *     change step time, only the smallest-memory choice is kept; block full recompute re-runs
+ *     the first `count` layers of each chunk, so each count is evaluated (more is never faster,
+ *     and never faster than uniform).
  * tests/planner/test_search checks each of these claims against the cost model over random
  * candidates, and the search re-checks every bound against each prediction it makes
  * (stats.bound_violations).

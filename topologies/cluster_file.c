@@ -91,6 +91,7 @@ struct cluster_field {
 static const struct cluster_field cluster_fields[] = {
     TEXT(SEC_ROOT, "name", name),
     TEXT(SEC_ROOT, "description", description),
+    TEXT(SEC_ROOT, "generation", generation),
     FIG_INT(SEC_ROOT, "gpus_per_node", gpus_per_node, 1, 1.0e6),
     FIG_INT(SEC_ROOT, "max_gpus", max_gpus, 1, (double)INT_MAX),
     SECTION(SEC_ROOT, "gpu", SEC_GPU),
@@ -164,7 +165,6 @@ static const struct cluster_field cluster_fields[] = {
     FIG_INT(SEC_DISPATCH, "hybridep_sms", dispatch.hybridep_sms, 0, 1.0e5),
     FIG_REAL(SEC_DISPATCH, "permute_bytes_eff", dispatch.permute_bytes_eff, 0, FRAC_MAX),
 
-    FIG_REAL(SEC_OVERHEADS, "kernels_per_layer", overheads.kernels_per_layer, 0, 1.0e5),
     FIG_REAL(SEC_OVERHEADS, "moe_host_sync_us", overheads.moe_host_sync_us, 0, US_MAX),
     FIG_REAL(SEC_OVERHEADS, "step_fixed_ms", overheads.step_fixed_ms, 0, 1.0e6),
     FIG_REAL(SEC_OVERHEADS, "overlap_eff", overheads.overlap_eff, 0, 1),
@@ -204,9 +204,11 @@ check_known_keys(const cJSON *obj, enum field_section sec, const char *where, st
             names[num_names++] = cluster_fields[i].key;
         }
     }
-    if (sec == SEC_ROOT && num_names + 2 <= MOE_ARRAY_LEN(names)) {
+    if (sec == SEC_ROOT && num_names + 4 <= MOE_ARRAY_LEN(names)) {
         names[num_names++] = "format";
         names[num_names++] = "version";
+        names[num_names++] = "software";    /* read by apply_release */
+        names[num_names++] = "uncertainty"; /* read by the CLI (moe_cluster_read_json) */
     }
     for (const cJSON *it = obj->child; it != NULL; it = it->next) {
         const char *k = it->string != NULL ? it->string : "";
@@ -296,12 +298,188 @@ static enum moe_status read_fields(const cJSON *obj,
     return MOE_OK;
 }
 
+/* The table row of the number figure at a dotted path ("gemm.max_eff.bf16"), or NULL. */
+static const struct cluster_field *field_by_path(const char *path)
+{
+    enum field_section sec = SEC_ROOT;
+    const char *p = path;
+    while (p != NULL && *p != '\0') {
+        const char *dot = strchr(p, '.');
+        size_t len = dot != NULL ? (size_t)(dot - p) : strlen(p);
+        const struct cluster_field *hit = NULL;
+        for (size_t i = 0; i < MOE_ARRAY_LEN(cluster_fields) && hit == NULL; i++) {
+            const struct cluster_field *f = &cluster_fields[i];
+            if (f->parent == sec && strlen(f->key) == len && strncmp(f->key, p, len) == 0) {
+                hit = f;
+            }
+        }
+        if (hit == NULL) {
+            return NULL;
+        }
+        if (dot == NULL) {
+            return hit->kind == FIELD_REAL || hit->kind == FIELD_INT ? hit : NULL;
+        }
+        if (hit->kind != FIELD_OBJECT) {
+            return NULL;
+        }
+        sec = (enum field_section)hit->offset;
+        p = dot + 1;
+    }
+    return NULL;
+}
+
+enum moe_status moe_cluster_figure_ref(const char *path, size_t *offset, struct moe_diag *diag)
+{
+    const struct cluster_field *f = field_by_path(path);
+    if (f == NULL || f->kind != FIELD_REAL) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "\"%s\" is not a real-valued figure of a cluster file (e.g. "
+                            "gemm.grouped_eff, overheads.overlap_eff)",
+                            path);
+    }
+    *offset = f->offset;
+    return MOE_OK;
+}
+
+cJSON *moe_cluster_figure_json(const cJSON *root, const char *path)
+{
+    cJSON *node = NULL;
+    const cJSON *at = root;
+    char part[64];
+    const char *p = path;
+    while (at != NULL && p != NULL && *p != '\0') {
+        const char *dot = strchr(p, '.');
+        size_t len = dot != NULL ? (size_t)(dot - p) : strlen(p);
+        if (len >= sizeof(part)) {
+            return NULL;
+        }
+        memcpy(part, p, len);
+        part[len] = '\0';
+        node = cJSON_GetObjectItemCaseSensitive(at, part);
+        at = node;
+        p = dot != NULL ? dot + 1 : NULL;
+    }
+    return node;
+}
+
+/* Case-insensitive equality of release names. */
+static bool same_name(const char *a, const char *b)
+{
+    for (; *a != '\0' && *b != '\0'; a++, b++) {
+        char x = (char)(*a >= 'A' && *a <= 'Z' ? *a - 'A' + 'a' : *a);
+        char y = (char)(*b >= 'A' && *b <= 'Z' ? *b - 'A' + 'a' : *b);
+        if (x != y) {
+            return false;
+        }
+    }
+    return *a == *b;
+}
+
+const cJSON *moe_cluster_find_release(const cJSON *root, const char *name)
+{
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "software");
+    const cJSON *rels = sw != NULL ? cJSON_GetObjectItemCaseSensitive(sw, "releases") : NULL;
+    const cJSON *r = NULL;
+    cJSON_ArrayForEach(r, rels)
+    {
+        if (r->string != NULL && same_name(r->string, name)) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* Read one release's figures onto cl. */
 static enum moe_status
-read_cluster(const cJSON *root, struct moe_cluster *out, struct moe_diag *diag)
+read_release(const cJSON *rel, const char *name, struct moe_cluster *cl, struct moe_diag *diag)
+{
+    char where[160];
+    (void)snprintf(where, sizeof(where), "cluster.software.releases.%s", name);
+    if (!cJSON_IsObject(rel)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: expected an object", where);
+    }
+    static const char *const keys[] = {"date", "stack", "runs", "note", "figures"};
+    MOE_TRY(moe_json_check_keys(rel, keys, MOE_ARRAY_LEN(keys), where, diag));
+    const cJSON *figs = cJSON_GetObjectItemCaseSensitive(rel, "figures");
+    if (figs != NULL && !cJSON_IsObject(figs)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s.figures: expected an object", where);
+    }
+    const cJSON *fig = NULL;
+    cJSON_ArrayForEach(fig, figs)
+    {
+        const struct cluster_field *f = field_by_path(fig->string != NULL ? fig->string : "");
+        if (f == NULL || f->kind != FIELD_REAL) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "%s.figures: \"%s\" is not a real-valued cluster figure", where,
+                                fig->string != NULL ? fig->string : "");
+        }
+        double v = 0.0;
+        MOE_TRY(moe_json_get_figure(figs, fig->string, true, f->lo, f->hi, &v, where, diag));
+        memcpy((unsigned char *)cl + f->offset, &v, sizeof(v));
+    }
+    (void)snprintf(cl->software, sizeof(cl->software), "%s", name);
+    return MOE_OK;
+}
+
+/*
+ * Apply a software release's fitted figures: `release` NULL takes the file's default release,
+ * "shared" (or "") none; a name the file does not know is an error listing those it does.
+ */
+static enum moe_status
+apply_release(const cJSON *root, const char *release, struct moe_cluster *cl, struct moe_diag *diag)
+{
+    cl->software[0] = '\0';
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "software");
+    if (sw != NULL) {
+        if (!cJSON_IsObject(sw)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "cluster.software: expected an object");
+        }
+        static const char *const keys[] = {"default", "note", "releases"};
+        MOE_TRY(moe_json_check_keys(sw, keys, MOE_ARRAY_LEN(keys), "cluster.software", diag));
+        const cJSON *rels = cJSON_GetObjectItemCaseSensitive(sw, "releases");
+        if (rels != NULL && !cJSON_IsObject(rels)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "cluster.software.releases: expected an object");
+        }
+    }
+    const char *name = release;
+    if (name == NULL) {
+        const cJSON *def = sw != NULL ? cJSON_GetObjectItemCaseSensitive(sw, "default") : NULL;
+        name = cJSON_IsString(def) ? def->valuestring : "";
+    }
+    if (name[0] == '\0' || same_name(name, MOE_CLUSTER_SHARED)) {
+        return MOE_OK;
+    }
+    const cJSON *rel = moe_cluster_find_release(root, name);
+    if (rel == NULL) {
+        char known[384] = "";
+        size_t used = 0;
+        const cJSON *rels = sw != NULL ? cJSON_GetObjectItemCaseSensitive(sw, "releases") : NULL;
+        const cJSON *r = NULL;
+        cJSON_ArrayForEach(r, rels)
+        {
+            int w = snprintf(known + used, sizeof(known) - used, "%s, ", r->string);
+            used += w > 0 && (size_t)w < sizeof(known) - used ? (size_t)w : 0;
+        }
+        moe_diag_source(diag, "--software");
+        return moe_diag_set(diag, MOE_ERR_NOT_FOUND,
+                            "software release \"%s\" is not in cluster %s; known: %s%s", name,
+                            cl->name, known, MOE_CLUSTER_SHARED " (the generation's shared figures)");
+    }
+    return read_release(rel, rel->string, cl, diag);
+}
+
+static enum moe_status read_cluster(const cJSON *root,
+                                    const char *release,
+                                    struct moe_cluster *out,
+                                    struct moe_diag *diag)
 {
     struct moe_cluster cl;
     memset(&cl, 0, sizeof(cl));
     enum moe_status st = read_fields(root, SEC_ROOT, "cluster", (unsigned char *)&cl, diag);
+    if (st == MOE_OK) {
+        st = apply_release(root, release, &cl, diag);
+    }
     if (st == MOE_OK) {
         st = moe_cluster_validate(&cl, diag);
     }
@@ -316,6 +494,15 @@ enum moe_status moe_cluster_from_json(const cJSON *root,
                                       struct moe_cluster *out,
                                       struct moe_diag *diag)
 {
+    return moe_cluster_from_json_release(root, source, NULL, out, diag);
+}
+
+enum moe_status moe_cluster_from_json_release(const cJSON *root,
+                                              const char *source,
+                                              const char *release,
+                                              struct moe_cluster *out,
+                                              struct moe_diag *diag)
+{
     const char *src = source != NULL ? source : "(cluster)";
     moe_diag_source(diag, src);
     enum moe_status st =
@@ -324,12 +511,12 @@ enum moe_status moe_cluster_from_json(const cJSON *root,
         return in_file(st, src, diag);
     }
     if (cJSON_GetObjectItemCaseSensitive(root, "extends") == NULL) {
-        return in_file(read_cluster(root, out, diag), src, diag);
+        return in_file(read_cluster(root, release, out, diag), src, diag);
     }
     cJSON *merged = NULL;
     st = moe_cluster_resolve_json(root, src, &merged, diag);
     if (st == MOE_OK) {
-        st = read_cluster(merged, out, diag);
+        st = read_cluster(merged, release, out, diag);
     }
     cJSON_Delete(merged);
     return in_file(st, src, diag);
@@ -814,17 +1001,9 @@ static bool is_plain_name(const char *s)
     return true;
 }
 
-static enum moe_status load_path(const char *path, struct moe_cluster *out, struct moe_diag *diag)
-{
-    cJSON *root = NULL;
-    MOE_TRY(moe_json_read_file(path, &root, diag));
-    enum moe_status st = moe_cluster_from_json(root, path, out, diag);
-    cJSON_Delete(root);
-    return st;
-}
-
-enum moe_status
-moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_diag *diag)
+/* The file a cluster name or path stands for (see the header), written into path[len]. */
+static enum moe_status
+cluster_path(const char *name_or_path, char *path, size_t len, struct moe_diag *diag)
 {
     if (name_or_path == NULL || name_or_path[0] == '\0') {
         moe_diag_source(diag, "--cluster");
@@ -832,17 +1011,16 @@ moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_d
                             "no cluster given: pass a name (see `moefold clusters`) or a file");
     }
     if (strchr(name_or_path, '/') != NULL || ends_with(name_or_path, ".json")) {
-        return load_path(name_or_path, out, diag);
+        (void)snprintf(path, len, "%s", name_or_path);
+        return MOE_OK;
     }
     char dir[PATH_MAX];
     if (moe_cluster_dir(dir, sizeof(dir)) == NULL || dir[0] == '\0') {
         return moe_diag_set(diag, MOE_ERR_IO, "the cluster folder path is too long");
     }
-    char path[PATH_MAX + MOE_NAME_LEN + 8];
-    int w = snprintf(path, sizeof(path), "%s/%s.json", dir, name_or_path);
+    int w = snprintf(path, len, "%s/%s.json", dir, name_or_path);
     struct stat st;
-    if (!is_plain_name(name_or_path) || w < 0 || (size_t)w >= sizeof(path) ||
-        stat(path, &st) != 0) {
+    if (!is_plain_name(name_or_path) || w < 0 || (size_t)w >= len || stat(path, &st) != 0) {
         char known[512];
         known_list(dir, known, sizeof(known));
         moe_diag_source(diag, "--cluster");
@@ -851,7 +1029,50 @@ moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_d
                             "cluster file path or set MOEFOLD_TOPOLOGIES",
                             name_or_path, dir, known[0] != '\0' ? known : "(none found)");
     }
-    return load_path(path, out, diag);
+    return MOE_OK;
+}
+
+enum moe_status
+moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_diag *diag)
+{
+    return moe_cluster_load_release(name_or_path, NULL, out, diag);
+}
+
+enum moe_status moe_cluster_load_release(const char *name_or_path,
+                                         const char *release,
+                                         struct moe_cluster *out,
+                                         struct moe_diag *diag)
+{
+    char path[PATH_MAX + MOE_NAME_LEN + 8];
+    MOE_TRY(cluster_path(name_or_path, path, sizeof(path), diag));
+    cJSON *root = NULL;
+    MOE_TRY(moe_json_read_file(path, &root, diag));
+    enum moe_status st = moe_cluster_from_json_release(root, path, release, out, diag);
+    cJSON_Delete(root);
+    return st;
+}
+
+enum moe_status moe_cluster_read_json(const char *name_or_path,
+                                      cJSON **root,
+                                      char *path_out,
+                                      size_t path_len,
+                                      struct moe_diag *diag)
+{
+    *root = NULL;
+    char path[PATH_MAX + MOE_NAME_LEN + 8];
+    MOE_TRY(cluster_path(name_or_path, path, sizeof(path), diag));
+    if (path_out != NULL && path_len > 0) {
+        (void)snprintf(path_out, path_len, "%s", path);
+    }
+    cJSON *raw = NULL;
+    MOE_TRY(moe_json_read_file(path, &raw, diag));
+    enum moe_status st = moe_json_check_format(raw, MOE_CLUSTER_FILE_FORMAT,
+                                               MOE_CLUSTER_FILE_VERSION, path, diag);
+    if (st == MOE_OK) {
+        st = moe_cluster_resolve_json(raw, path, root, diag);
+    }
+    cJSON_Delete(raw);
+    return st;
 }
 
 enum moe_status

@@ -34,15 +34,66 @@ extern "C" {
 #define MOE_CLUSTER_FILE_FORMAT  "moefold-cluster"
 #define MOE_CLUSTER_FILE_VERSION 1
 
-/* Load a cluster by name or path (see above) and validate it. */
+/* The release name that selects a generation's shared figures (no release's own). */
+#define MOE_CLUSTER_SHARED "shared"
+
+/*
+ * Load a cluster by name or path (see above) and validate it, with the file's default software
+ * release applied (see moe_cluster_load_release).
+ */
 MOE_NODISCARD enum moe_status
 moe_cluster_load(const char *name_or_path, struct moe_cluster *out, struct moe_diag *diag);
 
-/* Parse an already read tree (source names it in messages and locates a relative "extends"). */
+/*
+ * Load a cluster with a software release's fitted figures applied. A cluster file may hold
+ *   "software": {"default": NAME, "releases": {NAME: {"date", "stack", "runs", "note",
+ *                "figures": {"gemm.grouped_eff": {figure}, ...}}}}
+ * (written by `moefold fit`): each release's figures replace the generation's shared ones.
+ * release NULL: the file's default release; MOE_CLUSTER_SHARED: none; a name the file does not
+ * hold: MOE_ERR_NOT_FOUND listing the known ones. out->software names what was applied.
+ */
+MOE_NODISCARD enum moe_status moe_cluster_load_release(const char *name_or_path,
+                                                       const char *release,
+                                                       struct moe_cluster *out,
+                                                       struct moe_diag *diag);
+
+/* Parse an already read tree (source names it in messages and locates a relative "extends"),
+ * default release applied. */
 MOE_NODISCARD enum moe_status moe_cluster_from_json(const cJSON *root,
                                                     const char *source,
                                                     struct moe_cluster *out,
                                                     struct moe_diag *diag);
+
+/* Parse an already read tree with `release` applied (as moe_cluster_load_release). */
+MOE_NODISCARD enum moe_status moe_cluster_from_json_release(const cJSON *root,
+                                                            const char *source,
+                                                            const char *release,
+                                                            struct moe_cluster *out,
+                                                            struct moe_diag *diag);
+
+/*
+ * Read a cluster file's JSON tree by name or path (the lookup above), its "extends" chain merged,
+ * without interpreting it further; *root is the caller's to cJSON_Delete; path_out[path_len] (may
+ * be NULL) gets the file's path.
+ */
+MOE_NODISCARD enum moe_status moe_cluster_read_json(const char *name_or_path,
+                                                    cJSON **root,
+                                                    char *path_out,
+                                                    size_t path_len,
+                                                    struct moe_diag *diag);
+
+/*
+ * Byte offset in struct moe_cluster of the real-valued figure at a dotted path
+ * ("gemm.max_eff.bf16"); MOE_ERR_INVALID when the path names no such figure.
+ */
+MOE_NODISCARD enum moe_status
+moe_cluster_figure_ref(const char *path, size_t *offset, struct moe_diag *diag);
+
+/* The JSON node at a dotted path in a cluster tree (a figure object), or NULL. */
+cJSON *moe_cluster_figure_json(const cJSON *root, const char *path);
+
+/* The release object named `name` (case-insensitive) in a cluster tree, or NULL. */
+const cJSON *moe_cluster_find_release(const cJSON *root, const char *name);
 
 /*
  * The tree root describes once its "extends" chain is merged (see above): *out is a new tree the

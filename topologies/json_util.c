@@ -293,14 +293,52 @@ enum moe_status moe_json_get_figure(const cJSON *obj,
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "%s: expected {\"value\": number, \"source\": \"...\"}", sub);
     }
-    const char *const keys[] = {"value", "source", "note"};
+    const char *const keys[] = {"value", "source", "note", "se", "prior"};
     MOE_TRY(moe_json_check_keys(it, keys, MOE_ARRAY_LEN(keys), sub, diag));
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(it, "source");
     if (!cJSON_IsString(src) || src->valuestring == NULL || src->valuestring[0] == '\0') {
         return moe_diag_set(diag, MOE_ERR_INVALID, "%s: every figure needs a non-empty \"source\"",
                             sub);
     }
-    return moe_json_get_double(it, "value", true, lo, hi, out, sub, diag);
+    MOE_TRY(moe_json_get_double(it, "value", true, lo, hi, out, sub, diag));
+    double se = 0.0;
+    MOE_TRY(moe_json_get_double(it, "se", false, 0.0, 1e30, &se, sub, diag));
+    struct moe_json_prior prior;
+    return moe_json_get_prior(it, sub, &prior, diag);
+}
+
+enum moe_status moe_json_get_prior(const cJSON *figure,
+                                   const char *where,
+                                   struct moe_json_prior *out,
+                                   struct moe_diag *diag)
+{
+    memset(out, 0, sizeof(*out));
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(figure, "prior");
+    if (p == NULL) {
+        return MOE_OK;
+    }
+    char sub[224];
+    (void)snprintf(sub, sizeof(sub), "%s.prior", where);
+    if (!cJSON_IsObject(p)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s: expected {\"value\", \"sd\", \"min\", \"max\", \"source\"}", sub);
+    }
+    const char *const keys[] = {"value", "sd", "min", "max", "source", "note"};
+    MOE_TRY(moe_json_check_keys(p, keys, MOE_ARRAY_LEN(keys), sub, diag));
+    MOE_TRY(moe_json_get_double(p, "min", true, -1e30, 1e30, &out->min, sub, diag));
+    MOE_TRY(moe_json_get_double(p, "max", true, -1e30, 1e30, &out->max, sub, diag));
+    if (!(out->max > out->min)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: max (%g) must exceed min (%g)", sub,
+                            out->max, out->min);
+    }
+    MOE_TRY(moe_json_get_double(p, "value", true, out->min, out->max, &out->value, sub, diag));
+    MOE_TRY(moe_json_get_double(p, "sd", true, 1e-30, 1e30, &out->sd, sub, diag));
+    MOE_TRY(moe_json_get_string(p, "source", true, out->source, sizeof(out->source), sub, diag));
+    if (out->source[0] == '\0') {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: a prior needs a non-empty \"source\"", sub);
+    }
+    out->present = true;
+    return MOE_OK;
 }
 
 enum moe_status moe_json_check_format(const cJSON *root,

@@ -77,8 +77,28 @@ MOE_NODISCARD enum moe_status moe_json_get_string(const cJSON *obj,
                                                   struct moe_diag *diag);
 
 /*
- * A figure is {"value": number, "source": "non-empty text"} (optionally "note"). Reads the value
- * into *out, range-checked; a figure without a source is an error.
+ * The prior of a fitted figure: {"value", "sd", "min", "max", "source"} under the figure's
+ * "prior" key (moefold fit reads it; the figure's own value is the fit's result). A figure may
+ * also carry "se", the standard error of a fitted value.
+ */
+struct moe_json_prior {
+    bool present;     /* the figure has a prior (it is a fitted software figure) */
+    double value;     /* prior mean, in the figure's unit */
+    double sd;        /* prior standard deviation (> 0) */
+    double min, max;  /* physical range the fit keeps the figure in (min < value < max) */
+    char source[320]; /* where the prior comes from (a microbenchmark, or "no measurement") */
+};
+
+/* Read figure->prior into out (present = false when there is none); malformed: MOE_ERR_INVALID. */
+MOE_NODISCARD enum moe_status moe_json_get_prior(const cJSON *figure,
+                                                 const char *where,
+                                                 struct moe_json_prior *out,
+                                                 struct moe_diag *diag);
+
+/*
+ * A figure is {"value": number, "source": "non-empty text"} (optionally "note", and for fitted
+ * figures "se" and "prior", both checked). Reads the value into *out, range-checked; a figure
+ * without a source is an error.
  */
 MOE_NODISCARD enum moe_status moe_json_get_figure(const cJSON *obj,
                                                   const char *key,

@@ -68,7 +68,6 @@ static struct moe_cluster h100_cluster(void)
     cl.dispatch.deepep_sms = 24;
     cl.dispatch.hybridep_sms = 16;
     cl.dispatch.permute_bytes_eff = 0.5;
-    cl.overheads.kernels_per_layer = 60.0;
     cl.overheads.moe_host_sync_us = 30.0;
     cl.overheads.step_fixed_ms = 30.0;
     cl.overheads.overlap_eff = 0.8;

@@ -85,7 +85,6 @@ static void test_cluster(struct moe_cluster *cl)
     cl->dispatch.deepep_sms = 24;
     cl->dispatch.hybridep_sms = 16;
     cl->dispatch.permute_bytes_eff = 0.7;
-    cl->overheads.kernels_per_layer = 20.0;
     cl->overheads.moe_host_sync_us = 30.0;
     cl->overheads.step_fixed_ms = 10.0;
     cl->overheads.overlap_eff = 0.8;

@@ -629,14 +629,28 @@ static void test_claim_equivalence(void **state)
                 predict(&c->sp, &c->lay, &v, &b);
                 assert_true(same_prediction(&a.p, &b.p));
             }
-            /* full recompute: step time the same for every method and layer count */
+            /* full recompute, uniform: step time the same for every layer count; block:
+             * re-running more layers of each chunk is never faster */
             if (k.rc == MOE_RECOMPUTE_FULL) {
                 struct moe_plan_okey v = k;
+                int per_rank = c->p.cfg.num_layers / c->lay.pp;
+                int n1 = 1 + pick(&c->rng, per_rank);
+                int n2 = 1 + pick(&c->rng, per_rank);
+                v.rc_method = MOE_RECOMPUTE_UNIFORM;
+                v.rc_layers = (uint16_t)n1;
                 predict(&c->sp, &c->lay, &v, &a);
-                v.rc_method = (uint8_t)(1 - v.rc_method);
-                v.rc_layers = (uint16_t)(1 + pick(&c->rng, c->p.cfg.num_layers / c->lay.pp));
+                v.rc_layers = (uint16_t)n2;
                 predict(&c->sp, &c->lay, &v, &b);
                 assert_true(a.p.step_time_s == b.p.step_time_s);
+                v.rc_method = MOE_RECOMPUTE_BLOCK;
+                v.rc_layers = (uint16_t)(n1 < n2 ? n1 : n2);
+                predict(&c->sp, &c->lay, &v, &a);
+                v.rc_layers = (uint16_t)(n1 < n2 ? n2 : n1);
+                predict(&c->sp, &c->lay, &v, &b);
+                assert_true(a.p.step_time_s <= b.p.step_time_s * (1.0 + 1e-12));
+                v.rc_method = MOE_RECOMPUTE_UNIFORM;
+                predict(&c->sp, &c->lay, &v, &a);
+                assert_true(b.p.step_time_s <= a.p.step_time_s * (1.0 + 1e-12));
                 /* uniform: fine-grained offload frees no memory; its copies cost time (less only
                  * by what a longer pass hides of the DP tail) */
                 v.rc_method = MOE_RECOMPUTE_UNIFORM;
