@@ -1,20 +1,26 @@
 /*
- * Published-run accuracy (cli/accuracy.h). Each run's flags go through the same parser and
- * resolver as `moefold predict`, so the table shows what a user pasting that configuration gets.
+ * Accuracy against measured runs (cli/accuracy.h). Each run's flags go through the same parser
+ * and resolver as `moefold predict` (cli/runs.c), on the cluster profile with the run's software
+ * release applied when the profile knows it; the cross-validated side comes from the profile's
+ * stored leave-one-out errors (cli/uncertainty.h) or a live refit (cli/fit.h).
  */
 #include "cli/accuracy.h"
 
-#include "cli/common.h"
+#include "cli/uncertainty.h"
 #include "topologies/cluster_file.h"
-#include "topologies/json_util.h"
 
-#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define GIB       1073741824.0
-#define MAX_WORDS 256
+#define GIB 1073741824.0
+
+void moe_accuracy_options_init(struct moe_accuracy_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    moe_fit_options_init(&o->fit);
+}
 
 const char *moe_accuracy_default_path(char *buf, size_t len)
 {
@@ -24,91 +30,214 @@ const char *moe_accuracy_default_path(char *buf, size_t len)
     return buf;
 }
 
-/* Predict one run into row; failures are recorded in the row, not returned. */
-static void predict_row(const cJSON *run, struct moe_accuracy_row *row)
+/* The release to predict run r with: its own when the profile knows it, else none ("shared")
+ * when it names one, else the profile's default. */
+static const char *release_for(const struct moe_run *r, const char *cluster)
 {
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(run, "args");
-    char line[8192];
-    (void)snprintf(line, sizeof(line), "%s", cJSON_IsString(args) ? args->valuestring : "");
-    const char *words[MAX_WORDS];
-    int nw = 0;
-    struct moe_diag diag = {0};
-    if (moe_megatron_split_line(line, words, MAX_WORDS, &nw, &diag) != MOE_OK) {
-        (void)snprintf(row->error, sizeof(row->error), "%s", diag.message);
-        return;
+    if (r->software[0] == '\0') {
+        return NULL;
     }
-    char gpus[32];
-    (void)snprintf(gpus, sizeof(gpus), "%d", row->gpus);
-    /* moe_cli_parse_problem takes a main()-style argv; build it from writable copies. */
-    char fixed[4][16] = {"accuracy", "--model", "--cluster", "--gpus"};
-    char *argv[MAX_WORDS + 8];
-    int argc = 0;
-    argv[argc++] = fixed[0];
-    argv[argc++] = fixed[1];
-    argv[argc++] = row->model;
-    argv[argc++] = fixed[2];
-    argv[argc++] = row->cluster;
-    argv[argc++] = fixed[3];
-    argv[argc++] = gpus;
-    for (int i = 0; i < nw; i++) {
-        argv[argc++] = line + (words[i] - line);
+    cJSON *root = NULL;
+    const char *rel = MOE_CLUSTER_SHARED;
+    if (moe_cluster_read_json(cluster, &root, NULL, 0, NULL) == MOE_OK &&
+        moe_cluster_find_release(root, r->software) != NULL) {
+        rel = r->software;
     }
+    cJSON_Delete(root);
+    return rel;
+}
+
+/* A metric value from a step-time ratio: rates scale inversely, step times directly. */
+static double metric_scaled(const struct moe_run *r, double value, double step_ratio)
+{
+    return r->metric == MOE_RUN_STEP_TIME_S ? value * step_ratio : value / step_ratio;
+}
+
+static void fill_row_head(const struct moe_run *r, const char *cluster, struct moe_accuracy_row *row)
+{
+    memset(row, 0, sizeof(*row));
+    (void)snprintf(row->id, sizeof(row->id), "%s", r->id);
+    (void)snprintf(row->model, sizeof(row->model), "%s", r->model[0] ? r->model : "(flags)");
+    (void)snprintf(row->cluster, sizeof(row->cluster), "%s", cluster);
+    (void)snprintf(row->software, sizeof(row->software), "%s", r->software);
+    (void)snprintf(row->metric, sizeof(row->metric), "%s", moe_run_metric_name(r->metric));
+    (void)snprintf(row->known_miss, sizeof(row->known_miss), "%s", r->known_miss);
+    (void)snprintf(row->note, sizeof(row->note), "%s", r->note);
+    row->gpus = r->gpus;
+    row->published = r->measured;
+    row->complete = r->complete;
+}
+
+/* The stored leave-one-out error of run r in profile u (log step ratio), if u was fitted to it. */
+static bool stored_loo(const struct moe_uncertainty *u, const struct moe_run *r, double *e)
+{
+    for (int i = 0; i < u->num_runs; i++) {
+        const struct moe_unc_run *x = &u->runs[i];
+        if (strcmp(x->id, r->id) == 0 && x->gpus == r->gpus &&
+            strcmp(x->model, r->model[0] ? r->model : "megatron flags") == 0) {
+            *e = x->err_loo;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Predict one run into row (failures are recorded in the row, not returned). */
+static void predict_row(const struct moe_run *r,
+                        const char *cluster,
+                        const struct moe_fit_result *refit,
+                        int refit_idx,
+                        struct moe_accuracy_row *row)
+{
+    fill_row_head(r, cluster, row);
+    struct moe_diag d = {0};
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
-    if (p == NULL) {
-        (void)snprintf(row->error, sizeof(row->error), "out of memory");
-        return;
-    }
+    struct moe_uncertainty *u = calloc(1, sizeof(*u));
+    struct moe_cluster cl;
+    struct moe_load_stats load;
     struct moe_prediction pred;
-    if (moe_cli_parse_problem(argc, argv, NULL, NULL, p, NULL, &diag) != MOE_OK ||
-        moe_cli_resolve(p, &diag) != MOE_OK ||
-        moe_cli_run_predict(p, NULL, &pred, &diag) != MOE_OK) {
-        (void)snprintf(row->error, sizeof(row->error), "%s", diag.message);
-        free(p);
-        return;
+    bool used = false;
+    if (p == NULL || u == NULL) {
+        (void)snprintf(row->error, sizeof(row->error), "out of memory");
+        goto out;
+    }
+    if (moe_cluster_load_release(cluster, release_for(r, cluster), &cl, &d) != MOE_OK ||
+        moe_run_problem(r, &cl, NULL, p, &d) != MOE_OK ||
+        moe_cli_load_stats(p, &load, &used, &d) != MOE_OK ||
+        moe_cli_run_predict(p, used ? &load : NULL, &pred, &d) != MOE_OK ||
+        moe_unc_load(cluster, u, &d) != MOE_OK) {
+        (void)snprintf(row->error, sizeof(row->error), "%s", d.message);
+        goto out;
     }
     moe_cli_layout_str(&p->lay, row->layout, sizeof(row->layout));
-    row->predicted = strcmp(row->metric, "tflops_per_gpu") == 0 ? pred.tflops_per_gpu
-                                                                : pred.tokens_per_s_per_gpu;
+    row->predicted = moe_run_predicted(r, &pred);
     row->err_pct = 100.0 * (row->predicted / row->published - 1.0);
     row->step_time_s = pred.step_time_s;
     row->mem_gib = pred.mem.total / GIB;
     row->fits = pred.fits;
     row->ok = true;
+    /* Cross-validated: by a fit without this run, or as predicted when the profile never saw it. */
+    double e = 0.0;
+    double step_cv = pred.step_time_s;
+    if (refit != NULL && refit_idx >= 0 && refit->runs[refit_idx].used) {
+        const struct moe_fit_run *fr = &refit->runs[refit_idx];
+        row->cv_predicted = fr->pred_loo;
+        step_cv = fr->step_s * (r->metric == MOE_RUN_STEP_TIME_S ? fr->pred_loo / fr->pred_fit
+                                                                   : fr->pred_fit / fr->pred_loo);
+        (void)snprintf(row->cv_basis, sizeof(row->cv_basis), "leave-one-out (refit)");
+    } else if (refit == NULL && stored_loo(u, r, &e)) {
+        double meas_step = r->metric == MOE_RUN_STEP_TIME_S ? r->measured
+                                                             : pred.step_time_s * row->predicted /
+                                                                   row->published;
+        step_cv = meas_step * exp(e);
+        row->cv_predicted = metric_scaled(r, row->published, exp(e));
+        (void)snprintf(row->cv_basis, sizeof(row->cv_basis), "leave-one-out");
+    } else {
+        row->cv_predicted = row->predicted;
+        (void)snprintf(row->cv_basis, sizeof(row->cv_basis), "unseen by the profile");
+    }
+    row->has_cv = true;
+    row->cv_err_pct = 100.0 * (row->cv_predicted / row->published - 1.0);
+    struct moe_interval iv;
+    moe_unc_step(u, moe_run_precision(p), moe_run_ep_span(p), r->id, step_cv, MOE_UNC_LEVEL, &iv);
+    if (iv.ok) {
+        row->has_interval = true;
+        double a = metric_scaled(r, row->cv_predicted, iv.lo / step_cv);
+        double b = metric_scaled(r, row->cv_predicted, iv.hi / step_cv);
+        row->lo = fmin(a, b);
+        row->hi = fmax(a, b);
+        row->covered = row->published >= row->lo && row->published <= row->hi;
+    }
+out:
+    free(u);
     free(p);
 }
 
-static enum moe_status
-read_row(const cJSON *run, int idx, struct moe_accuracy_row *row, struct moe_diag *diag)
+/* Live leave-one-out: one fit per distinct cluster of the runs; res[i] for run i's cluster. */
+static enum moe_status refit_all(const struct moe_run_set *set,
+                                 const struct moe_accuracy_options *o,
+                                 struct moe_fit_result *fits,
+                                 int *which,
+                                 int *num_fits,
+                                 struct moe_diag *diag)
 {
-    static const char *const keys[] = {"id",     "model",     "cluster",  "gpus",       "args",
-                                       "metric", "published", "complete", "known_miss", "note"};
-    char where[64];
-    (void)snprintf(where, sizeof(where), "runs[%d]", idx);
-    MOE_TRY(moe_json_check_keys(run, keys, sizeof(keys) / sizeof(keys[0]), where, diag));
-    memset(row, 0, sizeof(*row));
-    MOE_TRY(moe_json_get_string(run, "id", true, row->id, sizeof(row->id), where, diag));
-    MOE_TRY(moe_json_get_string(run, "model", true, row->model, sizeof(row->model), where, diag));
-    MOE_TRY(
-        moe_json_get_string(run, "cluster", true, row->cluster, sizeof(row->cluster), where, diag));
-    MOE_TRY(moe_json_get_int(run, "gpus", true, 1, 10000000, &row->gpus, where, diag));
-    MOE_TRY(
-        moe_json_get_string(run, "metric", true, row->metric, sizeof(row->metric), where, diag));
-    if (strcmp(row->metric, "tokens_per_s_per_gpu") != 0 &&
-        strcmp(row->metric, "tflops_per_gpu") != 0) {
-        return moe_diag_set(diag, MOE_ERR_INVALID,
-                            "%s.metric \"%s\": expected tokens_per_s_per_gpu or tflops_per_gpu",
-                            where, row->metric);
+    *num_fits = 0;
+    for (int i = 0; i < set->n; i++) {
+        const char *c = o->cluster != NULL ? o->cluster : set->runs[i].cluster;
+        which[i] = -1;
+        for (int k = 0; k < *num_fits; k++) {
+            if (strcmp(fits[k].base, c) == 0) {
+                which[i] = k;
+            }
+        }
+        if (which[i] >= 0) {
+            continue;
+        }
+        struct moe_fit_options fo = o->fit;
+        fo.loo = true;
+        struct moe_diag d = {0};
+        enum moe_status st = moe_fit(c, set, &fo, &fits[*num_fits], &d);
+        if (st != MOE_OK) {
+            /* No usable run of that generation: its runs are predicted without a refit. */
+            if (st == MOE_ERR_NOMEM) {
+                *diag = d;
+                return st;
+            }
+            memset(&fits[*num_fits], 0, sizeof(fits[*num_fits]));
+            (void)snprintf(fits[*num_fits].base, sizeof(fits[*num_fits].base), "%s", c);
+        }
+        which[i] = (*num_fits)++;
     }
-    MOE_TRY(moe_json_get_double(run, "published", true, 1e-9, 1e12, &row->published, where, diag));
-    MOE_TRY(moe_json_get_bool(run, "complete", true, &row->complete, where, diag));
-    MOE_TRY(moe_json_get_string(run, "known_miss", false, row->known_miss, sizeof(row->known_miss),
-                                where, diag));
-    MOE_TRY(moe_json_get_string(run, "note", false, row->note, sizeof(row->note), where, diag));
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(run, "args");
-    if (!cJSON_IsString(args)) {
-        return moe_diag_set(diag, MOE_ERR_INVALID, "%s.args: expected a string of Megatron flags",
-                            where);
+    return MOE_OK;
+}
+
+enum moe_status moe_accuracy_run_set(const struct moe_run_set *set,
+                                     const struct moe_accuracy_options *o,
+                                     struct moe_accuracy_row *rows,
+                                     int max,
+                                     int *n,
+                                     struct moe_diag *diag)
+{
+    *n = 0;
+    if (set->n > max) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "more than %d runs", max);
     }
+    struct moe_fit_result *fits = NULL;
+    int *which = NULL;
+    int num_fits = 0;
+    if (o->refit) {
+        fits = calloc((size_t)(set->n > 0 ? set->n : 1), sizeof(*fits));
+        which = calloc((size_t)(set->n > 0 ? set->n : 1), sizeof(*which));
+        if (fits == NULL || which == NULL) {
+            free(fits);
+            free(which);
+            return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory (refit)");
+        }
+        enum moe_status st = refit_all(set, o, fits, which, &num_fits, diag);
+        if (st != MOE_OK) {
+            for (int k = 0; k < num_fits; k++) {
+                moe_fit_result_free(&fits[k]);
+            }
+            free(fits);
+            free(which);
+            return st;
+        }
+    }
+    for (int i = 0; i < set->n; i++) {
+        const struct moe_run *r = &set->runs[i];
+        const char *c = o->cluster != NULL ? o->cluster : r->cluster;
+        const struct moe_fit_result *fr = fits != NULL ? &fits[which[i]] : NULL;
+        predict_row(r, c, fr != NULL && fr->runs != NULL ? fr : NULL, i, &rows[i]);
+        if (fr != NULL && fr->runs == NULL && rows[i].ok) {
+            (void)snprintf(rows[i].cv_basis, sizeof(rows[i].cv_basis), "no refit possible");
+        }
+    }
+    *n = set->n;
+    for (int k = 0; k < num_fits; k++) {
+        moe_fit_result_free(&fits[k]);
+    }
+    free(fits);
+    free(which);
     return MOE_OK;
 }
 
@@ -116,35 +245,81 @@ enum moe_status moe_accuracy_run(
     const char *path, struct moe_accuracy_row *rows, int max, int *n, struct moe_diag *diag)
 {
     *n = 0;
-    cJSON *root = NULL;
-    MOE_TRY(moe_json_read_file(path, &root, diag));
-    enum moe_status st = moe_json_check_format(root, "moefold-published-runs", 1, path, diag);
-    static const char *const top[] = {"format", "version", "source", "runs"};
-    if (st == MOE_OK) {
-        st = moe_json_check_keys(root, top, sizeof(top) / sizeof(top[0]), path, diag);
-    }
-    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(root, "runs");
-    if (st == MOE_OK && !cJSON_IsArray(runs)) {
-        st = moe_diag_set(diag, MOE_ERR_INVALID, "%s: \"runs\" must be an array", path);
-    }
-    int idx = 0;
-    const cJSON *run = NULL;
-    cJSON_ArrayForEach(run, runs)
-    {
-        if (st != MOE_OK) {
-            break;
-        }
-        if (idx >= max) {
-            st = moe_diag_set(diag, MOE_ERR_INVALID, "%s: more than %d runs", path, max);
-            break;
-        }
-        st = read_row(run, idx, &rows[idx], diag);
-        if (st == MOE_OK) {
-            predict_row(run, &rows[idx]);
-            idx++;
-        }
-    }
-    *n = idx;
-    cJSON_Delete(root);
+    struct moe_run_set set;
+    memset(&set, 0, sizeof(set));
+    MOE_TRY(moe_runs_read(path, &set, diag));
+    struct moe_accuracy_options o;
+    moe_accuracy_options_init(&o);
+    enum moe_status st = moe_accuracy_run_set(&set, &o, rows, max, n, diag);
+    moe_runs_free(&set);
     return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a;
+    double y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void median_max(double *v, int n, double *med, double *max)
+{
+    *med = 0.0;
+    *max = 0.0;
+    if (n > 0) {
+        qsort(v, (size_t)n, sizeof(double), cmp_double);
+        *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+        *max = v[n - 1];
+    }
+}
+
+static bool counted(const struct moe_accuracy_row *r)
+{
+    return r->ok && r->complete && r->known_miss[0] == '\0';
+}
+
+void moe_accuracy_summarise(const struct moe_accuracy_row *rows,
+                            int n,
+                            struct moe_accuracy_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    double *e = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    double *c = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (e == NULL || c == NULL) {
+        free(e);
+        free(c);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const struct moe_accuracy_row *r = &rows[i];
+        if (!counted(r)) {
+            continue;
+        }
+        e[out->n++] = fabs(r->err_pct) / 100.0;
+        if (r->has_cv) {
+            c[out->cv_n++] = fabs(r->cv_err_pct) / 100.0;
+            out->cv_unseen += strcmp(r->cv_basis, "unseen by the profile") == 0;
+        }
+        if (r->has_interval) {
+            out->intervals++;
+            out->covered += r->covered;
+        }
+        for (int j = i + 1; j < n; j++) {
+            const struct moe_accuracy_row *s = &rows[j];
+            if (!counted(s) || strcmp(r->model, s->model) != 0 ||
+                strcmp(r->cluster, s->cluster) != 0 || r->gpus != s->gpus ||
+                strcmp(r->metric, s->metric) != 0 ||
+                fabs(r->published / s->published - 1.0) <= MOE_ACCURACY_RANK_GAP) {
+                continue;
+            }
+            double m = r->published - s->published;
+            out->pairs++;
+            out->concordant += (r->cv_predicted - s->cv_predicted) * m > 0.0;
+            out->in_sample_concordant += (r->predicted - s->predicted) * m > 0.0;
+        }
+    }
+    median_max(e, out->n, &out->median_abs, &out->max_abs);
+    median_max(c, out->cv_n, &out->cv_median_abs, &out->cv_max_abs);
+    free(e);
+    free(c);
 }

@@ -8,12 +8,15 @@
  */
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/runs.h"
+#include "cli/uncertainty.h"
 #include "planner/cliopt.h"
 #include "planner/emit.h"
 #include "planner/report.h"
 #include "planner/search.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,9 @@ static void usage(FILE *out)
         "  --emit FILE             write plan K=1 as a plan file (moefold-train --plan)\n"
         "  --megatron-args         print plan 1's Megatron-LM flags\n"
         "  --launch-script FILE    write a launch script for plan 1 (mpirun / torchrun / srun)\n"
+        "  --compare-to 'FLAGS'    your own configuration as Megatron-LM flags: where it ranks,\n"
+        "                          how far it is from plan 1, and whether that gap is larger\n"
+        "                          than moefold's error band\n"
         "  --json                  one JSON object on stdout\n"
         "  --sweep ...             the same as `moefold whatif ...`\n\n");
     moe_cli_print_common_help(out);
@@ -49,6 +55,7 @@ struct plan_flags {
     const char *emit;
     bool megatron_args;
     const char *launch;
+    const char *compare_to; /* --compare-to 'Megatron flags' */
 };
 
 static int plan_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *diag)
@@ -87,11 +94,140 @@ static int plan_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *d
         f->launch = v;
         return used;
     }
+    if ((used = moe_plan_cli_value(argc, argv, i, "--compare-to", &v, diag)) != 0) {
+        f->compare_to = v;
+        return used;
+    }
     if (strcmp(argv[i], "--megatron-args") == 0) {
         f->megatron_args = true;
         return 1;
     }
     return 0;
+}
+
+/* The user's configuration (--compare-to) predicted, and where it stands among the plans. */
+struct compared {
+    struct moe_plan_candidate c;
+    int rank;   /* among the top plans; 0: slower than all of them */
+    double gap; /* plan 1's advantage: its step / this step - 1 (< 0 when plan 1 is faster) */
+    bool beyond_band;
+};
+
+static enum moe_status compare_to(const struct moe_cli_problem *p,
+                                  const char *flags,
+                                  const struct moe_plan_result *res,
+                                  double band,
+                                  struct compared *out,
+                                  struct moe_diag *diag)
+{
+    memset(out, 0, sizeof(*out));
+    char line[4096];
+    if (strlen(flags) >= sizeof(line)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "--compare-to: longer than %zu characters",
+                            sizeof(line) - 1);
+    }
+    (void)snprintf(line, sizeof(line), "%s", flags);
+    const char *words[512];
+    int nw = 0;
+    moe_diag_source(diag, "--compare-to");
+    MOE_TRY(moe_megatron_split_line(line, words, 512, &nw, diag));
+    struct moe_cli_problem *q = malloc(sizeof(*q));
+    if (q == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    *q = *p;
+    /* A configuration of its own: Megatron's defaults, then its flags; the batch, sequence and
+     * expert-load settings stay those of the search. */
+    moe_layout_init(&q->lay);
+    q->lay.gbs = p->lay.gbs;
+    q->lay.seq_length = p->lay.seq_length;
+    struct moe_options keep = p->opt;
+    moe_options_init(&q->opt);
+    struct moe_megatron_result mres;
+    enum moe_status st = moe_megatron_parse_args(nw, words, &q->cfg, &q->lay, &q->opt, &mres, diag);
+    if (st == MOE_OK) {
+        if (!q->opt.force_load_balancing && !moe_megatron_is_set(&mres, MOE_MF_MOE_IMBALANCE)) {
+            q->opt.force_load_balancing = keep.force_load_balancing;
+            q->opt.moe_imbalance = keep.moe_imbalance;
+        }
+        st = moe_cli_resolve(q, diag);
+    }
+    struct moe_load_stats load;
+    bool used = false;
+    if (st == MOE_OK) {
+        st = moe_cli_load_stats(q, &load, &used, diag);
+    }
+    if (st == MOE_OK) {
+        st = moe_cli_run_predict(q, used ? &load : NULL, &out->c.sim, diag);
+    }
+    if (st == MOE_OK) {
+        out->c.lay = q->lay;
+        out->c.opt = q->opt;
+        out->c.pred = out->c.sim;
+        out->c.has_sim = true;
+        out->c.fits = out->c.sim.fits;
+        double t = out->c.sim.step_time_s;
+        for (int i = 0; i < res->num_top && out->rank == 0; i++) {
+            const struct moe_plan_candidate *c = &res->top[i];
+            if (t <= (c->has_sim ? c->sim.step_time_s : c->pred.step_time_s)) {
+                out->rank = i + 1;
+            }
+        }
+        double best = res->num_top > 0 ? (res->top[0].has_sim ? res->top[0].sim.step_time_s
+                                                              : res->top[0].pred.step_time_s)
+                                       : t;
+        out->gap = best / t - 1.0;
+        out->beyond_band = band > 0.0 && log(t / best) > band;
+    }
+    free(q);
+    return st;
+}
+
+static void print_compared(const struct compared *cp, int num_top, double band)
+{
+    const struct moe_prediction *pr = &cp->c.sim;
+    char lay[256];
+    moe_cli_layout_str(&cp->c.lay, lay, sizeof(lay));
+    printf("\n# your configuration (--compare-to): %s\n", lay);
+    printf("#   step %.3f s, %.0f tokens/s/GPU, %.1f GiB%s\n", pr->step_time_s,
+           pr->tokens_per_s_per_gpu, pr->mem.total / GIB, pr->fits ? "" : " (DOES NOT FIT)");
+    if (cp->rank > 0) {
+        printf("#   ranks %d among the %d plans listed\n", cp->rank, num_top);
+    } else {
+        printf("#   slower than all %d plans listed\n", num_top);
+    }
+    double slower = 1.0 / (1.0 + cp->gap) - 1.0; /* this step / plan 1's - 1 */
+    if (cp->gap >= 0.0) {
+        printf("#   it is as fast as plan 1 or faster\n");
+    } else if (band <= 0.0) {
+        printf("#   it takes %.1f%% longer than plan 1; no error band (the cluster profile has no "
+               "measured runs)\n",
+               100.0 * slower);
+    } else {
+        printf("#   it takes %.1f%% longer than plan 1: %s moefold's %.1f%% band for two plans "
+               "(%s)\n",
+               100.0 * slower, cp->beyond_band ? "more than" : "within",
+               100.0 * (exp(band) - 1.0),
+               cp->beyond_band ? "a real gain, as far as the measured runs tell"
+                               : "a tie: moefold cannot tell them apart");
+    }
+}
+
+static cJSON *compared_json(const struct compared *cp, double band)
+{
+    cJSON *o = moe_plan_candidate_json(&cp->c);
+    if (o == NULL) {
+        return NULL;
+    }
+    if (cp->rank > 0) {
+        cJSON_AddNumberToObject(o, "rank", cp->rank);
+    } else {
+        cJSON_AddNullToObject(o, "rank");
+    }
+    cJSON_AddNumberToObject(o, "gap_to_best", cp->gap);
+    cJSON_AddNumberToObject(o, "tie_band", band > 0.0 ? exp(band) - 1.0 : 0.0);
+    cJSON_AddBoolToObject(o, "beyond_band", cp->beyond_band);
+    return o;
 }
 
 /* The search request of problem p; *lc / *scratch set up for --moe-imbalance auto. */
@@ -100,6 +236,7 @@ static enum moe_status build_request(const struct moe_cli_problem *p,
                                      struct moe_plan_request *req,
                                      struct moe_plan_load_cache **lc,
                                      struct moe_cli_problem **scratch,
+                                     double *margin,
                                      struct moe_diag *diag)
 {
     if (!p->has_model) {
@@ -111,7 +248,37 @@ static enum moe_status build_request(const struct moe_cli_problem *p,
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "no cluster: give --cluster NAME (see `moefold clusters`)");
     }
-    return moe_cli_plan_request(p, o, req, lc, scratch, diag);
+    return moe_cli_plan_request(p, o, req, lc, scratch, margin, diag);
+}
+
+/* The band within which plans tie, from the cluster profile's measured errors. */
+static enum moe_status tie_band(const struct moe_cli_problem *p,
+                                struct moe_plan_trust *t,
+                                struct moe_diag *diag)
+{
+    struct moe_uncertainty *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    enum moe_status st = moe_unc_load(p->cluster_name, u, diag);
+    int pairs = 0;
+    t->tie_band = st == MOE_OK ? moe_unc_tie_band(u, MOE_UNC_LEVEL, &pairs) : 0.0;
+    if (t->tie_band <= 0.0) {
+        (void)snprintf(t->basis, sizeof(t->basis),
+                       "no tie band: the cluster profile holds no measured runs (moefold fit)");
+    } else if (pairs > 0) {
+        (void)snprintf(t->basis, sizeof(t->basis),
+                       "%.0f%% band of the difference of two plans' errors, from %d pairs of "
+                       "measured runs of one model on one cluster",
+                       100.0 * MOE_UNC_LEVEL, pairs);
+    } else {
+        (void)snprintf(t->basis, sizeof(t->basis),
+                       "%.0f%% band from the leave-one-out errors of %d runs, taken as "
+                       "independent (no pairs of runs of one model on one cluster)",
+                       100.0 * MOE_UNC_LEVEL, u->num_runs);
+    }
+    free(u);
+    return st;
 }
 
 /* The plan's prediction as predict prints it, in a problem made of the plan. */
@@ -172,11 +339,16 @@ static enum moe_status write_outputs(const struct moe_cli_problem *p,
 static int print_json(const struct moe_plan_request *req,
                       const struct moe_plan_result *res,
                       int explain,
-                      const char *megatron)
+                      const char *megatron,
+                      const struct moe_plan_trust *t,
+                      const struct compared *cp)
 {
-    cJSON *o = moe_plan_result_json(req, res, explain);
+    cJSON *o = moe_plan_result_json_trusted(req, res, explain, t);
     if (o != NULL && megatron != NULL) {
         cJSON_AddStringToObject(o, "megatron_args", megatron);
+    }
+    if (o != NULL && cp != NULL) {
+        cJSON_AddItemToObject(o, "compare_to", compared_json(cp, t->tie_band));
     }
     char *s = o != NULL ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
@@ -224,7 +396,9 @@ int moe_cli_plan(int argc, char **argv)
         rc = 0;
         goto out_free;
     }
-    if (build_request(p, &f.search, req, &lc, &scratch, &diag) != MOE_OK) {
+    struct moe_plan_trust trust;
+    memset(&trust, 0, sizeof(trust));
+    if (build_request(p, &f.search, req, &lc, &scratch, &trust.memory_margin, &diag) != MOE_OK) {
         moe_cli_error("plan", &diag);
         goto out_free;
     }
@@ -244,14 +418,28 @@ int moe_cli_plan(int argc, char **argv)
         moe_cli_error("plan", &diag);
         goto out_free;
     }
+    if (tie_band(p, &trust, &diag) != MOE_OK) {
+        moe_cli_error("plan", &diag);
+        goto out_free;
+    }
+    struct compared cp;
+    if (f.compare_to != NULL &&
+        compare_to(p, f.compare_to, &res, trust.tie_band, &cp, &diag) != MOE_OK) {
+        moe_cli_error("plan", &diag);
+        rc = 2;
+        goto out_free;
+    }
     if (p->json) {
-        rc = print_json(req, &res, f.explain, megatron);
+        rc = print_json(req, &res, f.explain, megatron, &trust, f.compare_to ? &cp : NULL);
         if (rc == 0 && res.num_top == 0) {
             rc = 1;
         }
         goto out_free;
     }
-    moe_plan_print(stdout, req, &res, f.explain);
+    moe_plan_print_trusted(stdout, req, &res, f.explain, &trust);
+    if (f.compare_to != NULL) {
+        print_compared(&cp, res.num_top, trust.tie_band);
+    }
     if (megatron != NULL) {
         printf("\n# Megatron-LM flags of plan 1:\n%s\n", megatron);
     }

@@ -5,6 +5,8 @@
  */
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/runs.h"
+#include "cli/uncertainty.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -15,7 +17,18 @@
 
 struct predict_flags {
     int help;
-    const char *emit; /* --emit FILE: write the plan with its prediction */
+    const char *emit;     /* --emit FILE: write the plan with its prediction */
+    double memory_margin; /* --memory-margin F; < 0: the profile's default */
+};
+
+/* How far to trust one prediction (cli/uncertainty.h). */
+struct trust {
+    struct moe_interval step;
+    double tok_lo, tok_hi;
+    struct moe_interval mem;
+    double margin;       /* planning margin on memory, fraction */
+    bool margin_given;   /* --memory-margin */
+    bool may_not_fit;    /* fits, but not with the margin */
 };
 
 static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *diag)
@@ -38,6 +51,20 @@ static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag
         f->emit = argv[i] + 7;
         return 1;
     }
+    if (strcmp(argv[i], "--memory-margin") == 0 || strncmp(argv[i], "--memory-margin=", 16) == 0) {
+        const char *v = argv[i][15] == '=' ? argv[i] + 16 : (i + 1 < argc ? argv[i + 1] : NULL);
+        char *end = NULL;
+        f->memory_margin = v != NULL ? strtod(v, &end) : -1.0;
+        if (v == NULL || end == v || *end != '\0' || !(f->memory_margin >= 0.0) ||
+            f->memory_margin > 1.0) {
+            moe_diag_source(diag, "--memory-margin");
+            (void)moe_diag_set(diag, MOE_ERR_INVALID,
+                               "--memory-margin '%s': expected a fraction in [0, 1] (0.05 = 5%%)",
+                               v != NULL ? v : "");
+            return -1;
+        }
+        return argv[i][15] == '=' ? 1 : 2;
+    }
     return 0;
 }
 
@@ -47,7 +74,10 @@ static void usage(FILE *out)
             "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
             "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n\n"
             "  --emit FILE             write the layout, options and this prediction as a plan\n"
-            "                          file (`moefold-train --plan FILE` runs it)\n\n");
+            "                          file (`moefold-train --plan FILE` runs it)\n"
+            "  --memory-margin F       memory a plan must leave free to count as fitting, as a\n"
+            "                          fraction of its predicted total (default: the upper end of\n"
+            "                          the memory model's 80%% interval from the cluster profile)\n\n");
     moe_cli_print_common_help(out);
 }
 
@@ -77,8 +107,82 @@ static void recompute_str(const struct moe_options *opt, char *buf, size_t len)
     }
 }
 
-static void
-print_human(const struct moe_cli_problem *p, const struct moe_prediction *pr, bool auto_load)
+/* Intervals of pred from the cluster profile (none when it holds no measured runs). */
+static enum moe_status trust_of(const struct moe_cli_problem *p,
+                                const struct moe_prediction *pr,
+                                double margin_flag,
+                                struct trust *t,
+                                struct moe_diag *diag)
+{
+    memset(t, 0, sizeof(*t));
+    struct moe_uncertainty *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    enum moe_status st = moe_unc_load(p->cluster_name, u, diag);
+    if (st == MOE_OK) {
+        moe_unc_step(u, moe_run_precision(p), moe_run_ep_span(p), NULL, pr->step_time_s,
+                     MOE_UNC_LEVEL, &t->step);
+        moe_unc_rate(&t->step, pr->tokens_per_s_per_gpu, &t->tok_lo, &t->tok_hi);
+        moe_unc_memory(u, pr->mem.total, MOE_UNC_LEVEL, &t->mem);
+        t->margin_given = margin_flag >= 0.0;
+        t->margin = t->margin_given ? margin_flag : moe_unc_memory_margin(u, MOE_UNC_LEVEL);
+        t->may_not_fit = pr->fits && pr->mem.total * (1.0 + t->margin) > pr->mem.capacity;
+    }
+    free(u);
+    return st;
+}
+
+/* "fits", "may not fit (...)" or "DOES NOT FIT". */
+static void fit_words(const struct moe_prediction *pr, const struct trust *t, char *buf, size_t len)
+{
+    if (!pr->fits) {
+        (void)snprintf(buf, len, "DOES NOT FIT");
+    } else if (t->may_not_fit) {
+        (void)snprintf(buf, len,
+                       "may not fit: %.2f GiB with the %.1f%% memory margin exceeds the capacity",
+                       pr->mem.total * (1.0 + t->margin) / GIB, 100.0 * t->margin);
+    } else {
+        (void)snprintf(buf, len, "fits (with the %.1f%% memory margin)", 100.0 * t->margin);
+    }
+}
+
+static cJSON *trust_json(const struct moe_prediction *pr, const struct trust *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) {
+        return NULL;
+    }
+    if (t->step.ok) {
+        cJSON *a = cJSON_AddArrayToObject(o, "step_time_s");
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(t->step.lo));
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(t->step.hi));
+        cJSON *b = cJSON_AddArrayToObject(o, "tokens_per_s_per_gpu");
+        cJSON_AddItemToArray(b, cJSON_CreateNumber(t->tok_lo));
+        cJSON_AddItemToArray(b, cJSON_CreateNumber(t->tok_hi));
+        cJSON_AddNumberToObject(o, "runs", t->step.n);
+    } else {
+        cJSON_AddNullToObject(o, "step_time_s");
+        cJSON_AddNullToObject(o, "tokens_per_s_per_gpu");
+    }
+    cJSON_AddNumberToObject(o, "level", MOE_UNC_LEVEL);
+    cJSON_AddStringToObject(o, "basis", t->step.basis);
+    if (t->mem.ok) {
+        cJSON *m = cJSON_AddArrayToObject(o, "memory_gib");
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(t->mem.lo / GIB));
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(t->mem.hi / GIB));
+        cJSON_AddStringToObject(o, "memory_basis", t->mem.basis);
+    }
+    cJSON_AddNumberToObject(o, "memory_margin", t->margin);
+    cJSON_AddBoolToObject(o, "may_not_fit", t->may_not_fit);
+    (void)pr;
+    return o;
+}
+
+static void print_human(const struct moe_cli_problem *p,
+                        const struct moe_prediction *pr,
+                        bool auto_load,
+                        const struct trust *t)
 {
     char lays[256];
     char rc[160];
@@ -94,23 +198,42 @@ print_human(const struct moe_cli_problem *p, const struct moe_prediction *pr, bo
            p->opt.overlap_param_gather ? ", overlap-param" : "",
            p->opt.overlap_moe_ep_comm ? ", a2a-overlap" : "",
            p->opt.cuda_graph_impl != MOE_CG_NONE ? ", cuda-graphs" : "");
+    if (p->cl.software[0] != '\0') {
+        printf("# software: %s's fitted figures for release %s (--software)\n", p->cl.name,
+               p->cl.software);
+    }
     if (moe_cfg_is_moe(&p->cfg)) {
         printf("# expert load: %s (busiest EP rank at %.3f x mean)\n",
                p->opt.force_load_balancing ? "forced balance"
-               : auto_load                 ? "Monte Carlo (auto)"
-                                           : "given factor",
+               : auto_load                 ? "Monte Carlo over the router's choices (auto)"
+                                           : "the --moe-imbalance factor given",
                pr->load_factor);
     }
     printf("\n");
     printf("step time          %10.3f s   (p50 %.3f s, p99 %.3f s)\n", pr->step_time_s,
            pr->step_time_p50_s, pr->step_time_p99_s);
+    if (t->step.ok) {
+        printf("  %.0f%% interval   %10.3f - %.3f s\n", 100.0 * t->step.level, t->step.lo,
+               t->step.hi);
+    }
     printf("throughput         %10.0f tokens/s/GPU   %.1f TFLOPS/GPU   MFU %.1f%% of BF16 peak\n",
            pr->tokens_per_s_per_gpu, pr->tflops_per_gpu, 100.0 * pr->mfu);
-    printf("model FLOPs/step   %10.4g        (executed incl. recompute %.4g)\n\n",
+    if (t->step.ok) {
+        printf("  %.0f%% interval   %10.0f - %.0f tokens/s/GPU\n", 100.0 * t->step.level, t->tok_lo,
+               t->tok_hi);
+    }
+    printf("# %s\n", t->step.basis);
+    printf("model FLOPs/step   %10.4g        (executed incl. recompute %.4g)\n",
            pr->flops_per_step, pr->executed_flops_per_step);
 
-    printf("memory per GPU (worst stage %d)  %.2f / %.2f GiB  %s\n", pr->worst_stage,
-           pr->mem.total / GIB, pr->mem.capacity / GIB, pr->fits ? "fits" : "DOES NOT FIT");
+    char fw[160];
+    fit_words(pr, t, fw, sizeof(fw));
+    printf("\nmemory per GPU (worst stage %d)  %.2f / %.2f GiB  %s\n", pr->worst_stage,
+           pr->mem.total / GIB, pr->mem.capacity / GIB, fw);
+    if (t->mem.ok) {
+        printf("  %.0f%% interval %.2f - %.2f GiB (%s)\n", 100.0 * t->mem.level, t->mem.lo / GIB,
+               t->mem.hi / GIB, t->mem.basis);
+    }
     printf("  %-12s %9.2f GiB\n", "weights", pr->mem.weights / GIB);
     printf("  %-12s %9.2f GiB\n", "grads", pr->mem.grads / GIB);
     printf("  %-12s %9.2f GiB\n", "optimizer", pr->mem.optimizer / GIB);
@@ -120,15 +243,15 @@ print_human(const struct moe_cli_problem *p, const struct moe_prediction *pr, bo
         printf("  %-12s %9.2f GiB (host memory)\n", "offloaded", pr->mem.host_offload / GIB);
     }
     printf("\ntime by phase (critical path; sums to the step)\n");
-    const struct moe_phase_times *t = &pr->time;
-    const double v[MOE_NUM_PHASES] = {t->compute,   t->expert_gemm, t->dispatch,     t->combine,
-                                      t->tp_comm,   t->cp_comm,     t->pp_comm,      t->dp_comm,
-                                      t->pp_bubble, t->optimizer,   t->host_overhead};
+    const struct moe_phase_times *ph = &pr->time;
+    const double v[MOE_NUM_PHASES] = {ph->compute,   ph->expert_gemm, ph->dispatch, ph->combine,
+                                      ph->tp_comm,   ph->cp_comm,     ph->pp_comm,  ph->dp_comm,
+                                      ph->pp_bubble, ph->optimizer,   ph->host_overhead};
     for (int i = 0; i < MOE_NUM_PHASES; i++) {
         printf("  %-14s %9.3f s  %5.1f%%%s\n", moe_phase_name((enum moe_phase)i), v[i],
                100.0 * v[i] / pr->step_time_s, i == (int)pr->bottleneck ? "  <- bottleneck" : "");
     }
-    printf("  %-14s %9.3f s  (ep_comm %.3f s)\n", "exposed_comm", t->exposed_comm, t->ep_comm);
+    printf("  %-14s %9.3f s  (ep_comm %.3f s)\n", "exposed_comm", ph->exposed_comm, ph->ep_comm);
     if (moe_cfg_is_moe(&p->cfg) && p->lay.ep > 1) {
         printf(
             "\nEP traffic per MoE layer and micro-batch: %.1f MB sent per GPU, %.0f%% leaves the "
@@ -139,7 +262,7 @@ print_human(const struct moe_cli_problem *p, const struct moe_prediction *pr, bo
 
 int moe_cli_predict(int argc, char **argv)
 {
-    struct predict_flags flags = {0, NULL};
+    struct predict_flags flags = {0, NULL, -1.0};
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         fprintf(stderr, "moefold predict: out of memory\n");
@@ -176,8 +299,17 @@ int moe_cli_predict(int argc, char **argv)
         moe_cli_error("predict", &diag);
         goto out_free;
     }
+    struct trust t;
+    if (trust_of(p, &pred, flags.memory_margin, &t, &diag) != MOE_OK) {
+        moe_cli_error("predict", &diag);
+        goto out_free;
+    }
     if (p->json) {
         cJSON *o = moe_cli_prediction_json(p, &pred);
+        if (o != NULL) {
+            cJSON_AddItemToObject(o, "uncertainty", trust_json(&pred, &t));
+            cJSON_AddStringToObject(o, "software", p->cl.software);
+        }
         char *s = o != NULL ? cJSON_Print(o) : NULL;
         if (s == NULL) {
             fprintf(stderr, "moefold predict: out of memory\n");
@@ -188,7 +320,7 @@ int moe_cli_predict(int argc, char **argv)
         free(s);
         cJSON_Delete(o);
     } else {
-        print_human(p, &pred, auto_load);
+        print_human(p, &pred, auto_load, &t);
     }
     rc = 0;
 out_free:

@@ -233,7 +233,7 @@ static enum moe_status search_point(struct moe_cli_problem *q,
     if (req == NULL) {
         goto out_free;
     }
-    st = moe_cli_plan_request(q, o, req, &lc, &scratch, diag);
+    st = moe_cli_plan_request(q, o, req, &lc, &scratch, NULL, diag);
     if (st != MOE_OK) {
         goto out_free;
     }

@@ -3,6 +3,7 @@
  */
 #include "cli/common.h"
 
+#include "cli/uncertainty.h"
 #include "model/imbalance.h"
 #include "planner/cliopt.h"
 #include "planner/search.h"
@@ -190,6 +191,11 @@ enum moe_status moe_cli_parse_problem(int argc,
     p->lay.seq_length = 0;
     MOE_TRY(moe_megatron_parse_args(margc, margv, &p->cfg, &p->lay, &p->opt, &p->mres, diag));
     p->opt.is_fp32_training = fp32;
+    /* Expert load: real dropless routing is never perfectly balanced, so unless the run forces
+     * balance or gives a factor, estimate it (--moe-imbalance auto), in predict as in plan. */
+    if (!p->opt.force_load_balancing && !moe_megatron_is_set(&p->mres, MOE_MF_MOE_IMBALANCE)) {
+        p->opt.moe_imbalance = 0.0;
+    }
     if (!p->has_model && moe_megatron_is_set(&p->mres, MOE_MF_NUM_LAYERS) &&
         moe_megatron_is_set(&p->mres, MOE_MF_HIDDEN_SIZE)) {
         p->has_model = true;
@@ -204,6 +210,11 @@ enum moe_status moe_cli_parse_problem(int argc,
         if (p->mres.num_ignored_dropped > 0) {
             fprintf(notes, "note: ignoring %d more flags that do not affect performance\n",
                     p->mres.num_ignored_dropped);
+        }
+        if (p->opt.delay_wgrad_compute) {
+            fprintf(notes, "note: --delay-wgrad-compute is accepted but not priced: the step is "
+                           "predicted as without it (the model has no term for the delayed "
+                           "weight-gradient GEMMs running beside the A2A overlap)\n");
         }
     }
     if (software != NULL && cluster == NULL) {
@@ -497,6 +508,7 @@ enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,
                                      struct moe_plan_request *req,
                                      struct moe_plan_load_cache **lc,
                                      struct moe_cli_problem **scratch,
+                                     double *margin_used,
                                      struct moe_diag *diag)
 {
     *lc = NULL;
@@ -504,6 +516,24 @@ enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,
     moe_plan_request_init(req);
     MOE_TRY(moe_plan_cli_request(&p->cfg, &p->cl, p->num_gpus, &p->lay, &p->opt, &p->mres, o, req,
                                  diag));
+    /* Plans must fit with the memory margin: a plan whose upper memory bound exceeds the
+     * capacity may not fit and is not ranked (--memory-margin 0 ranks it). */
+    struct moe_uncertainty *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    enum moe_status st = moe_unc_load(p->cluster_name, u, diag);
+    double margin = o->memory_margin >= 0.0 ? o->memory_margin
+                                           : moe_unc_memory_margin(u, MOE_UNC_LEVEL);
+    free(u);
+    MOE_TRY(st);
+    double cap = p->cl.gpu.hbm_gib * GIB / (1.0 + margin);
+    if (req->max_memory_bytes <= 0.0 || cap < req->max_memory_bytes) {
+        req->max_memory_bytes = cap;
+    }
+    if (margin_used != NULL) {
+        *margin_used = margin;
+    }
     if (!p->opt.force_load_balancing && p->opt.moe_imbalance == 0.0 && moe_cfg_is_moe(&p->cfg)) {
         *scratch = malloc(sizeof(**scratch));
         *lc = *scratch != NULL ? moe_plan_load_cache_create(cli_load, *scratch) : NULL;

@@ -91,13 +91,16 @@ struct moe_plan_load_cache;
  * moe_plan_cli_request). With --moe-imbalance auto on an MoE model, the searched layouts get
  * their expert-load statistics as `moefold predict` computes them, through a load cache over a
  * scratch copy of p: *lc and *scratch (else NULL) are the caller's to release with
- * moe_plan_load_cache_destroy and free, on failure too.
+ * moe_plan_load_cache_destroy and free, on failure too. The memory cap is the capacity less the
+ * memory margin (o->memory_margin, or the cluster profile's default; *margin_used, may be NULL,
+ * gets it).
  */
 MOE_NODISCARD enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,
                                                    const struct moe_plan_cli_opts *o,
                                                    struct moe_plan_request *req,
                                                    struct moe_plan_load_cache **lc,
                                                    struct moe_cli_problem **scratch,
+                                                   double *margin_used,
                                                    struct moe_diag *diag);
 
 /* Predict with the event-simulated schedule (allocates the workspace). */

@@ -29,6 +29,7 @@
 #define FIT_MAX_ITER    60
 #define FIT_CONSTRAINS  0.3 /* a run constrains a figure when one prior sd moves it this many run_sd */
 #define FIT_MAX_UNKNOWN (MOE_FIT_MAX_PARAMS * (1 + MOE_FIT_MAX_RELEASES))
+#define FIT_PROBE_SD    1.5 /* prior sds from the prior where a figure's effect is probed too */
 
 void moe_fit_options_init(struct moe_fit_options *o)
 {
@@ -82,6 +83,7 @@ struct problem {
     const struct moe_fit_param *params; /* all candidates [np] */
     int np;
     int free[MOE_FIT_MAX_PARAMS]; /* fitted candidates */
+    double start[MOE_FIT_MAX_PARAMS]; /* where the solver starts each (logistic scale) */
     int nfree;
     int delta_rel[FIT_MAX_UNKNOWN]; /* release offsets: (release, index into free) */
     int delta_k[FIT_MAX_UNKNOWN];
@@ -267,8 +269,44 @@ static bool sd_ratios(const gsl_matrix *J, const double *prec, size_t nx, double
     return ok;
 }
 
-/* Central-difference data Jacobian of every candidate at the priors (column j: params[j]). */
-static enum moe_status prior_jacobian(const struct fctx *c, gsl_matrix *J, struct moe_diag *diag)
+/* Central difference of every run's residual in unknown j of problem `all` at x. */
+static enum moe_status column_at(const struct fctx *ca,
+                                 double *x,
+                                 int j,
+                                 double *col,
+                                 struct moe_diag *diag)
+{
+    const struct problem *pb = ca->pb;
+    for (int i = 0; i < pb->nruns; i++) {
+        double up = 0.0;
+        double dn = 0.0;
+        x[j] += FIT_STEP;
+        int s1 = data_residual(ca, x, pb->runs[i], &up);
+        x[j] -= 2.0 * FIT_STEP;
+        int s2 = data_residual(ca, x, pb->runs[i], &dn);
+        x[j] += FIT_STEP;
+        if (s1 != GSL_SUCCESS || s2 != GSL_SUCCESS) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "run %s cannot be predicted near the priors of %s",
+                                ca->set->runs[pb->runs[i]->idx].id, pb->params[j].path);
+        }
+        col[i] = (up - dn) / (2.0 * FIT_STEP);
+    }
+    return MOE_OK;
+}
+
+/*
+ * Data Jacobian of every candidate at the priors (column j: params[j]), on the logistic scale at
+ * the prior. Several figures act through a maximum (host time is exposed only where it exceeds
+ * the GPU time; a roofline switches from compute to memory), so a derivative at the prior alone
+ * can be zero for a figure the runs do constrain a little further out: each column is also probed
+ * with the figure at its prior -+ FIT_PROBE_SD sds (the other figures at their priors), and the
+ * probe with the largest effect is kept (rescaled to the prior's logistic slope). start[j] gets
+ * the logistic value the solver starts from: the prior, or the probe that sees the runs when the
+ * prior sees none.
+ */
+static enum moe_status
+prior_jacobian(const struct fctx *c, gsl_matrix *J, double *start, struct moe_diag *diag)
 {
     struct problem *pb = c->pb;
     struct problem all = *pb;
@@ -281,22 +319,35 @@ static enum moe_status prior_jacobian(const struct fctx *c, gsl_matrix *J, struc
     double x[MOE_FIT_MAX_PARAMS];
     for (int j = 0; j < pb->np; j++) {
         x[j] = to_x(&pb->params[j].prior, pb->params[j].prior.value);
+        start[j] = x[j];
     }
+    double col[MOE_RUNS_MAX];
+    double best[MOE_RUNS_MAX];
     for (int j = 0; j < pb->np; j++) {
-        for (int i = 0; i < pb->nruns; i++) {
-            double up = 0.0;
-            double dn = 0.0;
-            x[j] += FIT_STEP;
-            int s1 = data_residual(&ca, x, pb->runs[i], &up);
-            x[j] -= 2.0 * FIT_STEP;
-            int s2 = data_residual(&ca, x, pb->runs[i], &dn);
-            x[j] += FIT_STEP;
-            if (s1 != GSL_SUCCESS || s2 != GSL_SUCCESS) {
-                return moe_diag_set(diag, MOE_ERR_INVALID,
-                                    "run %s cannot be predicted near the priors of %s",
-                                    c->set->runs[pb->runs[i]->idx].id, pb->params[j].path);
+        const struct moe_json_prior *pr = &pb->params[j].prior;
+        double x0 = x[j];
+        double best_norm = -1.0;
+        for (int probe = 0; probe < 3; probe++) {
+            double v = pr->value + (probe == 0 ? 0.0 : (probe == 1 ? 1.0 : -1.0)) * FIT_PROBE_SD *
+                                       pr->sd;
+            x[j] = to_x(pr, v);
+            MOE_TRY(column_at(&ca, x, j, col, diag));
+            double scale = slope(pr, x0) / slope(pr, x[j]);
+            double norm = 0.0;
+            for (int i = 0; i < pb->nruns; i++) {
+                col[i] *= scale;
+                norm += col[i] * col[i];
             }
-            gsl_matrix_set(J, (size_t)i, (size_t)j, (up - dn) / (2.0 * FIT_STEP));
+            /* The prior's own column wins ties: a probe must see clearly more. */
+            if (norm > best_norm * (probe == 0 ? 1.0 : 4.0)) {
+                best_norm = norm;
+                memcpy(best, col, (size_t)pb->nruns * sizeof(double));
+                start[j] = x[j];
+            }
+        }
+        x[j] = x0;
+        for (int i = 0; i < pb->nruns; i++) {
+            gsl_matrix_set(J, (size_t)i, (size_t)j, best[i]);
         }
     }
     return MOE_OK;
@@ -327,7 +378,8 @@ static enum moe_status select_free(const struct fctx *c,
     if (J == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory (fit Jacobian)");
     }
-    enum moe_status st = prior_jacobian(c, J, diag);
+    double start[MOE_FIT_MAX_PARAMS];
+    enum moe_status st = prior_jacobian(c, J, start, diag);
     double prec[FIT_MAX_UNKNOWN] = {0};
     double ratio[FIT_MAX_UNKNOWN] = {0};
     for (size_t j = 0; j < np; j++) {
@@ -338,6 +390,7 @@ static enum moe_status select_free(const struct fctx *c,
     }
     for (size_t j = 0; st == MOE_OK && j < np; j++) {
         if (ratio[j] < o->constrain_ratio) {
+            pb->start[pb->nfree] = start[j];
             pb->free[pb->nfree++] = (int)j;
         }
         if (report != NULL) {
@@ -422,8 +475,7 @@ static enum moe_status solve(struct fctx *c, struct solution *sol, struct moe_di
     size_t n = (size_t)pb->nruns + nx;
     memset(sol, 0, sizeof(*sol));
     for (int k = 0; k < pb->nfree; k++) {
-        const struct moe_json_prior *pr = &pb->params[pb->free[k]].prior;
-        sol->x[k] = to_x(pr, pr->value);
+        sol->x[k] = pb->start[k];
     }
     if (nx == 0) {
         return MOE_OK;

@@ -52,7 +52,7 @@ struct moe_run {
     double memory_gib;     /* measured peak per GPU (max reserved), 0 = not given */
     bool complete;         /* the source states the whole configuration */
     char known_miss[320];  /* why the model misses this run, "" if it should not */
-    char note[256];
+    char note[512];
     char args[MOE_RUNS_MAX_ARGS]; /* Megatron flags of the configuration */
 };
 

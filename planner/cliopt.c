@@ -16,6 +16,7 @@
 void moe_plan_cli_opts_init(struct moe_plan_cli_opts *o)
 {
     memset(o, 0, sizeof(*o));
+    o->memory_margin = -1.0;
 }
 
 int moe_plan_cli_value(
@@ -136,6 +137,12 @@ int moe_plan_cli_flag(
                    ? -1
                    : used;
     }
+    if ((used = moe_plan_cli_value(argc, argv, i, "--memory-margin", &v, diag)) != 0) {
+        return used < 0 || !moe_plan_cli_double("--memory-margin", v, 0.0, 1.0,
+                                                &o->memory_margin, diag)
+                   ? -1
+                   : used;
+    }
     if ((used = moe_plan_cli_value(argc, argv, i, "--precision", &v, diag)) != 0) {
         return used < 0 || !parse_names("--precision", v, true, &o->recipes, diag) ? -1 : used;
     }
@@ -161,6 +168,10 @@ void moe_plan_cli_help(FILE *out)
             "                          cuda_graph=none|full|local:MOD+MOD|te:MOD+MOD\n"
             "                          (a Megatron layout or option flag fixes its knob too)\n"
             "  --max-memory-gib X      per-GPU memory cap below the HBM capacity\n"
+            "  --memory-margin F       a plan must fit with its predicted memory x (1 + F);\n"
+            "                          default: the upper end of the memory model's 80%%\n"
+            "                          interval from the cluster profile; 0 ranks every plan\n"
+            "                          that fits as predicted\n"
             "  --precision LIST        recipes to consider (bf16,fp8-tensorwise,fp8-delayed,\n"
             "                          fp8-blockwise,mxfp8,nvfp4; default: all the GPU runs)\n"
             "  --dispatcher LIST       alltoall,allgather,deepep,hybridep (default: all)\n"

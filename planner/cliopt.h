@@ -33,6 +33,8 @@ struct moe_plan_cli_opts {
     int threads;           /* --threads (0: all cores) */
     bool exhaustive;       /* --exhaustive */
     bool all_offload_sets; /* --all-offload-sets */
+    double memory_margin;  /* --memory-margin: fraction of a plan's predicted memory it must leave
+                              free; < 0: the cluster profile's default (cli/uncertainty.h) */
 };
 
 void moe_plan_cli_opts_init(struct moe_plan_cli_opts *o);

@@ -244,21 +244,32 @@ print_header(FILE *out, const struct moe_plan_request *req, const struct moe_pla
             res->cap_bytes / GIB, req->top_k);
 }
 
-static void print_row(FILE *out, int rank, const struct moe_plan_candidate *c)
+/* Plan c is within the tie band of plan best: moefold cannot tell them apart. */
+static bool is_tie(const struct moe_plan_trust *t,
+                   const struct moe_plan_candidate *best,
+                   const struct moe_plan_candidate *c)
+{
+    return t != NULL && t->tie_band > 0.0 &&
+           log(reported(c)->step_time_s / reported(best)->step_time_s) <= t->tie_band;
+}
+
+static void print_row(FILE *out, int rank, const struct moe_plan_candidate *c, bool tie)
 {
     const struct moe_prediction *p = reported(c);
     char lay[320];
     char opt[400];
     moe_plan_layout_str(&c->lay, lay, sizeof(lay));
     moe_plan_options_str(&c->opt, opt, sizeof(opt));
-    fprintf(out, "%4d %9.3f %10.0f %8.1f %6.1f %6.1f/%-5.0f %-13s %s | %s\n", rank, p->step_time_s,
+    char r[16];
+    (void)snprintf(r, sizeof(r), "%d%s", rank, tie ? "~" : "");
+    fprintf(out, "%5s %9.3f %10.0f %8.1f %6.1f %6.1f/%-5.0f %-13s %s | %s\n", r, p->step_time_s,
             p->tokens_per_s_per_gpu, p->tflops_per_gpu, 100.0 * p->mfu, p->mem.total / GIB,
             p->mem.capacity / GIB, moe_phase_name(p->bottleneck), lay, opt);
 }
 
 static void print_table_header(FILE *out)
 {
-    fprintf(out, "%4s %9s %10s %8s %6s %12s %-13s %s | %s\n", "rank", "step_s", "tok/s/GPU",
+    fprintf(out, "%5s %9s %10s %8s %6s %12s %-13s %s | %s\n", "rank", "step_s", "tok/s/GPU",
             "TFLOPS", "MFU%", "mem_GiB", "bottleneck", "layout", "options");
 }
 
@@ -321,7 +332,22 @@ void moe_plan_print(FILE *out,
                     const struct moe_plan_result *res,
                     int explain_k)
 {
+    moe_plan_print_trusted(out, req, res, explain_k, NULL);
+}
+
+void moe_plan_print_trusted(FILE *out,
+                            const struct moe_plan_request *req,
+                            const struct moe_plan_result *res,
+                            int explain_k,
+                            const struct moe_plan_trust *t)
+{
     print_header(out, req, res);
+    if (t != NULL && t->memory_margin > 0.0) {
+        fprintf(out,
+                "# memory margin %.1f%%: a plan whose predicted memory x %.3f exceeds the %.1f GiB "
+                "capacity may not fit and is not ranked (--memory-margin 0 ranks it)\n",
+                100.0 * t->memory_margin, 1.0 + t->memory_margin, req->cl->gpu.hbm_gib);
+    }
     if (res->num_top == 0) {
         fprintf(out, "\nno plan fits in %.1f GiB per GPU.\n", res->cap_bytes / GIB);
         if (res->has_closest) {
@@ -345,8 +371,19 @@ void moe_plan_print(FILE *out,
     }
     fprintf(out, "\n");
     print_table_header(out);
+    int ties = 0;
     for (int i = 0; i < res->num_top; i++) {
-        print_row(out, i + 1, &res->top[i]);
+        bool tie = i > 0 && is_tie(t, &res->top[0], &res->top[i]);
+        ties += tie;
+        print_row(out, i + 1, &res->top[i], tie);
+    }
+    if (t != NULL && t->tie_band > 0.0) {
+        fprintf(out,
+                "# ~ ties: %d plan%s within %.1f%% of plan 1, where moefold cannot tell plans apart "
+                "(%s)\n",
+                ties, ties == 1 ? "" : "s", 100.0 * (exp(t->tie_band) - 1.0), t->basis);
+    } else if (t != NULL) {
+        fprintf(out, "# %s\n", t->basis);
     }
     if (res->num_pareto > 0) {
         fprintf(
@@ -356,7 +393,7 @@ void moe_plan_print(FILE *out,
             req->pareto_window);
         print_table_header(out);
         for (int i = 0; i < res->num_pareto; i++) {
-            print_row(out, i + 1, &res->pareto[i]);
+            print_row(out, i + 1, &res->pareto[i], false);
         }
     }
     if (explain_k >= 1 && explain_k <= res->num_top) {
@@ -536,6 +573,14 @@ cJSON *moe_plan_result_json(const struct moe_plan_request *req,
                             const struct moe_plan_result *res,
                             int explain_k)
 {
+    return moe_plan_result_json_trusted(req, res, explain_k, NULL);
+}
+
+cJSON *moe_plan_result_json_trusted(const struct moe_plan_request *req,
+                                    const struct moe_plan_result *res,
+                                    int explain_k,
+                                    const struct moe_plan_trust *t)
+{
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) {
         return NULL;
@@ -553,7 +598,17 @@ cJSON *moe_plan_result_json(const struct moe_plan_request *req,
     for (int i = 0; top != NULL && i < res->num_top; i++) {
         cJSON *c = moe_plan_candidate_json(&res->top[i]);
         cJSON_AddNumberToObject(c, "rank", i + 1);
+        if (t != NULL) {
+            cJSON_AddBoolToObject(c, "tie_with_best",
+                                  i > 0 && is_tie(t, &res->top[0], &res->top[i]));
+        }
         cJSON_AddItemToArray(top, c);
+    }
+    if (t != NULL) {
+        cJSON *tr = cJSON_AddObjectToObject(o, "trust");
+        cJSON_AddNumberToObject(tr, "tie_band", exp(t->tie_band) - 1.0);
+        cJSON_AddNumberToObject(tr, "memory_margin", t->memory_margin);
+        cJSON_AddStringToObject(tr, "basis", t->basis);
     }
     cJSON *par = cJSON_AddArrayToObject(o, "pareto");
     for (int i = 0; par != NULL && i < res->num_pareto; i++) {

@@ -51,6 +51,21 @@ void moe_plan_print(FILE *out,
                     const struct moe_plan_result *res,
                     int explain_k);
 
+/* How far moefold can tell plans apart, and the memory margin the search kept (the CLI fills it
+ * from the cluster profile's measured errors). */
+struct moe_plan_trust {
+    double tie_band;      /* step-time band (log units) within which plans tie with plan 1; 0: none */
+    double memory_margin; /* fraction of predicted memory a plan had to leave free */
+    char basis[320];      /* where the band comes from */
+};
+
+/* moe_plan_print with ties marked "~" and the memory margin stated (t may be NULL). */
+void moe_plan_print_trusted(FILE *out,
+                            const struct moe_plan_request *req,
+                            const struct moe_plan_result *res,
+                            int explain_k,
+                            const struct moe_plan_trust *t);
+
 /* Per-phase comparison of two plans (a the reference): phases, memory and knob differences. */
 void moe_plan_print_compare(FILE *out,
                             const char *name_a,
@@ -70,6 +85,12 @@ cJSON *moe_plan_compare_json(const struct moe_plan_candidate *a,
 cJSON *moe_plan_result_json(const struct moe_plan_request *req,
                             const struct moe_plan_result *res,
                             int explain_k);
+
+/* The same with "tie_with_best" per top plan and a "trust" object (t may be NULL). */
+cJSON *moe_plan_result_json_trusted(const struct moe_plan_request *req,
+                                    const struct moe_plan_result *res,
+                                    int explain_k,
+                                    const struct moe_plan_trust *t);
 
 #ifdef __cplusplus
 }
