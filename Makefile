@@ -160,7 +160,7 @@ LINK_ENGINE  := $(LIB_ENGINE) $(LIB_KERNELS) $(LIB_CUDA) $(LIB_TOPOHW) $(LIB_TOP
                 $(MPI_LIBS) $(HWLOC_LIBS) $(BLAS_LIBS) $(CJSON_LIBS) $(CUDA_LIBS) $(GSL_LIBS) -lm
 
 # ---------------------------------------------------------------------------------------------
-.PHONY: all planner engine tests test test-run san bench demo validate deps clean format format-check \
+.PHONY: all planner engine tests test test-run san bench demo validate fit deps clean format format-check \
         layers globals lint compile_commands headers refs
 .DEFAULT_GOAL := all
 
@@ -286,6 +286,11 @@ demo: deps
 validate: deps
 	@$(MAKE) --no-print-directory planner engine
 	@scripts/validate.sh $(BUILD)
+
+# The shipped cluster files' software figures, fitted to the shipped runs (moefold fit).
+fit: deps
+	@$(MAKE) --no-print-directory $(BIN)/moefold
+	@scripts/fit-clusters.sh $(BUILD)
 
 deps:
 	@scripts/install-deps.sh

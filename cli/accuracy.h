@@ -53,7 +53,7 @@ struct moe_accuracy_row {
     double lo, hi;        /* in the metric's unit */
     bool covered;         /* the measurement lies inside it */
     bool complete;        /* the source states the whole configuration */
-    char known_miss[320]; /* why the model misses this run, "" if it should not */
+    char known_miss[768]; /* why the model misses this run, "" if it should not */
     char note[512];
     char layout[160];
     double step_time_s;

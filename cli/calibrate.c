@@ -488,6 +488,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
 {
     memset(cl, 0, sizeof(*cl));
     (void)snprintf(cl->name, sizeof(cl->name), "%s", name);
+    (void)snprintf(cl->generation, sizeof(cl->generation), "cpu");
     (void)snprintf(cl->description, sizeof(cl->description),
                    "this host as a cluster: %d CPU ranks of %.100s", fit->ranks, fit->cpu_model);
     int ranks = fit->ranks;
@@ -521,6 +522,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->elem_eff = fit->elem_eff;
     g->optimizer_eff = fit->optimizer_eff;
     g->kernel_launch_us = 0.0; /* ops run synchronously on the CPU: no launch queue to expose */
+    g->host_cpp_op_us = 0.0;
     g->quant_bytes_per_elem = fit->has_quant ? fit->quant_bytes_per_elem : 0.0;
 
     const struct moe_calib_line *ag = &fit->coll[MOE_CALIB_ALLGATHER];

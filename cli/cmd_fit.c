@@ -29,8 +29,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: moefold fit --cluster BASE --runs FILE [--runs FILE ...] [--out PROFILE]\n"
-            "                   [--json] [--no-loo] [--no-releases] [--include-incomplete]\n"
-            "                   [--run-sd X]\n"
+            "                   [--json] [--no-loo] [--no-releases] [--incomplete-sd K]\n"
+            "                   [--run-sd X] [--constrain R]\n"
             "Fits BASE's software figures (those with a \"prior\" in the cluster file: GEMM,\n"
             "grouped-GEMM, dispatcher, overlap and host figures; never hardware facts) to the\n"
             "measured runs of the same GPU generation, by nonlinear least squares on\n"
@@ -42,8 +42,11 @@ static void usage(FILE *f)
             "  --json                print the fit as one JSON object\n"
             "  --no-loo              skip the leave-one-out refits\n"
             "  --no-releases         no per-release figures\n"
-            "  --include-incomplete  also fit runs whose configuration is not fully stated\n"
-            "  --run-sd X            model error of one run, log units (default 0.05)\n");
+            "  --incomplete-sd K     runs whose configuration is not fully stated count with K x\n"
+            "                        the run error (default 2; 0 leaves them out)\n"
+            "  --run-sd X            model error of one run, log units (default 0.05)\n"
+            "  --constrain R         a figure is fitted when the runs shrink its sd below R x\n"
+            "                        its prior sd (default 0.8); the rest keep their priors\n");
 }
 
 static int parse(int argc, char **argv, struct fit_args *a)
@@ -54,8 +57,9 @@ static int parse(int argc, char **argv, struct fit_args *a)
                                           {"json", no_argument, NULL, 'j'},
                                           {"no-loo", no_argument, NULL, 'L'},
                                           {"no-releases", no_argument, NULL, 'R'},
-                                          {"include-incomplete", no_argument, NULL, 'I'},
+                                          {"incomplete-sd", required_argument, NULL, 'I'},
                                           {"run-sd", required_argument, NULL, 's'},
+                                          {"constrain", required_argument, NULL, 'C'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     memset(a, 0, sizeof(*a));
@@ -89,12 +93,27 @@ static int parse(int argc, char **argv, struct fit_args *a)
             a->opt.releases = false;
             break;
         case 'I':
-            a->opt.include_incomplete = true;
+            a->opt.incomplete_sd = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(a->opt.incomplete_sd >= 0.0) ||
+                a->opt.incomplete_sd > 100.0) {
+                fprintf(stderr, "moefold fit: --incomplete-sd '%s': expected a number in [0, 100]\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 's':
             a->opt.run_sd = strtod(optarg, &end);
             if (end == optarg || *end != '\0' || !(a->opt.run_sd > 0.0) || a->opt.run_sd > 1.0) {
                 fprintf(stderr, "moefold fit: --run-sd '%s': expected a number in (0, 1]\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'C':
+            a->opt.constrain_ratio = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(a->opt.constrain_ratio > 0.0) ||
+                a->opt.constrain_ratio > 1.0) {
+                fprintf(stderr, "moefold fit: --constrain '%s': expected a number in (0, 1]\n",
                         optarg);
                 return 2;
             }
@@ -154,15 +173,22 @@ static void print_params(const struct moe_fit_result *res)
     for (int j = 0; j < res->num_params; j++) {
         const struct moe_fit_param *fp = &res->params[j];
         char prior[32];
+        char name[112];
         (void)snprintf(prior, sizeof(prior), "%.4g +- %.2g", fp->prior.value, fp->prior.sd);
+        (void)snprintf(name, sizeof(name), "%s%s%s%s", fp->path, fp->cluster > 0 ? " [" : "",
+                       fp->cluster > 0 ? res->clusters[fp->cluster] : "",
+                       fp->cluster > 0 ? "]" : "");
         if (fp->constrained) {
-            printf("%-32s %16s %10.4g %8.2g %6.2f  %s\n", fp->path, prior, fp->value, fp->se,
+            printf("%-32s %16s %10.4g %8.2g %6.2f  %s\n", name, prior, fp->value, fp->se,
                    fp->sd_ratio, fp->runs[0] ? fp->runs : "(the runs jointly)");
         } else {
-            printf("%-32s %16s %10s %8s %6.2f  keeps its prior: no run constrains it\n",
-                   fp->path, prior, "(prior)", "-", fp->sd_ratio);
+            printf("%-32s %16s %10s %8s %6.2f  keeps its prior: no run constrains it\n", name,
+                   prior, "(prior)", "-", fp->sd_ratio);
         }
     }
+    printf("# [cluster]: that cluster's own figure (host, network, its GPU's GEMMs), fitted to its "
+           "runs alone and written by its own fit; the others are the %s generation's\n",
+           res->generation);
     for (int r = 0; r < res->num_releases; r++) {
         const struct moe_fit_release *rel = &res->releases[r];
         bool header = false;
@@ -246,6 +272,7 @@ static void print_json(const struct moe_fit_result *res, const char *out)
         const struct moe_fit_param *fp = &res->params[j];
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "path", fp->path);
+        cJSON_AddStringToObject(p, "cluster", fp->cluster >= 0 ? res->clusters[fp->cluster] : "");
         cJSON_AddNumberToObject(p, "prior", fp->prior.value);
         cJSON_AddNumberToObject(p, "prior_sd", fp->prior.sd);
         cJSON_AddBoolToObject(p, "constrained", fp->constrained);

@@ -35,6 +35,7 @@ void moe_fit_options_init(struct moe_fit_options *o)
 {
     memset(o, 0, sizeof(*o));
     o->run_sd = 0.05;
+    o->incomplete_sd = 2.0;
     o->release_sd = 0.3;
     o->constrain_ratio = 0.8;
     o->loo = true;
@@ -76,6 +77,9 @@ struct prun {
     bool has_load;
     double log_meas; /* log of the measured metric */
     int release;     /* -1: none */
+    bool on_base;    /* on the fitted cluster itself */
+    int cluster;     /* index into res->clusters (0: the base) */
+    double sd_scale; /* its error in run_sd units (1; incomplete_sd for incomplete runs) */
 };
 
 /* The unknowns of one fit: generation figures params[free[k]], then release offsets. */
@@ -101,6 +105,9 @@ static void apply_figures(const struct problem *pb, const double *x, const struc
 {
     *cl = r->cl;
     for (int j = 0; j < pb->np; j++) {
+        if (pb->params[j].cluster >= 0 && pb->params[j].cluster != r->cluster) {
+            continue; /* another cluster's own figure */
+        }
         double v = pb->params[j].prior.value;
         memcpy((unsigned char *)cl + pb->params[j].offset, &v, sizeof(v));
     }
@@ -109,6 +116,9 @@ static void apply_figures(const struct problem *pb, const double *x, const struc
     }
     for (int k = 0; k < pb->nfree; k++) {
         const struct moe_fit_param *fp = &pb->params[pb->free[k]];
+        if (fp->cluster >= 0 && fp->cluster != r->cluster) {
+            continue;
+        }
         double xv = x[k];
         for (int d = 0; d < pb->ndelta; d++) {
             if (pb->delta_k[d] == k && pb->delta_rel[d] == r->release && r->release >= 0) {
@@ -156,7 +166,7 @@ static int data_residual(const struct fctx *c, const double *x, const struct pru
     if (!(m > 0.0) || !isfinite(m)) {
         return GSL_EDOM;
     }
-    *out = (log(m) - r->log_meas) / c->pb->run_sd;
+    *out = (log(m) - r->log_meas) / (c->pb->run_sd * r->sd_scale);
     return GSL_SUCCESS;
 }
 
@@ -359,7 +369,171 @@ static double prior_precision(const struct moe_json_prior *pr)
     return 1.0 / (sx * sx);
 }
 
-/* Fill pb->free (and res params' sd_ratio and runs when `report`) from the prior Jacobian. */
+/*
+ * Forward selection of the unknowns the runs constrain. A (n x m, whitened data Jacobian) and the
+ * prior precisions prec[m] describe m candidates; the first nbase are always in. Repeatedly add
+ * the candidate whose posterior/prior sd ratio in the joint model (the ones chosen so far plus
+ * itself) is smallest, while it is below `limit`: a run that constrains one combination of
+ * figures picks the figure it says most about, and the figures it cannot tell apart from it stay
+ * at their priors. chosen[m] and ratio[m] out (each candidate's ratio when last considered).
+ */
+static bool greedy_select(const gsl_matrix *A,
+                          const double *prec,
+                          int m,
+                          int nbase,
+                          double limit,
+                          bool *chosen,
+                          double *ratio)
+{
+    size_t n = A->size1;
+    int idx[FIT_MAX_UNKNOWN];
+    int k = 0;
+    for (int j = 0; j < m; j++) {
+        chosen[j] = j < nbase;
+        ratio[j] = 1.0;
+        if (j < nbase) {
+            idx[k++] = j;
+        }
+    }
+    gsl_matrix *sub = gsl_matrix_alloc(n, (size_t)m);
+    if (sub == NULL) {
+        return false;
+    }
+    double sp[FIT_MAX_UNKNOWN];
+    double sr[FIT_MAX_UNKNOWN];
+    bool ok = true;
+    for (;;) {
+        int best = -1;
+        double best_ratio = limit;
+        for (int c = 0; c < m && ok; c++) {
+            if (chosen[c]) {
+                continue;
+            }
+            idx[k] = c;
+            for (int q = 0; q <= k; q++) {
+                sp[q] = prec[idx[q]];
+                for (size_t i = 0; i < n; i++) {
+                    gsl_matrix_set(sub, i, (size_t)q, gsl_matrix_get(A, i, (size_t)idx[q]));
+                }
+            }
+            gsl_matrix_const_view v = gsl_matrix_const_submatrix(sub, 0, 0, n, (size_t)k + 1);
+            ok = sd_ratios(&v.matrix, sp, (size_t)k + 1, sr);
+            ratio[c] = sr[k];
+            if (ok && sr[k] < best_ratio) {
+                best_ratio = sr[k];
+                best = c;
+            }
+        }
+        if (!ok || best < 0) {
+            break;
+        }
+        chosen[best] = true;
+        idx[k++] = best;
+    }
+    /* The chosen ones' ratios in the final joint model. */
+    if (ok && k > 0) {
+        for (int q = 0; q < k; q++) {
+            sp[q] = prec[idx[q]];
+            for (size_t i = 0; i < n; i++) {
+                gsl_matrix_set(sub, i, (size_t)q, gsl_matrix_get(A, i, (size_t)idx[q]));
+            }
+        }
+        gsl_matrix_const_view v = gsl_matrix_const_submatrix(sub, 0, 0, n, (size_t)k);
+        ok = sd_ratios(&v.matrix, sp, (size_t)k, sr);
+        for (int q = 0; ok && q < k; q++) {
+            ratio[idx[q]] = sr[q];
+        }
+    }
+    gsl_matrix_free(sub);
+    return ok;
+}
+
+/* The runs whose prediction one prior sd of column j moves by FIT_CONSTRAINS run sds. */
+static void constraining_runs(const struct fctx *c,
+                              const gsl_matrix *J,
+                              size_t j,
+                              double prec_j,
+                              char *out,
+                              size_t len)
+{
+    const struct problem *pb = c->pb;
+    out[0] = '\0';
+    size_t used = 0;
+    for (size_t i = 0; i < J->size1; i++) {
+        double move = fabs(gsl_matrix_get(J, i, j)) / sqrt(prec_j);
+        if (move >= FIT_CONSTRAINS && used + 2 < len) {
+            int w = snprintf(out + used, len - used, "%s%s", used ? ", " : "",
+                             c->set->runs[pb->runs[i]->idx].id);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+}
+
+/* Release offsets: for each release with runs here, the shared figures its runs say something
+ * about beyond the shared value (greedy, given the shared figures chosen). */
+static enum moe_status select_releases(struct problem *pb,
+                                       const gsl_matrix *J,
+                                       const struct moe_fit_options *o,
+                                       int nrel,
+                                       struct moe_diag *diag)
+{
+    size_t n = (size_t)pb->nruns;
+    size_t nx = (size_t)pb->nfree;
+    int cand_rel[FIT_MAX_UNKNOWN];
+    int cand_k[FIT_MAX_UNKNOWN];
+    size_t nc = 0;
+    for (int rel = 0; rel < nrel; rel++) {
+        bool any = false;
+        for (int i = 0; i < pb->nruns; i++) {
+            any = any || pb->runs[i]->release == rel;
+        }
+        for (int k = 0; any && k < pb->nfree && nx + nc < FIT_MAX_UNKNOWN; k++) {
+            cand_rel[nc] = rel;
+            cand_k[nc] = k;
+            nc++;
+        }
+    }
+    if (nc == 0) {
+        return MOE_OK;
+    }
+    gsl_matrix *A = gsl_matrix_calloc(n, nx + nc);
+    if (A == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory (release Jacobian)");
+    }
+    double prec[FIT_MAX_UNKNOWN];
+    for (size_t k = 0; k < nx; k++) {
+        prec[k] = prior_precision(&pb->params[pb->free[k]].prior);
+    }
+    for (size_t d = 0; d < nc; d++) {
+        prec[nx + d] = 1.0 / (pb->release_sd * pb->release_sd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < nx; k++) {
+            gsl_matrix_set(A, i, k, gsl_matrix_get(J, i, (size_t)pb->free[k]));
+        }
+        for (size_t d = 0; d < nc; d++) {
+            double v = pb->runs[i]->release == cand_rel[d]
+                           ? gsl_matrix_get(J, i, (size_t)pb->free[cand_k[d]])
+                           : 0.0;
+            gsl_matrix_set(A, i, nx + d, v);
+        }
+    }
+    bool chosen[FIT_MAX_UNKNOWN];
+    double ratio[FIT_MAX_UNKNOWN];
+    if (greedy_select(A, prec, (int)(nx + nc), (int)nx, o->constrain_ratio, chosen, ratio)) {
+        for (size_t d = 0; d < nc; d++) {
+            if (chosen[nx + d]) {
+                pb->delta_rel[pb->ndelta] = cand_rel[d];
+                pb->delta_k[pb->ndelta] = cand_k[d];
+                pb->ndelta++;
+            }
+        }
+    }
+    gsl_matrix_free(A);
+    return MOE_OK;
+}
+
+/* Fill pb->free and the release offsets (and report's sd_ratio and runs when not NULL). */
 static enum moe_status select_free(const struct fctx *c,
                                    const struct moe_fit_options *o,
                                    int nrel,
@@ -382,76 +556,26 @@ static enum moe_status select_free(const struct fctx *c,
     enum moe_status st = prior_jacobian(c, J, start, diag);
     double prec[FIT_MAX_UNKNOWN] = {0};
     double ratio[FIT_MAX_UNKNOWN] = {0};
+    bool chosen[FIT_MAX_UNKNOWN] = {false};
     for (size_t j = 0; j < np; j++) {
         prec[j] = prior_precision(&pb->params[j].prior);
     }
-    if (st == MOE_OK && !sd_ratios(J, prec, np, ratio)) {
+    if (st == MOE_OK &&
+        !greedy_select(J, prec, (int)np, 0, o->constrain_ratio, chosen, ratio)) {
         st = moe_diag_set(diag, MOE_ERR_INVALID, "the fit's information matrix is singular");
     }
     for (size_t j = 0; st == MOE_OK && j < np; j++) {
-        if (ratio[j] < o->constrain_ratio) {
+        if (chosen[j]) {
             pb->start[pb->nfree] = start[j];
             pb->free[pb->nfree++] = (int)j;
         }
         if (report != NULL) {
             report[j].sd_ratio = ratio[j];
-            report[j].runs[0] = '\0';
-            size_t used = 0;
-            for (size_t i = 0; i < n; i++) {
-                double move = fabs(gsl_matrix_get(J, i, j)) / sqrt(prec[j]);
-                if (move >= FIT_CONSTRAINS && used + 2 < sizeof(report[j].runs)) {
-                    int w = snprintf(report[j].runs + used, sizeof(report[j].runs) - used, "%s%s",
-                                     used ? ", " : "", c->set->runs[pb->runs[i]->idx].id);
-                    used += w > 0 ? (size_t)w : 0;
-                }
-            }
+            constraining_runs(c, J, j, prec[j], report[j].runs, sizeof(report[j].runs));
         }
     }
-    /* Release offsets: for each release with runs here, the fitted figures its runs constrain
-     * beyond the shared value (joint posterior of the shared figures and every candidate). */
     if (st == MOE_OK && o->releases && nrel > 0 && pb->nfree > 0) {
-        size_t nx = (size_t)pb->nfree;
-        int cand_rel[FIT_MAX_UNKNOWN];
-        int cand_k[FIT_MAX_UNKNOWN];
-        size_t nc = 0;
-        for (int rel = 0; rel < nrel; rel++) {
-            bool any = false;
-            for (int i = 0; i < pb->nruns; i++) {
-                any = any || pb->runs[i]->release == rel;
-            }
-            for (int k = 0; any && k < pb->nfree && nx + nc < FIT_MAX_UNKNOWN; k++) {
-                cand_rel[nc] = rel;
-                cand_k[nc] = k;
-                nc++;
-            }
-        }
-        gsl_matrix *Jd = nc > 0 ? gsl_matrix_calloc(n, nx + nc) : NULL;
-        if (nc > 0 && Jd == NULL) {
-            st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory (release Jacobian)");
-        }
-        for (size_t i = 0; Jd != NULL && i < n; i++) {
-            for (size_t k = 0; k < nx; k++) {
-                gsl_matrix_set(Jd, i, k, gsl_matrix_get(J, i, (size_t)pb->free[k]));
-                prec[k] = prior_precision(&pb->params[pb->free[k]].prior);
-            }
-            for (size_t d = 0; d < nc; d++) {
-                double v = pb->runs[i]->release == cand_rel[d]
-                               ? gsl_matrix_get(J, i, (size_t)pb->free[cand_k[d]])
-                               : 0.0;
-                gsl_matrix_set(Jd, i, nx + d, v);
-                prec[nx + d] = 1.0 / (pb->release_sd * pb->release_sd);
-            }
-        }
-        if (Jd != NULL && sd_ratios(Jd, prec, nx + nc, ratio)) {
-            for (size_t d = 0; d < nc; d++) {
-                if (ratio[nx + d] < o->constrain_ratio) {
-                    pb->delta_rel[pb->ndelta] = cand_rel[d];
-                    pb->delta_k[pb->ndelta] = cand_k[d];
-                    pb->ndelta++;
-                }
-            }
-        }
-        gsl_matrix_free(Jd);
+        st = select_releases(pb, J, o, nrel, diag);
     }
     gsl_matrix_free(J);
     return st;
@@ -552,9 +676,14 @@ static enum moe_status predict_at(const struct fctx *c,
  * Setting up: candidates from the base file, runs from the set.
  */
 
+/*
+ * The figures with a prior in a cluster tree. cluster < 0: the base file (every figure, each of
+ * cluster scope tagged as the base's own); else only its cluster-scope figures, tagged `cluster`.
+ */
 static enum moe_status read_candidates(const cJSON *root,
                                        const char *path,
                                        const char *prefix,
+                                       int cluster,
                                        struct moe_fit_result *res,
                                        struct moe_diag *diag)
 {
@@ -570,12 +699,12 @@ static enum moe_status read_candidates(const cJSON *root,
             continue;
         }
         if (cJSON_GetObjectItemCaseSensitive(it, "value") == NULL) {
-            MOE_TRY(read_candidates(it, path, sub, res, diag));
+            MOE_TRY(read_candidates(it, path, sub, cluster, res, diag));
             continue;
         }
         struct moe_json_prior pr;
         MOE_TRY(moe_json_get_prior(it, sub, &pr, diag));
-        if (!pr.present) {
+        if (!pr.present || (cluster >= 0 && !pr.cluster_scope)) {
             continue;
         }
         if (res->num_params >= MOE_FIT_MAX_PARAMS) {
@@ -590,6 +719,7 @@ static enum moe_status read_candidates(const cJSON *root,
         memcpy(fp->path, sub, strlen(sub) + 1);
         MOE_TRY(moe_cluster_figure_ref(sub, &fp->offset, diag));
         fp->prior = pr;
+        fp->cluster = pr.cluster_scope ? (cluster >= 0 ? cluster : 0) : -1;
         fp->value = pr.value;
         fp->se = pr.sd;
         fp->sd_ratio = 1.0;
@@ -623,6 +753,31 @@ static int find_release(struct moe_fit_result *res, const struct moe_run_set *se
     return res->num_releases++;
 }
 
+/* The index of the run's cluster in res->clusters, registering it (and its own figures) when
+ * new; -1 when there is no room. */
+static int cluster_index(const cJSON *root, const char *path, const char *name,
+                         struct moe_fit_result *res)
+{
+    for (int k = 0; k < res->num_clusters; k++) {
+        if (strcmp(res->clusters[k], name) == 0) {
+            return k;
+        }
+    }
+    if (res->num_clusters >= MOE_FIT_MAX_CLUSTERS) {
+        return -1;
+    }
+    int k = res->num_clusters;
+    int before = res->num_params;
+    struct moe_diag d = {0};
+    if (read_candidates(root, path, "", k, res, &d) != MOE_OK) {
+        res->num_params = before;
+        return -1;
+    }
+    (void)snprintf(res->clusters[k], sizeof(res->clusters[k]), "%s", name);
+    res->num_clusters++;
+    return k;
+}
+
 /* Prepare run i of the set (res->runs[i] records why it is left out). */
 static void prepare_run(const struct moe_run_set *set,
                         int i,
@@ -642,7 +797,8 @@ static void prepare_run(const struct moe_run_set *set,
     /* A run on the fitted cluster (its name or file) is predicted with the base file's hardware;
      * others with their own cluster file's. */
     const char *where = run->cluster;
-    if (strcmp(run->cluster, res->base) == 0 || strcmp(run->cluster, base_name) == 0) {
+    pr->on_base = strcmp(run->cluster, res->base) == 0 || strcmp(run->cluster, base_name) == 0;
+    if (pr->on_base) {
         where = base_path;
     }
     cJSON *root = NULL;
@@ -654,10 +810,17 @@ static void prepare_run(const struct moe_run_set *set,
         (void)snprintf(fr->why, sizeof(fr->why), "its cluster %.120s cannot be loaded", where);
         return;
     }
-    cJSON_Delete(root);
     if (strcmp(cl.generation, res->generation) != 0) {
+        cJSON_Delete(root);
         (void)snprintf(fr->why, sizeof(fr->why), "cluster %.60s is %.50s, not %.50s", cl.name,
                        cl.generation, res->generation);
+        return;
+    }
+    pr->cluster = pr->on_base ? 0 : cluster_index(root, path, cl.name, res);
+    cJSON_Delete(root);
+    if (pr->cluster < 0) {
+        (void)snprintf(fr->why, sizeof(fr->why), "more than %d clusters in one fit",
+                       MOE_FIT_MAX_CLUSTERS);
         return;
     }
     pr->p = calloc(1, sizeof(*pr->p));
@@ -683,9 +846,9 @@ static void prepare_run(const struct moe_run_set *set,
     fr->ok = true;
     (void)snprintf(fr->precision, sizeof(fr->precision), "%s", moe_run_precision(pr->p));
     (void)snprintf(fr->ep_span, sizeof(fr->ep_span), "%s", moe_run_ep_span(pr->p));
-    if (!run->complete && !o->include_incomplete) {
-        (void)snprintf(fr->why, sizeof(fr->why),
-                       "its configuration is incomplete (--include-incomplete fits it)");
+    pr->sd_scale = run->complete ? 1.0 : o->incomplete_sd;
+    if (!run->complete && !(o->incomplete_sd > 0.0)) {
+        (void)snprintf(fr->why, sizeof(fr->why), "its configuration is incomplete");
         return;
     }
     if (run->known_miss[0] != '\0') {
@@ -870,7 +1033,9 @@ enum moe_status moe_fit(const char *base,
     enum moe_status st = moe_cluster_from_json_release(root, path, MOE_CLUSTER_SHARED, &bcl, diag);
     if (st == MOE_OK) {
         (void)snprintf(res->generation, sizeof(res->generation), "%s", bcl.generation);
-        st = read_candidates(root, path, "", res, diag);
+        (void)snprintf(res->clusters[0], sizeof(res->clusters[0]), "%s", bcl.name);
+        res->num_clusters = 1;
+        st = read_candidates(root, path, "", -1, res, diag);
     }
     cJSON_Delete(root);
     if (st == MOE_OK && res->num_params == 0) {

@@ -11,7 +11,9 @@
  *             + sum_releases,figures (delta_rj / release_sd)^2
  *
  * over x_j, with v_j = min + (max - min) / (1 + exp(-x_j)) keeping every figure inside its physical
- * range. Only the figures the runs constrain are fitted: at the prior, the posterior standard
+ * range. A figure whose prior has "scope": "cluster" (host CPU, network, GEMM of the exact GPU)
+ * is an unknown per cluster, informed only by runs on that cluster; the others are shared by the
+ * generation, so every cluster file of a generation gets the same shared figures. Only the figures the runs constrain are fitted: at the prior, the posterior standard
  * deviation of a figure (data plus priors, correlations included) must fall below
  * constrain_ratio x its prior sd; the rest keep their prior and say so. A software release with
  * runs of its own gets offsets delta_rj on the logistic scale for the figures its runs constrain,
@@ -36,23 +38,28 @@
 extern "C" {
 #endif
 
-#define MOE_FIT_MAX_PARAMS   48
+#define MOE_FIT_MAX_PARAMS   96
+#define MOE_FIT_MAX_CLUSTERS 8 /* clusters whose own figures one fit estimates */
 #define MOE_FIT_MAX_RELEASES 16
 
 struct moe_fit_options {
     double run_sd;          /* model error of one run, log units (0.05: 5%) */
     double release_sd;      /* prior sd of a release's offset, logistic units */
     double constrain_ratio; /* fitted when posterior sd < this x prior sd */
-    bool include_incomplete; /* fit runs whose configuration is not fully stated */
+    double incomplete_sd;   /* runs whose configuration is not fully stated are fitted with this
+                               x run_sd (their unstated settings add error); 0: left out */
     bool loo;               /* leave-one-out predictions */
     bool releases;          /* per-release figures */
 };
 
-/* Defaults: run_sd 0.05, release_sd 0.3, constrain_ratio 0.8, LOO and releases on. */
+/* Defaults: run_sd 0.05, incomplete runs at 2 x run_sd, release_sd 0.3, constrain_ratio 0.8,
+ * LOO and releases on. */
 void moe_fit_options_init(struct moe_fit_options *o);
 
 struct moe_fit_param {
     char path[64];   /* "gemm.grouped_eff" */
+    int cluster;     /* -1: the generation's (every run); k >= 0: clusters[k]'s own figure
+                        (prior "scope": "cluster"; only runs on that cluster inform it) */
     size_t offset;   /* in struct moe_cluster */
     struct moe_json_prior prior;
     bool constrained; /* fitted (the runs constrain it) */
@@ -92,6 +99,8 @@ struct moe_fit_run {
 struct moe_fit_result {
     char base[256];       /* cluster name or file fitted */
     char generation[64];  /* its GPU generation */
+    char clusters[MOE_FIT_MAX_CLUSTERS][64]; /* [0] the base; then other clusters with runs */
+    int num_clusters;
     struct moe_fit_param params[MOE_FIT_MAX_PARAMS];
     int num_params;
     struct moe_fit_release releases[MOE_FIT_MAX_RELEASES];
@@ -108,7 +117,7 @@ struct moe_fit_result {
 
 /*
  * Fit the software figures of cluster `base` (name or file) to the runs in set (those on clusters
- * of the same GPU generation, complete unless o->include_incomplete). res is filled (free with
+ * of the same GPU generation, incomplete ones with a wider error unless left out). res is filled (free with
  * moe_fit_result_free). Errors: the base file unreadable or without priors, no usable run (every
  * run's reason is in the message), MOE_ERR_NOMEM; a run whose configuration does not parse is not
  * an error: it is reported in res->runs with its message and left out.

@@ -71,11 +71,14 @@ static bool write_params(cJSON *root, const struct moe_fit_result *res, const ch
 {
     for (int j = 0; j < res->num_params; j++) {
         const struct moe_fit_param *fp = &res->params[j];
+        if (fp->cluster > 0) {
+            continue; /* another cluster's own figure: its own fit writes it */
+        }
         cJSON *fig = moe_cluster_figure_json(root, fp->path);
         if (fig == NULL) {
             return false;
         }
-        char src[768];
+        char src[1024];
         if (fp->constrained) {
             (void)snprintf(src, sizeof(src),
                            "fit: %s (moefold fit on %s; posterior/prior sd %.2f at the prior)",
@@ -108,7 +111,7 @@ static cJSON *release_json(const struct moe_fit_result *res, const struct moe_fi
     }
     cJSON_AddStringToObject(o, "runs", rel->runs);
     for (int j = 0; j < res->num_params; j++) {
-        if (!rel->has[j]) {
+        if (!rel->has[j] || res->params[j].cluster > 0) {
             continue;
         }
         cJSON *f = cJSON_CreateObject();

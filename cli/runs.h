@@ -51,7 +51,7 @@ struct moe_run {
     double measured;       /* in the metric's unit (the file's "published") */
     double memory_gib;     /* measured peak per GPU (max reserved), 0 = not given */
     bool complete;         /* the source states the whole configuration */
-    char known_miss[320];  /* why the model misses this run, "" if it should not */
+    char known_miss[768];  /* why the model misses this run, "" if it should not */
     char note[512];
     char args[MOE_RUNS_MAX_ARGS]; /* Megatron flags of the configuration */
 };

@@ -67,7 +67,11 @@ struct moe_gpu {
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
     double optimizer_eff;             /* the optimizer pass's (norm, Adam, weight copy) fraction */
-    double kernel_launch_us;          /* host time to launch one kernel (no CUDA graph) */
+    double kernel_launch_us;          /* host time per Python-level call of the framework
+                                         (a Transformer Engine module, autograd Function,
+                                         compiled fusion or collective; no CUDA graph) */
+    double host_cpp_op_us;            /* host time per kernel launched from C++ inside such a
+                                         call (per-expert cuBLASLt GEMMs, FP8 quantisation) */
     double quant_bytes_per_elem;      /* extra HBM bytes per element to quantise for FP8/FP4 */
 };
 

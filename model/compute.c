@@ -14,8 +14,9 @@
  * Communication per layer: sequence-parallel all-gather + reduce-scatter around attention, dense
  * MLP and shared experts (Korthikanti et al. 2022); ETP all-gather/reduce-scatter of expert tokens;
  * CP ring exchange of K/V (forward once, backward twice for dK/dV); EP dispatch and combine in both
- * passes. Kernel-launch counts per module are those of Megatron-Core's layer with Transformer
- * Engine, listed in kernel_counts below; the host time per launch comes from the cluster file.
+ * passes. Host (CPU) work per module is counted from Megatron-Core's layer with Transformer Engine
+ * in eager mode (host_ops below): Python-level calls, each costing gpu.kernel_launch_us, and
+ * kernels launched from C++ loops inside one call, each costing gpu.host_cpp_op_us (both fitted).
  */
 #include "model/compute.h"
 
@@ -28,18 +29,54 @@
 #define TBPS   1e12
 #define GIBPS  1e9
 
-/* Kernels launched per forward pass of each module (Megatron-Core + Transformer Engine). */
-struct kernel_counts {
-    double attn;       /* norm, QKV, 2 RoPE, attention, output proj, residual */
-    double mla_extra;  /* MLA: second down proj, two latent norms, up proj, concat */
-    double dense_mlp;  /* norm, fc1, activation, fc2, residual */
-    double router;     /* norm, router GEMM, score fn, top-k, normalise, aux loss */
-    double preprocess; /* routing map, token counts, permutation indices, count exchange, sort */
-    double
-        experts;   /* permute, dispatch, grouped fc1, activation, grouped fc2, combine, unpermute */
-    double shared; /* fc1, activation, fc2 */
+/*
+ * Host work per forward pass of each module, Megatron-Core core_v0.15.0 with Transformer Engine
+ * v2.9 in eager mode, counted from the forward code paths (megatron/core/transformer/
+ * transformer_layer.py, attention.py, multi_latent_attention.py, moe/{router,token_dispatcher,
+ * experts,shared_experts,moe_utils}.py, extensions/transformer_engine.py; TE pytorch/module/
+ * {linear,layernorm_linear,grouped_linear}.py, csrc/extensions/cast.cpp, common/gemm/
+ * cublaslt_gemm.cu). `py` counts Python-level calls: Transformer Engine module calls, other
+ * autograd Functions (fused RoPE, router, permute, sort, all-to-all), torch.compile'd fusions and
+ * collective calls, with a plain launching torch op as a quarter of one. Kernels that one call
+ * launches from C++ loops are counted apart (host_cpp_op_us each): TE's grouped linear runs one
+ * cuBLASLt matmul per local expert (multi_stream_cublas_gemm), so a grouped expert MLP is 2 per
+ * expert forward, 4 backward; FP8 quantisation adds launches per GEMM input (fp8_quant_ops).
+ */
+struct host_ops {
+    double attn;       /* norm+QKV, RoPE x2, core attention, proj, bias-dropout-add, a reshape */
+    double qk_norm;    /* q/k RMSNorm (Qwen3) */
+    double mla;        /* MLA: norm, q/kv down, q/kv up with norms, RoPE, core, proj, BDA */
+    double tp_sp;      /* per TP block with sequence parallelism: its all-gather + reduce-scatter */
+    double dense_mlp;  /* fc1 (with norm), activation, fc2, BDA */
+    double router;     /* fused router: gating GEMM, score + top-k, aux-loss scores and tracker */
+    double forced;     /* --moe-router-force-load-balancing: the random-logit path (RandomSTE) */
+    double pre_a2a;    /* alltoall preprocess: 7 ops + 4 device-to-host copies (as 1/4 each),
+                          the count exchange */
+    double exp_a2a;    /* alltoall: permute, all-to-all, chunk sort, grouped fc1, act, fc2, sort
+                          back, all-to-all, unpermute */
+    double exp_flex;   /* DeepEP / HybridEP: fused dispatch with permute, grouped MLP, combine */
+    double shared;     /* shared expert fc1, activation, fc2, the add */
+    double seq_expert; /* without --moe-grouped-gemm: per local expert, fc1, activation, fc2 */
 };
-static const struct kernel_counts kernel_counts = {7.0, 5.0, 5.0, 6.0, 5.0, 7.0, 3.0};
+static const struct host_ops host_ops = {6.25, 2.0, 10.0, 2.0, 5.0, 7.0, 1.0,
+                                         4.75, 11.0, 9.0, 4.0, 3.0};
+
+/* Kernels one FP8 quantisation of a GEMM input launches from C++ (TE v2.9 quantizer.cpp,
+ * normalization.cpp, cast.cpp): current scaling zeroes the amax, reduces it, computes the scale
+ * and casts (3 with the norm fused); delayed scaling casts once (none after a fused norm, one
+ * multi-tensor cast for all experts); blockwise and MXFP8 cast once per input (per expert for
+ * grouped inputs), MXFP8 also swizzles both GEMM operands' scales. */
+struct fp8_quant_ops {
+    double linear, ln_linear, grouped_per_expert, grouped_fixed, per_gemm;
+};
+static const struct fp8_quant_ops fp8_quant_ops[MOE_NUM_RECIPES] = {
+    [MOE_RECIPE_BF16] = {0.0, 0.0, 0.0, 0.0, 0.0},
+    [MOE_RECIPE_FP8_TENSORWISE] = {4.0, 3.0, 4.0, 0.0, 0.0},
+    [MOE_RECIPE_FP8_DELAYED] = {1.0, 0.0, 0.0, 1.0, 0.0},
+    [MOE_RECIPE_FP8_BLOCKWISE] = {1.0, 1.0, 1.0, 0.0, 0.0},
+    [MOE_RECIPE_MXFP8] = {1.0, 1.0, 1.0, 0.0, 2.0},
+    [MOE_RECIPE_NVFP4] = {1.0, 1.0, 1.0, 0.0, 2.0},
+};
 
 /* 1 - exp(-x), x >= 0. Past x = 40 the exponential is below 2^-57, so the difference rounds to
  * exactly 1.0 in double: skipping exp() there changes no result (the search's hot path calls this
@@ -201,7 +238,7 @@ static double graph_keep(const struct moe_options *opt, unsigned module)
 }
 
 struct attn_parts {
-    double gemm_f, gemm_b, up_f, core_f, core_b, elem_bytes, ag_bytes, cp_kv_bytes, kernels;
+    double gemm_f, gemm_b, up_f, core_f, core_b, elem_bytes, ag_bytes, cp_kv_bytes;
 };
 
 static void attention(const struct cctx *c,
@@ -218,7 +255,6 @@ static void attention(const struct cctx *c,
     double a_loc = cfg->num_attention_heads / tp;
     double d_qk;
     double d_v;
-    p->kernels = kernel_counts.attn;
     if (cfg->is_mla) {
         double rope = cfg->qk_pos_emb_head_dim;
         double qk = cfg->qk_head_dim + rope;
@@ -243,7 +279,6 @@ static void attention(const struct cctx *c,
         p->elem_bytes += t * (ql + kvl) * c->ab * 2.0 + t * a_loc * rope * c->ab * 2.0 * 2.0 +
                          t * a_loc * (qk + d_v) * c->ab * 2.0; /* latent norms, RoPE, q/k concat */
         p->cp_kv_bytes = t * a_loc * (qk + d_v) * c->ab;
-        p->kernels += kernel_counts.mla_extra;
     } else {
         double d = cfg->kv_channels;
         double g_loc = cfg->num_query_groups / tp;
@@ -273,7 +308,7 @@ static void attention(const struct cctx *c,
 }
 
 struct mlp_parts {
-    double f, b, act_f, elem_bytes, kernels, tp_f, tp_b;
+    double f, b, act_f, elem_bytes, tp_f, tp_b;
 };
 
 static void dense_mlp(const struct cctx *c,
@@ -352,7 +387,7 @@ static void moe_block(const struct cctx *c,
     /* grouped_eff is the expert GEMMs' efficiency relative to a dense GEMM of the same size (the
      * MoE-layer microbenchmark measures it through Megatron's expert path). The grouped kernel
      * covers all local experts at once; without it each expert is its own, smaller GEMM (and its
-     * own launch, counted in host_kernels_moe), so the sequential path is never faster. */
+     * own Python-level calls, counted in host_layer), so the sequential path is never faster. */
     double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
     if (opt->moe_grouped_gemm) {
         double rows = m_pad * e_loc;
@@ -471,21 +506,64 @@ static void moe_block(const struct cctx *c,
     *moe_tp_f = etp_comm + shared_tp; /* the block's TP-group collectives, forward */
 }
 
-static double host_kernels_moe(const struct moe_model_cfg *cfg,
-                               const struct moe_layout *lay,
-                               const struct moe_options *opt)
+/*
+ * Host work of one layer's forward pass: Python-level calls (*py) and kernels launched from C++
+ * inside those calls (*cpp), from host_ops and fp8_quant_ops; modules a CUDA graph captures launch
+ * nothing from the host. *syncs: device-to-host synchronisations (the dropless token counts).
+ */
+static void host_layer(const struct moe_model_cfg *cfg,
+                       const struct moe_layout *lay,
+                       const struct moe_options *opt,
+                       struct moe_layer_kind kind,
+                       double *py,
+                       double *cpp,
+                       double *syncs)
 {
-    double k = kernel_counts.router * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE) +
-               kernel_counts.preprocess * graph_keep(opt, MOE_CGM_MOE_PREPROCESS | MOE_CGM_MOE);
-    double experts = kernel_counts.experts;
-    if (!opt->moe_grouped_gemm) {
-        experts += 2.0 * (double)cfg->num_experts / lay->ep;
+    const struct host_ops *h = &host_ops;
+    const struct fp8_quant_ops *q = &fp8_quant_ops[opt->recipe];
+    double tp_blocks = lay->tp > 1 ? h->tp_sp : 0.0; /* collective calls per TP block */
+    double a_py = cfg->is_mla ? h->mla + 2.0 * tp_blocks : h->attn + tp_blocks;
+    a_py += cfg->has_qk_layernorm ? h->qk_norm : 0.0;
+    /* MLA quantises q/kv down (twice the same input), q/kv up (norm fused) and proj inputs. */
+    double a_cpp = cfg->is_mla ? 3.0 * q->linear + 2.0 * q->ln_linear + 5.0 * q->per_gemm
+                               : q->linear + q->ln_linear + 2.0 * q->per_gemm;
+    double keep = graph_keep(opt, MOE_CGM_ATTN);
+    *py = a_py * keep;
+    *cpp = a_cpp * keep;
+    *syncs = 0.0;
+    if (!kind.is_moe) {
+        keep = graph_keep(opt, MOE_CGM_MLP);
+        *py += (h->dense_mlp + tp_blocks) * keep;
+        *cpp += (q->linear + q->ln_linear + 2.0 * q->per_gemm) * keep;
+        return;
     }
-    k += experts * graph_keep(opt, MOE_CGM_MOE);
+    double n = (double)cfg->num_experts / lay->ep; /* local experts */
+    bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
+    double router = h->router + (opt->force_load_balancing ? h->forced : 0.0);
+    *py += router * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
+    *py += (flex ? 0.0 : h->pre_a2a) * graph_keep(opt, MOE_CGM_MOE_PREPROCESS | MOE_CGM_MOE);
+    keep = graph_keep(opt, MOE_CGM_MOE);
+    double e_py = flex ? h->exp_flex : h->exp_a2a;
+    double e_cpp = 2.0 * (n * q->grouped_per_expert + q->grouped_fixed + q->per_gemm);
+    if (opt->moe_grouped_gemm) {
+        e_cpp += 2.0 * n; /* one cuBLASLt matmul per local expert, fc1 and fc2 */
+    } else {
+        e_py += h->seq_expert * n;
+    }
+    *py += e_py * keep;
+    *cpp += e_cpp * keep;
     if (cfg->moe_shared_expert_intermediate_size > 0) {
-        k += kernel_counts.shared * graph_keep(opt, MOE_CGM_MOE);
+        /* The router's CUDA-graph scope captures the shared expert too. */
+        double ks = graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
+        *py += (h->shared + tp_blocks) * ks;
+        *cpp += (2.0 * q->linear + 2.0 * q->per_gemm) * ks;
     }
-    return k;
+    /* Every dropless dispatcher copies its token counts to the host once per forward (EP=1
+     * included); a capacity factor pads instead, and a full-iteration graph keeps them on the
+     * device (paged stash). */
+    bool full_graph = opt->cuda_graph_impl != MOE_CG_NONE &&
+                      (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION);
+    *syncs = opt->capacity_factor <= 0.0 && !full_graph ? 1.0 : 0.0;
 }
 
 void moe_compute_layer(const struct moe_model_cfg *cfg,
@@ -516,7 +594,6 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     out->attn_core_bwd = at.core_b;
     out->fwd_tp = attn_tp;
     out->bwd_tp = attn_tp;
-    double kernels = at.kernels * graph_keep(opt, MOE_CGM_ATTN);
 
     /* Context parallel: ring exchange of K/V, (cp-1) steps; backward also returns dK/dV. */
     if (lay->cp > 1) {
@@ -535,7 +612,6 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         double fwd_before = out->fwd_compute;
         double moe_tp = 0.0;
         moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &expert_act, &shared_f, &moe_tp);
-        kernels += host_kernels_moe(cfg, lay, opt);
         if (rc & MOE_RC_MOE) {
             /* The whole MoE block again: router and permutes, experts, and its collectives. */
             out->rc_compute += out->fwd_compute - fwd_before;
@@ -556,7 +632,6 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->bwd_compute += mp.b + 2.0 * mlp_elem;
         out->fwd_tp += mlp_tp;
         out->bwd_tp += mlp_tp;
-        kernels += kernel_counts.dense_mlp * graph_keep(opt, MOE_CGM_MLP);
         if (rc & MOE_RC_MLP) {
             out->rc_compute += mp.f;
             out->rc_tp += mlp_tp / 2.0; /* the input all-gather again */
@@ -584,24 +659,19 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->offload_copy = moe_compute_offload_copy_s(cl, offload_bytes);
     }
 
-    /* Host: launches per pass (backward launches about twice as many kernels). */
-    if (opt->recipe != MOE_RECIPE_BF16) {
-        /* One quantise launch per GEMM input: QKV and output (MLA: down, up and output
-         * projections), then fc1 and fc2 of the dense MLP or of the experts and shared expert. */
-        double attn_gemms = cfg->is_mla ? (cfg->q_lora_rank > 0 ? 5.0 : 4.0) : 2.0;
-        double mlp_gemms = kind.is_moe && cfg->moe_shared_expert_intermediate_size > 0 ? 4.0 : 2.0;
-        kernels += attn_gemms + mlp_gemms;
-    }
-    if (opt->cuda_graph_impl != MOE_CG_NONE && (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION)) {
-        kernels = 0.0;
-    }
-    out->host_fwd = kernels * cl->gpu.kernel_launch_us * 1e-6;
-    out->host_bwd = 2.0 * out->host_fwd;
-    out->rc_host = full ? out->host_fwd : 0.0; /* full recompute launches the forward again */
-    bool dropless_sync = kind.is_moe && lay->ep > 1 && opt->capacity_factor <= 0.0 &&
-                         !(opt->cuda_graph_impl != MOE_CG_NONE &&
-                           (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION));
-    out->host_sync = dropless_sync ? cl->overheads.moe_host_sync_us * 1e-6 : 0.0;
+    /* Host: the forward's calls and C++ launches; backward runs one Python backward node per
+     * forward call and twice the C++ launches (dgrad and wgrad GEMMs per expert, the gradients'
+     * quantisation). Full recompute launches the forward again inside the backward. */
+    double py = 0.0;
+    double cpp = 0.0;
+    double syncs = 0.0;
+    host_layer(cfg, lay, opt, kind, &py, &cpp, &syncs);
+    double t_py = cl->gpu.kernel_launch_us * 1e-6;
+    double t_cpp = cl->gpu.host_cpp_op_us * 1e-6;
+    out->host_fwd = py * t_py + cpp * t_cpp;
+    out->host_bwd = py * t_py + 2.0 * cpp * t_cpp;
+    out->rc_host = full ? out->host_fwd : 0.0;
+    out->host_sync = syncs * cl->overheads.moe_host_sync_us * 1e-6;
 }
 
 double moe_compute_offload_copy_s(const struct moe_cluster *cl, double bytes)

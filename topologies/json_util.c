@@ -323,8 +323,15 @@ enum moe_status moe_json_get_prior(const cJSON *figure,
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "%s: expected {\"value\", \"sd\", \"min\", \"max\", \"source\"}", sub);
     }
-    const char *const keys[] = {"value", "sd", "min", "max", "source", "note"};
+    const char *const keys[] = {"value", "sd", "min", "max", "source", "note", "scope"};
     MOE_TRY(moe_json_check_keys(p, keys, MOE_ARRAY_LEN(keys), sub, diag));
+    char scope[16] = "generation";
+    MOE_TRY(moe_json_get_string(p, "scope", false, scope, sizeof(scope), sub, diag));
+    if (strcmp(scope, "generation") != 0 && strcmp(scope, "cluster") != 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s.scope \"%s\": expected \"generation\" or \"cluster\"", sub, scope);
+    }
+    out->cluster_scope = strcmp(scope, "cluster") == 0;
     MOE_TRY(moe_json_get_double(p, "min", true, -1e30, 1e30, &out->min, sub, diag));
     MOE_TRY(moe_json_get_double(p, "max", true, -1e30, 1e30, &out->max, sub, diag));
     if (!(out->max > out->min)) {

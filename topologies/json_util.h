@@ -77,16 +77,20 @@ MOE_NODISCARD enum moe_status moe_json_get_string(const cJSON *obj,
                                                   struct moe_diag *diag);
 
 /*
- * The prior of a fitted figure: {"value", "sd", "min", "max", "source"} under the figure's
- * "prior" key (moefold fit reads it; the figure's own value is the fit's result). A figure may
- * also carry "se", the standard error of a fitted value.
+ * The prior of a fitted figure: {"value", "sd", "min", "max", "source"} and optionally "scope"
+ * ("generation", the default, or "cluster") under the figure's "prior" key (moefold fit reads it;
+ * the figure's own value is the fit's result). A figure may also carry "se", the standard error
+ * of a fitted value.
  */
 struct moe_json_prior {
     bool present;     /* the figure has a prior (it is a fitted software figure) */
     double value;     /* prior mean, in the figure's unit */
     double sd;        /* prior standard deviation (> 0) */
-    double min, max;  /* physical range the fit keeps the figure in (min < value < max) */
-    char source[320]; /* where the prior comes from (a microbenchmark, or "no measurement") */
+    double min, max;    /* physical range the fit keeps the figure in (min < value < max) */
+    bool cluster_scope; /* "scope": "cluster": only runs on this very cluster inform it (a figure
+                           of its host CPU, network or exact GPU, not of the generation's
+                           software stack) */
+    char source[768];   /* where the prior comes from (a microbenchmark, or "no measurement") */
 };
 
 /* Read figure->prior into out (present = false when there is none); malformed: MOE_ERR_INVALID. */

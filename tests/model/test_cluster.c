@@ -47,6 +47,7 @@ static struct moe_cluster h100_cluster(void)
     cl.gpu.elem_eff = 0.85;
     cl.gpu.optimizer_eff = 0.85;
     cl.gpu.kernel_launch_us = 5.0;
+    cl.gpu.host_cpp_op_us = 3.0;
     cl.gpu.quant_bytes_per_elem = 3.0;
     cl.nvlink.domain_gpus = 8;
     cl.nvlink.gbps = 450.0;

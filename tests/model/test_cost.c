@@ -66,6 +66,7 @@ static void test_cluster(struct moe_cluster *cl)
     g->elem_eff = 0.8;
     g->optimizer_eff = 0.8;
     g->kernel_launch_us = 10.0;
+    g->host_cpp_op_us = 5.0;
     g->quant_bytes_per_elem = 3.0;
     cl->nvlink.domain_gpus = 8;
     cl->nvlink.gbps = 400.0;
