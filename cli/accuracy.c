@@ -53,7 +53,8 @@ static double metric_scaled(const struct moe_run *r, double value, double step_r
     return r->metric == MOE_RUN_STEP_TIME_S ? value * step_ratio : value / step_ratio;
 }
 
-static void fill_row_head(const struct moe_run *r, const char *cluster, struct moe_accuracy_row *row)
+static void
+fill_row_head(const struct moe_run *r, const char *cluster, struct moe_accuracy_row *row)
 {
     memset(row, 0, sizeof(*row));
     (void)snprintf(row->id, sizeof(row->id), "%s", r->id);
@@ -123,12 +124,12 @@ static void predict_row(const struct moe_run *r,
         const struct moe_fit_run *fr = &refit->runs[refit_idx];
         row->cv_predicted = fr->pred_loo;
         step_cv = fr->step_s * (r->metric == MOE_RUN_STEP_TIME_S ? fr->pred_loo / fr->pred_fit
-                                                                   : fr->pred_fit / fr->pred_loo);
+                                                                 : fr->pred_fit / fr->pred_loo);
         (void)snprintf(row->cv_basis, sizeof(row->cv_basis), "leave-one-out (refit)");
     } else if (refit == NULL && stored_loo(u, r, &e)) {
-        double meas_step = r->metric == MOE_RUN_STEP_TIME_S ? r->measured
-                                                             : pred.step_time_s * row->predicted /
-                                                                   row->published;
+        double meas_step = r->metric == MOE_RUN_STEP_TIME_S
+                               ? r->measured
+                               : pred.step_time_s * row->predicted / row->published;
         step_cv = meas_step * exp(e);
         row->cv_predicted = metric_scaled(r, row->published, exp(e));
         (void)snprintf(row->cv_basis, sizeof(row->cv_basis), "leave-one-out");

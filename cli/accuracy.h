@@ -27,7 +27,7 @@ extern "C" {
 
 struct moe_accuracy_options {
     const char *cluster; /* predict every run on this profile (name or file); NULL: the run's own */
-    bool refit;          /* cross-validate by refitting (moefold fit) instead of the stored errors */
+    bool refit; /* cross-validate by refitting (moefold fit) instead of the stored errors */
     struct moe_fit_options fit;
 };
 
@@ -40,13 +40,13 @@ struct moe_accuracy_row {
     char cluster[256];
     char software[64]; /* the run's release; applied when its profile knows it */
     int gpus;
-    char metric[32];      /* "tokens_per_s_per_gpu", "tflops_per_gpu" or "step_time_s" */
-    double published;     /* measured, in the metric's unit */
-    double predicted;     /* with the profile as it is (in sample for its fitted runs) */
-    double err_pct;       /* 100 * (predicted / published - 1) */
-    bool has_cv;          /* a cross-validated prediction exists */
-    double cv_predicted;  /* by a fit without this run, or `predicted` for a run the profile never
-                             saw */
+    char metric[32];     /* "tokens_per_s_per_gpu", "tflops_per_gpu" or "step_time_s" */
+    double published;    /* measured, in the metric's unit */
+    double predicted;    /* with the profile as it is (in sample for its fitted runs) */
+    double err_pct;      /* 100 * (predicted / published - 1) */
+    bool has_cv;         /* a cross-validated prediction exists */
+    double cv_predicted; /* by a fit without this run, or `predicted` for a run the profile never
+                            saw */
     double cv_err_pct;
     char cv_basis[48];    /* "leave-one-out", "leave-one-out (refit)" or "unseen by the profile" */
     bool has_interval;    /* the 80% interval of the cross-validated prediction */

@@ -98,8 +98,8 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
     printf("# predicted vs measured (%s); cv = cross-validated: leave-one-out for the runs the "
            "profile was fitted to\n",
            desc);
-    printf("%-5s %-16s %-12s %5s %-21s %10s %10s %8s %10s %8s %21s  %s\n", "id", "model",
-           "cluster", "gpus", "metric", "measured", "predicted", "error", "cv", "cv_error",
+    printf("%-5s %-16s %-12s %5s %-21s %10s %10s %8s %10s %8s %21s  %s\n", "id", "model", "cluster",
+           "gpus", "metric", "measured", "predicted", "error", "cv", "cv_error",
            "80% interval (cv)", "config");
     for (int i = 0; i < n; i++) {
         const struct moe_accuracy_row *r = &rows[i];
@@ -112,14 +112,15 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
         if (r->has_interval) {
             (void)snprintf(iv, sizeof(iv), "%.4g - %.4g%s", r->lo, r->hi, r->covered ? "" : " !");
         }
-        const char *tag = !r->complete ? "incomplete"
+        const char *tag = !r->complete       ? "incomplete"
                           : r->known_miss[0] ? "complete, known miss"
                                              : "complete";
-        printf("%-5s %-16s %-12.12s %5d %-21s %10.4g %10.4g %+7.1f%% %10.4g %+7.1f%% %21s  %s%s%s\n",
-               r->id, r->model, r->cluster, r->gpus, r->metric, r->published, r->predicted,
-               r->err_pct, r->cv_predicted, r->cv_err_pct, iv, tag,
-               strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : "; cv: ",
-               strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : r->cv_basis);
+        printf(
+            "%-5s %-16s %-12.12s %5d %-21s %10.4g %10.4g %+7.1f%% %10.4g %+7.1f%% %21s  %s%s%s\n",
+            r->id, r->model, r->cluster, r->gpus, r->metric, r->published, r->predicted, r->err_pct,
+            r->cv_predicted, r->cv_err_pct, iv, tag,
+            strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : "; cv: ",
+            strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : r->cv_basis);
     }
     struct moe_accuracy_stats s;
     moe_accuracy_summarise(rows, n, &s);
@@ -141,12 +142,10 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
 
 int moe_cli_accuracy(int argc, char **argv)
 {
-    static const struct option longs[] = {{"runs", required_argument, NULL, 'r'},
-                                          {"cluster", required_argument, NULL, 'c'},
-                                          {"refit", no_argument, NULL, 'R'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {
+        {"runs", required_argument, NULL, 'r'}, {"cluster", required_argument, NULL, 'c'},
+        {"refit", no_argument, NULL, 'R'},      {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
     char def[4096];
     moe_accuracy_default_path(def, sizeof(def));
     const char *files[MAX_FILES];

@@ -96,7 +96,8 @@ static int parse(int argc, char **argv, struct fit_args *a)
             a->opt.incomplete_sd = strtod(optarg, &end);
             if (end == optarg || *end != '\0' || !(a->opt.incomplete_sd >= 0.0) ||
                 a->opt.incomplete_sd > 100.0) {
-                fprintf(stderr, "moefold fit: --incomplete-sd '%s': expected a number in [0, 100]\n",
+                fprintf(stderr,
+                        "moefold fit: --incomplete-sd '%s': expected a number in [0, 100]\n",
                         optarg);
                 return 2;
             }
@@ -226,9 +227,9 @@ static void print_runs(const struct moe_fit_result *res)
                    fr->why, fr->error);
             continue;
         }
-        printf("%-6s %-16s %-12s %5d %-20s %10.4g %10.4g %10.4g %+7.1f%%", r->id, model,
-               r->cluster, r->gpus, moe_run_metric_name(r->metric), r->measured, fr->pred_prior,
-               fr->pred_fit, 100.0 * (fr->pred_fit / r->measured - 1.0));
+        printf("%-6s %-16s %-12s %5d %-20s %10.4g %10.4g %10.4g %+7.1f%%", r->id, model, r->cluster,
+               r->gpus, moe_run_metric_name(r->metric), r->measured, fr->pred_prior, fr->pred_fit,
+               100.0 * (fr->pred_fit / r->measured - 1.0));
         if (fr->used && res->opt.loo) {
             printf(" %10.4g %+7.1f%%\n", fr->pred_loo, 100.0 * (fr->pred_loo / r->measured - 1.0));
         } else {

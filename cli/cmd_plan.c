@@ -206,8 +206,7 @@ static void print_compared(const struct compared *cp, int num_top, double band)
     } else {
         printf("#   it takes %.1f%% longer than plan 1: %s moefold's %.1f%% band for two plans "
                "(%s)\n",
-               100.0 * slower, cp->beyond_band ? "more than" : "within",
-               100.0 * (exp(band) - 1.0),
+               100.0 * slower, cp->beyond_band ? "more than" : "within", 100.0 * (exp(band) - 1.0),
                cp->beyond_band ? "a real gain, as far as the measured runs tell"
                                : "a tie: moefold cannot tell them apart");
     }
@@ -252,9 +251,8 @@ static enum moe_status build_request(const struct moe_cli_problem *p,
 }
 
 /* The band within which plans tie, from the cluster profile's measured errors. */
-static enum moe_status tie_band(const struct moe_cli_problem *p,
-                                struct moe_plan_trust *t,
-                                struct moe_diag *diag)
+static enum moe_status
+tie_band(const struct moe_cli_problem *p, struct moe_plan_trust *t, struct moe_diag *diag)
 {
     struct moe_uncertainty *u = calloc(1, sizeof(*u));
     if (u == NULL) {

@@ -26,9 +26,9 @@ struct trust {
     struct moe_interval step;
     double tok_lo, tok_hi;
     struct moe_interval mem;
-    double margin;       /* planning margin on memory, fraction */
-    bool margin_given;   /* --memory-margin */
-    bool may_not_fit;    /* fits, but not with the margin */
+    double margin;     /* planning margin on memory, fraction */
+    bool margin_given; /* --memory-margin */
+    bool may_not_fit;  /* fits, but not with the margin */
 };
 
 static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *diag)
@@ -70,14 +70,15 @@ static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
-            "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n\n"
-            "  --emit FILE             write the layout, options and this prediction as a plan\n"
-            "                          file (`moefold-train --plan FILE` runs it)\n"
-            "  --memory-margin F       memory a plan must leave free to count as fitting, as a\n"
-            "                          fraction of its predicted total (default: the upper end of\n"
-            "                          the memory model's 80%% interval from the cluster profile)\n\n");
+    fprintf(
+        out,
+        "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
+        "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n\n"
+        "  --emit FILE             write the layout, options and this prediction as a plan\n"
+        "                          file (`moefold-train --plan FILE` runs it)\n"
+        "  --memory-margin F       memory a plan must leave free to count as fitting, as a\n"
+        "                          fraction of its predicted total (default: the upper end of\n"
+        "                          the memory model's 80%% interval from the cluster profile)\n\n");
     moe_cli_print_common_help(out);
 }
 
@@ -223,8 +224,8 @@ static void print_human(const struct moe_cli_problem *p,
                t->tok_hi);
     }
     printf("# %s\n", t->step.basis);
-    printf("model FLOPs/step   %10.4g        (executed incl. recompute %.4g)\n",
-           pr->flops_per_step, pr->executed_flops_per_step);
+    printf("model FLOPs/step   %10.4g        (executed incl. recompute %.4g)\n", pr->flops_per_step,
+           pr->executed_flops_per_step);
 
     char fw[160];
     fit_words(pr, t, fw, sizeof(fw));
@@ -244,8 +245,8 @@ static void print_human(const struct moe_cli_problem *p,
     }
     printf("\ntime by phase (critical path; sums to the step)\n");
     const struct moe_phase_times *ph = &pr->time;
-    const double v[MOE_NUM_PHASES] = {ph->compute,   ph->expert_gemm, ph->dispatch, ph->combine,
-                                      ph->tp_comm,   ph->cp_comm,     ph->pp_comm,  ph->dp_comm,
+    const double v[MOE_NUM_PHASES] = {ph->compute,   ph->expert_gemm, ph->dispatch,     ph->combine,
+                                      ph->tp_comm,   ph->cp_comm,     ph->pp_comm,      ph->dp_comm,
                                       ph->pp_bubble, ph->optimizer,   ph->host_overhead};
     for (int i = 0; i < MOE_NUM_PHASES; i++) {
         printf("  %-14s %9.3f s  %5.1f%%%s\n", moe_phase_name((enum moe_phase)i), v[i],

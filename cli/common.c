@@ -523,8 +523,8 @@ enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
     }
     enum moe_status st = moe_unc_load(p->cluster_name, u, diag);
-    double margin = o->memory_margin >= 0.0 ? o->memory_margin
-                                           : moe_unc_memory_margin(u, MOE_UNC_LEVEL);
+    double margin =
+        o->memory_margin >= 0.0 ? o->memory_margin : moe_unc_memory_margin(u, MOE_UNC_LEVEL);
     free(u);
     MOE_TRY(st);
     double cap = p->cl.gpu.hbm_gib * GIB / (1.0 + margin);

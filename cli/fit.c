@@ -25,9 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FIT_STEP        1e-3 /* finite-difference step on the logistic scale */
-#define FIT_MAX_ITER    60
-#define FIT_CONSTRAINS  0.3 /* a run constrains a figure when one prior sd moves it this many run_sd */
+#define FIT_STEP     1e-3 /* finite-difference step on the logistic scale */
+#define FIT_MAX_ITER 60
+#define FIT_CONSTRAINS                                                                             \
+    0.3 /* a run constrains a figure when one prior sd moves it this many run_sd */
 #define FIT_MAX_UNKNOWN (MOE_FIT_MAX_PARAMS * (1 + MOE_FIT_MAX_RELEASES))
 #define FIT_PROBE_SD    1.5 /* prior sds from the prior where a figure's effect is probed too */
 
@@ -86,7 +87,7 @@ struct prun {
 struct problem {
     const struct moe_fit_param *params; /* all candidates [np] */
     int np;
-    int free[MOE_FIT_MAX_PARAMS]; /* fitted candidates */
+    int free[MOE_FIT_MAX_PARAMS];     /* fitted candidates */
     double start[MOE_FIT_MAX_PARAMS]; /* where the solver starts each (logistic scale) */
     int nfree;
     int delta_rel[FIT_MAX_UNKNOWN]; /* release offsets: (release, index into free) */
@@ -100,7 +101,9 @@ struct problem {
 };
 
 /* Set run r's cluster figures for unknowns x (NULL: every figure at its prior). */
-static void apply_figures(const struct problem *pb, const double *x, const struct prun *r,
+static void apply_figures(const struct problem *pb,
+                          const double *x,
+                          const struct prun *r,
                           struct moe_cluster *cl)
 {
     *cl = r->cl;
@@ -280,11 +283,8 @@ static bool sd_ratios(const gsl_matrix *J, const double *prec, size_t nx, double
 }
 
 /* Central difference of every run's residual in unknown j of problem `all` at x. */
-static enum moe_status column_at(const struct fctx *ca,
-                                 double *x,
-                                 int j,
-                                 double *col,
-                                 struct moe_diag *diag)
+static enum moe_status
+column_at(const struct fctx *ca, double *x, int j, double *col, struct moe_diag *diag)
 {
     const struct problem *pb = ca->pb;
     for (int i = 0; i < pb->nruns; i++) {
@@ -338,8 +338,8 @@ prior_jacobian(const struct fctx *c, gsl_matrix *J, double *start, struct moe_di
         double x0 = x[j];
         double best_norm = -1.0;
         for (int probe = 0; probe < 3; probe++) {
-            double v = pr->value + (probe == 0 ? 0.0 : (probe == 1 ? 1.0 : -1.0)) * FIT_PROBE_SD *
-                                       pr->sd;
+            double v =
+                pr->value + (probe == 0 ? 0.0 : (probe == 1 ? 1.0 : -1.0)) * FIT_PROBE_SD * pr->sd;
             x[j] = to_x(pr, v);
             MOE_TRY(column_at(&ca, x, j, col, diag));
             double scale = slope(pr, x0) / slope(pr, x[j]);
@@ -449,12 +449,8 @@ static bool greedy_select(const gsl_matrix *A,
 }
 
 /* The runs whose prediction one prior sd of column j moves by FIT_CONSTRAINS run sds. */
-static void constraining_runs(const struct fctx *c,
-                              const gsl_matrix *J,
-                              size_t j,
-                              double prec_j,
-                              char *out,
-                              size_t len)
+static void constraining_runs(
+    const struct fctx *c, const gsl_matrix *J, size_t j, double prec_j, char *out, size_t len)
 {
     const struct problem *pb = c->pb;
     out[0] = '\0';
@@ -560,8 +556,7 @@ static enum moe_status select_free(const struct fctx *c,
     for (size_t j = 0; j < np; j++) {
         prec[j] = prior_precision(&pb->params[j].prior);
     }
-    if (st == MOE_OK &&
-        !greedy_select(J, prec, (int)np, 0, o->constrain_ratio, chosen, ratio)) {
+    if (st == MOE_OK && !greedy_select(J, prec, (int)np, 0, o->constrain_ratio, chosen, ratio)) {
         st = moe_diag_set(diag, MOE_ERR_INVALID, "the fit's information matrix is singular");
     }
     for (size_t j = 0; st == MOE_OK && j < np; j++) {
@@ -708,8 +703,8 @@ static enum moe_status read_candidates(const cJSON *root,
             continue;
         }
         if (res->num_params >= MOE_FIT_MAX_PARAMS) {
-            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: more than %d figures with priors",
-                                path, MOE_FIT_MAX_PARAMS);
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: more than %d figures with priors", path,
+                                MOE_FIT_MAX_PARAMS);
         }
         struct moe_fit_param *fp = &res->params[res->num_params];
         memset(fp, 0, sizeof(*fp));
@@ -755,8 +750,8 @@ static int find_release(struct moe_fit_result *res, const struct moe_run_set *se
 
 /* The index of the run's cluster in res->clusters, registering it (and its own figures) when
  * new; -1 when there is no room. */
-static int cluster_index(const cJSON *root, const char *path, const char *name,
-                         struct moe_fit_result *res)
+static int
+cluster_index(const cJSON *root, const char *path, const char *name, struct moe_fit_result *res)
 {
     for (int k = 0; k < res->num_clusters; k++) {
         if (strcmp(res->clusters[k], name) == 0) {
@@ -894,9 +889,8 @@ static enum moe_status fit_subset(struct moe_fit_result *res,
 }
 
 /* Record the full fit's figures and release offsets in res. */
-static void record_solution(struct moe_fit_result *res,
-                            const struct problem *pb,
-                            const struct solution *sol)
+static void
+record_solution(struct moe_fit_result *res, const struct problem *pb, const struct solution *sol)
 {
     for (int k = 0; k < pb->nfree; k++) {
         struct moe_fit_param *fp = &res->params[pb->free[k]];
@@ -1004,17 +998,17 @@ static void pick_default(struct moe_fit_result *res)
 
 static enum moe_status no_usable_run(const struct moe_fit_result *res, struct moe_diag *diag)
 {
-    char why[768] = "";
+    char why[1024] = "";
     size_t used = 0;
     for (int i = 0; i < res->num_runs && used + 4 < sizeof(why); i++) {
         const struct moe_fit_run *fr = &res->runs[i];
-        int w = snprintf(why + used, sizeof(why) - used, "%s%s: %s", i ? "; " : "", fr->run->id,
-                         fr->why[0] ? fr->why : "not used");
+        int w = snprintf(why + used, sizeof(why) - used, "%s%s: %s%s%.160s%s", i ? "; " : "",
+                         fr->run->id, fr->why[0] ? fr->why : "not used", fr->error[0] ? " (" : "",
+                         fr->error, fr->error[0] ? ")" : "");
         used += w > 0 ? (size_t)w : 0;
     }
-    return moe_diag_set(diag, MOE_ERR_INVALID,
-                        "no usable run for %s (%s): %s", res->base, res->generation,
-                        res->num_runs > 0 ? why : "the runs file holds no run");
+    return moe_diag_set(diag, MOE_ERR_INVALID, "no usable run for %s (%s): %s", res->base,
+                        res->generation, res->num_runs > 0 ? why : "the runs file holds no run");
 }
 
 enum moe_status moe_fit(const char *base,

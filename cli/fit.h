@@ -13,14 +13,14 @@
  * over x_j, with v_j = min + (max - min) / (1 + exp(-x_j)) keeping every figure inside its physical
  * range. A figure whose prior has "scope": "cluster" (host CPU, network, GEMM of the exact GPU)
  * is an unknown per cluster, informed only by runs on that cluster; the others are shared by the
- * generation, so every cluster file of a generation gets the same shared figures. Only the figures the runs constrain are fitted: at the prior, the posterior standard
- * deviation of a figure (data plus priors, correlations included) must fall below
- * constrain_ratio x its prior sd; the rest keep their prior and say so. A software release with
- * runs of its own gets offsets delta_rj on the logistic scale for the figures its runs constrain,
- * shrunk towards the generation's shared value by their prior (a hierarchical prior). Standard
- * errors come from the Jacobian at the optimum (the data rows rescaled when the runs scatter more
- * than run_sd). Leave-one-out: each run is predicted by a fit without it (the figure selection
- * redone), the honest out-of-sample error.
+ * generation, so every cluster file of a generation gets the same shared figures. Only the figures
+ * the runs constrain are fitted: at the prior, the posterior standard deviation of a figure (data
+ * plus priors, correlations included) must fall below constrain_ratio x its prior sd; the rest keep
+ * their prior and say so. A software release with runs of its own gets offsets delta_rj on the
+ * logistic scale for the figures its runs constrain, shrunk towards the generation's shared value
+ * by their prior (a hierarchical prior). Standard errors come from the Jacobian at the optimum (the
+ * data rows rescaled when the runs scatter more than run_sd). Leave-one-out: each run is predicted
+ * by a fit without it (the figure selection redone), the honest out-of-sample error.
  *
  * What this module does not do: print (cmd_fit.c), or fit hardware facts or memory figures.
  */
@@ -57,10 +57,10 @@ struct moe_fit_options {
 void moe_fit_options_init(struct moe_fit_options *o);
 
 struct moe_fit_param {
-    char path[64];   /* "gemm.grouped_eff" */
-    int cluster;     /* -1: the generation's (every run); k >= 0: clusters[k]'s own figure
-                        (prior "scope": "cluster"; only runs on that cluster inform it) */
-    size_t offset;   /* in struct moe_cluster */
+    char path[64]; /* "gemm.grouped_eff" */
+    int cluster;   /* -1: the generation's (every run); k >= 0: clusters[k]'s own figure
+                      (prior "scope": "cluster"; only runs on that cluster inform it) */
+    size_t offset; /* in struct moe_cluster */
     struct moe_json_prior prior;
     bool constrained; /* fitted (the runs constrain it) */
     double value;     /* fitted value, or the prior's when not constrained */
@@ -97,8 +97,8 @@ struct moe_fit_run {
 };
 
 struct moe_fit_result {
-    char base[256];       /* cluster name or file fitted */
-    char generation[64];  /* its GPU generation */
+    char base[256];                          /* cluster name or file fitted */
+    char generation[64];                     /* its GPU generation */
     char clusters[MOE_FIT_MAX_CLUSTERS][64]; /* [0] the base; then other clusters with runs */
     int num_clusters;
     struct moe_fit_param params[MOE_FIT_MAX_PARAMS];
@@ -110,17 +110,17 @@ struct moe_fit_result {
     int num_runs;
     int num_used;
     int iterations;
-    double rms_fit;  /* rms of log(pred/measured) over used runs, in sample */
-    double rms_loo;  /* the same, leave-one-out */
+    double rms_fit; /* rms of log(pred/measured) over used runs, in sample */
+    double rms_loo; /* the same, leave-one-out */
     struct moe_fit_options opt;
 };
 
 /*
  * Fit the software figures of cluster `base` (name or file) to the runs in set (those on clusters
- * of the same GPU generation, incomplete ones with a wider error unless left out). res is filled (free with
- * moe_fit_result_free). Errors: the base file unreadable or without priors, no usable run (every
- * run's reason is in the message), MOE_ERR_NOMEM; a run whose configuration does not parse is not
- * an error: it is reported in res->runs with its message and left out.
+ * of the same GPU generation, incomplete ones with a wider error unless left out). res is filled
+ * (free with moe_fit_result_free). Errors: the base file unreadable or without priors, no usable
+ * run (every run's reason is in the message), MOE_ERR_NOMEM; a run whose configuration does not
+ * parse is not an error: it is reported in res->runs with its message and left out.
  */
 MOE_NODISCARD enum moe_status moe_fit(const char *base,
                                       const struct moe_run_set *set,

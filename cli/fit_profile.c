@@ -7,7 +7,6 @@
  * byte for byte.
  */
 #include "cli/fit.h"
-
 #include "topologies/cluster_file.h"
 
 #include <cjson/cJSON.h>
@@ -84,8 +83,7 @@ static bool write_params(cJSON *root, const struct moe_fit_result *res, const ch
                            "fit: %s (moefold fit on %s; posterior/prior sd %.2f at the prior)",
                            fp->runs[0] ? fp->runs : "the runs jointly", runs_desc, fp->sd_ratio);
         } else {
-            (void)snprintf(src, sizeof(src), "prior (no run constrains it): %s",
-                           fp->prior.source);
+            (void)snprintf(src, sizeof(src), "prior (no run constrains it): %s", fp->prior.source);
         }
         if (!update_figure(fig, fp->value, fp->se, src)) {
             return false;
@@ -194,9 +192,8 @@ static cJSON *run_json(const struct moe_fit_result *res, const struct moe_fit_ru
     return o;
 }
 
-static cJSON *uncertainty_json(const struct moe_fit_result *res,
-                               const cJSON *base_unc,
-                               const char *runs_desc)
+static cJSON *
+uncertainty_json(const struct moe_fit_result *res, const cJSON *base_unc, const char *runs_desc)
 {
     cJSON *u = cJSON_CreateObject();
     cJSON *runs = cJSON_CreateArray();
@@ -226,7 +223,8 @@ static cJSON *uncertainty_json(const struct moe_fit_result *res,
         cJSON_AddItemToArray(runs, o);
     }
     cJSON_AddItemToObject(u, "runs", runs);
-    const cJSON *mem = base_unc != NULL ? cJSON_GetObjectItemCaseSensitive(base_unc, "memory") : NULL;
+    const cJSON *mem =
+        base_unc != NULL ? cJSON_GetObjectItemCaseSensitive(base_unc, "memory") : NULL;
     if (mem != NULL) {
         cJSON_AddItemToObject(u, "memory", cJSON_Duplicate(mem, 1));
     }
@@ -268,12 +266,14 @@ enum moe_status moe_fit_write(const struct moe_fit_result *res,
     stem(out_path, name, sizeof(name));
     const cJSON *unc = cJSON_GetObjectItemCaseSensitive(root, "uncertainty");
     cJSON *u = uncertainty_json(res, unc, runs_desc);
-    bool ok = name[0] != '\0' && set_string(root, "name", name) && write_params(root, res, runs_desc) &&
+    bool ok = name[0] != '\0' && set_string(root, "name", name) &&
+              write_params(root, res, runs_desc) &&
               replace_section(root, "software", software_json(res)) &&
               replace_section(root, "uncertainty", u);
     if (!ok) {
         cJSON_Delete(root);
-        return moe_diag_set(diag, MOE_ERR_NOMEM, "cannot build the fitted profile for %s", out_path);
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "cannot build the fitted profile for %s",
+                            out_path);
     }
     /* What is written must load: check before replacing anything on disk. */
     struct moe_cluster check;

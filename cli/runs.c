@@ -16,8 +16,7 @@
 
 #define MAX_WORDS 512
 
-static const char *const metric_names[] = {"tokens_per_s_per_gpu", "tflops_per_gpu",
-                                           "step_time_s"};
+static const char *const metric_names[] = {"tokens_per_s_per_gpu", "tflops_per_gpu", "step_time_s"};
 
 const char *moe_run_metric_name(enum moe_run_metric m)
 {
@@ -44,23 +43,23 @@ read_metric(const cJSON *run, const char *where, enum moe_run_metric *out, struc
 static enum moe_status
 read_run(const cJSON *j, const char *where, struct moe_run *r, struct moe_diag *diag)
 {
-    static const char *const keys[] = {"id",        "model",      "cluster",  "gpus",
-                                       "software",  "args",       "metric",   "published",
-                                       "complete",  "memory_gib", "known_miss", "note"};
+    static const char *const keys[] = {"id",       "model",      "cluster",    "gpus",
+                                       "software", "args",       "metric",     "published",
+                                       "complete", "memory_gib", "known_miss", "note"};
     MOE_TRY(moe_json_check_keys(j, keys, MOE_ARRAY_LEN(keys), where, diag));
     memset(r, 0, sizeof(*r));
     MOE_TRY(moe_json_get_string(j, "id", true, r->id, sizeof(r->id), where, diag));
     MOE_TRY(moe_json_get_string(j, "model", false, r->model, sizeof(r->model), where, diag));
     MOE_TRY(moe_json_get_string(j, "cluster", true, r->cluster, sizeof(r->cluster), where, diag));
     MOE_TRY(moe_json_get_int(j, "gpus", true, 1, 10000000, &r->gpus, where, diag));
-    MOE_TRY(moe_json_get_string(j, "software", false, r->software, sizeof(r->software), where,
-                                diag));
+    MOE_TRY(
+        moe_json_get_string(j, "software", false, r->software, sizeof(r->software), where, diag));
     MOE_TRY(read_metric(j, where, &r->metric, diag));
     MOE_TRY(moe_json_get_double(j, "published", true, 1e-9, 1e12, &r->measured, where, diag));
     MOE_TRY(moe_json_get_bool(j, "complete", true, &r->complete, where, diag));
     MOE_TRY(moe_json_get_double(j, "memory_gib", false, 1e-6, 1e6, &r->memory_gib, where, diag));
-    MOE_TRY(moe_json_get_string(j, "known_miss", false, r->known_miss, sizeof(r->known_miss),
-                                where, diag));
+    MOE_TRY(moe_json_get_string(j, "known_miss", false, r->known_miss, sizeof(r->known_miss), where,
+                                diag));
     MOE_TRY(moe_json_get_string(j, "note", false, r->note, sizeof(r->note), where, diag));
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "args");
     if (!cJSON_IsString(args) || args->valuestring == NULL) {
@@ -78,10 +77,8 @@ read_run(const cJSON *j, const char *where, struct moe_run *r, struct moe_diag *
     return MOE_OK;
 }
 
-static enum moe_status read_releases(const cJSON *root,
-                                     const char *path,
-                                     struct moe_run_set *set,
-                                     struct moe_diag *diag)
+static enum moe_status
+read_releases(const cJSON *root, const char *path, struct moe_run_set *set, struct moe_diag *diag)
 {
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "software");
     if (sw == NULL) {
@@ -113,7 +110,8 @@ static enum moe_status read_releases(const cJSON *root,
     return MOE_OK;
 }
 
-enum moe_status moe_runs_add(struct moe_run_set *set, const struct moe_run *run, struct moe_diag *diag)
+enum moe_status
+moe_runs_add(struct moe_run_set *set, const struct moe_run *run, struct moe_diag *diag)
 {
     for (int i = 0; i < set->n; i++) {
         if (strcmp(set->runs[i].id, run->id) == 0) {
@@ -236,7 +234,9 @@ enum moe_status moe_run_problem(const struct moe_run *r,
     if (st == MOE_OK) {
         st = moe_cli_resolve(p, diag);
     }
-    if (st != MOE_OK && diag != NULL && strstr(diag->message, r->id) == NULL) {
+    char head[48];
+    (void)snprintf(head, sizeof(head), "run %s: ", r->id);
+    if (st != MOE_OK && diag != NULL && strncmp(diag->message, head, strlen(head)) != 0) {
         char msg[sizeof(diag->message) + 48];
         (void)snprintf(msg, sizeof(msg), "run %s: %s", r->id, diag->message);
         size_t n = strnlen(msg, sizeof(diag->message) - 1);

@@ -42,16 +42,16 @@ enum moe_run_metric {
 
 struct moe_run {
     char id[32];
-    char model[64];        /* preset name; "" when args carry Megatron shape flags */
-    char cluster[256];     /* cluster name or file */
-    int gpus;              /* world size */
-    char software[64];     /* software release it ran ("" = not stated) */
-    char file[256];        /* the runs file it came from */
+    char model[64];    /* preset name; "" when args carry Megatron shape flags */
+    char cluster[256]; /* cluster name or file */
+    int gpus;          /* world size */
+    char software[64]; /* software release it ran ("" = not stated) */
+    char file[256];    /* the runs file it came from */
     enum moe_run_metric metric;
-    double measured;       /* in the metric's unit (the file's "published") */
-    double memory_gib;     /* measured peak per GPU (max reserved), 0 = not given */
-    bool complete;         /* the source states the whole configuration */
-    char known_miss[768];  /* why the model misses this run, "" if it should not */
+    double measured;      /* in the metric's unit (the file's "published") */
+    double memory_gib;    /* measured peak per GPU (max reserved), 0 = not given */
+    bool complete;        /* the source states the whole configuration */
+    char known_miss[768]; /* why the model misses this run, "" if it should not */
     char note[512];
     char args[MOE_RUNS_MAX_ARGS]; /* Megatron flags of the configuration */
 };

@@ -11,11 +11,17 @@
 #include <stdio.h>
 #include <string.h>
 
-static enum moe_status read_run(const cJSON *j, const char *where, struct moe_unc_run *r,
-                                struct moe_diag *diag)
+static enum moe_status
+read_run(const cJSON *j, const char *where, struct moe_unc_run *r, struct moe_diag *diag)
 {
-    static const char *const keys[] = {"id",        "model",   "cluster",          "gpus",
-                                       "software",  "precision", "ep_span",        "step_log_err_fit",
+    static const char *const keys[] = {"id",
+                                       "model",
+                                       "cluster",
+                                       "gpus",
+                                       "software",
+                                       "precision",
+                                       "ep_span",
+                                       "step_log_err_fit",
                                        "step_log_err_loo"};
     MOE_TRY(moe_json_check_keys(j, keys, MOE_ARRAY_LEN(keys), where, diag));
     memset(r, 0, sizeof(*r));
@@ -23,15 +29,18 @@ static enum moe_status read_run(const cJSON *j, const char *where, struct moe_un
     MOE_TRY(moe_json_get_string(j, "model", true, r->model, sizeof(r->model), where, diag));
     MOE_TRY(moe_json_get_string(j, "cluster", true, r->cluster, sizeof(r->cluster), where, diag));
     MOE_TRY(moe_json_get_int(j, "gpus", true, 1, 10000000, &r->gpus, where, diag));
-    MOE_TRY(moe_json_get_string(j, "precision", true, r->precision, sizeof(r->precision), where,
-                                diag));
+    MOE_TRY(
+        moe_json_get_string(j, "precision", true, r->precision, sizeof(r->precision), where, diag));
     MOE_TRY(moe_json_get_string(j, "ep_span", true, r->ep_span, sizeof(r->ep_span), where, diag));
-    MOE_TRY(moe_json_get_double(j, "step_log_err_fit", true, -10.0, 10.0, &r->err_fit, where, diag));
-    MOE_TRY(moe_json_get_double(j, "step_log_err_loo", true, -10.0, 10.0, &r->err_loo, where, diag));
+    MOE_TRY(
+        moe_json_get_double(j, "step_log_err_fit", true, -10.0, 10.0, &r->err_fit, where, diag));
+    MOE_TRY(
+        moe_json_get_double(j, "step_log_err_loo", true, -10.0, 10.0, &r->err_loo, where, diag));
     return MOE_OK;
 }
 
-static enum moe_status read_section(const cJSON *unc, struct moe_uncertainty *u, struct moe_diag *diag)
+static enum moe_status
+read_section(const cJSON *unc, struct moe_uncertainty *u, struct moe_diag *diag)
 {
     const char *where = "cluster.uncertainty";
     if (!cJSON_IsObject(unc)) {
@@ -100,8 +109,8 @@ static double t_quantile(double level, int n)
 /* Which runs match: 2 = precision and EP span, 1 = precision, 0 = all. */
 static bool matches(const struct moe_unc_run *r, int tier, const char *precision, const char *ep)
 {
-    return tier == 0 || (strcmp(r->precision, precision) == 0 &&
-                         (tier == 1 || strcmp(r->ep_span, ep) == 0));
+    return tier == 0 ||
+           (strcmp(r->precision, precision) == 0 && (tier == 1 || strcmp(r->ep_span, ep) == 0));
 }
 
 static const char *span_words(const char *ep)
@@ -156,7 +165,8 @@ void moe_unc_step(const struct moe_uncertainty *u,
     out->rel_sd = s;
     out->lo = step_s * exp(-t * s);
     out->hi = step_s * exp(t * s);
-    const char *like = tier == 2 ? "runs like this one" : (tier == 1 ? "runs of this precision" : "all runs");
+    const char *like =
+        tier == 2 ? "runs like this one" : (tier == 1 ? "runs of this precision" : "all runs");
     char what[128] = "";
     if (tier == 2) {
         (void)snprintf(what, sizeof(what), " (%s, %s)", precision, span_words(ep_span));
@@ -164,7 +174,8 @@ void moe_unc_step(const struct moe_uncertainty *u,
         (void)snprintf(what, sizeof(what), " (%s; fewer than %d share its EP span)", precision,
                        MOE_UNC_MIN_RUNS);
     } else {
-        (void)snprintf(what, sizeof(what), " (fewer than %d share its precision)", MOE_UNC_MIN_RUNS);
+        (void)snprintf(what, sizeof(what), " (fewer than %d share its precision)",
+                       MOE_UNC_MIN_RUNS);
     }
     (void)snprintf(out->basis, sizeof(out->basis),
                    "%.0f%% interval from the leave-one-out errors of %d %s%s: rms %.1f%%",
@@ -229,8 +240,9 @@ void moe_unc_memory(const struct moe_uncertainty *u,
     out->rel_sd = u->mem_rel_sd;
     out->lo = mem_bytes * (1.0 - z * u->mem_rel_sd);
     out->hi = mem_bytes * (1.0 + z * u->mem_rel_sd);
-    (void)snprintf(out->basis, sizeof(out->basis), "%.0f%% interval: memory model sd %.1f%% (%.200s)",
-                   100.0 * level, 100.0 * u->mem_rel_sd, u->mem_source);
+    (void)snprintf(out->basis, sizeof(out->basis),
+                   "%.0f%% interval: memory model sd %.1f%% (%.200s)", 100.0 * level,
+                   100.0 * u->mem_rel_sd, u->mem_source);
 }
 
 double moe_unc_memory_margin(const struct moe_uncertainty *u, double level)

@@ -127,8 +127,8 @@ struct moe_cluster {
                                       ("hopper", "blackwell", "cpu") */
     char software[MOE_NAME_LEN];   /* software release whose fitted figures are applied; "" = the
                                       generation's shared figures */
-    int gpus_per_node; /* GPUs per node or tray: --gpus must be a multiple */
-    int max_gpus;      /* largest --gpus accepted */
+    int gpus_per_node;             /* GPUs per node or tray: --gpus must be a multiple */
+    int max_gpus;                  /* largest --gpus accepted */
     struct moe_gpu gpu;
     struct moe_nvlink nvlink;
     struct moe_scaleout net;

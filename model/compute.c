@@ -58,8 +58,8 @@ struct host_ops {
     double shared;     /* shared expert fc1, activation, fc2, the add */
     double seq_expert; /* without --moe-grouped-gemm: per local expert, fc1, activation, fc2 */
 };
-static const struct host_ops host_ops = {6.25, 2.0, 10.0, 2.0, 5.0, 7.0, 1.0,
-                                         4.75, 11.0, 9.0, 4.0, 3.0};
+static const struct host_ops host_ops = {6.25, 2.0,  10.0, 2.0, 5.0, 7.0,
+                                         1.0,  4.75, 11.0, 9.0, 4.0, 3.0};
 
 /* Kernels one FP8 quantisation of a GEMM input launches from C++ (TE v2.9 quantizer.cpp,
  * normalization.cpp, cast.cpp): current scaling zeroes the amax, reduces it, computes the scale
@@ -561,8 +561,8 @@ static void host_layer(const struct moe_model_cfg *cfg,
     /* Every dropless dispatcher copies its token counts to the host once per forward (EP=1
      * included); a capacity factor pads instead, and a full-iteration graph keeps them on the
      * device (paged stash). */
-    bool full_graph = opt->cuda_graph_impl != MOE_CG_NONE &&
-                      (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION);
+    bool full_graph =
+        opt->cuda_graph_impl != MOE_CG_NONE && (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION);
     *syncs = opt->capacity_factor <= 0.0 && !full_graph ? 1.0 : 0.0;
 }
 

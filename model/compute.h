@@ -30,19 +30,19 @@ struct moe_layer_cost {
     double bwd_expert;
     double attn_core_fwd; /* attention core alone (CP overlap window) */
     double attn_core_bwd;
-    double fwd_tp, bwd_tp; /* TP/SP and ETP collectives */
-    double fwd_cp, bwd_cp; /* CP K/V exchange */
+    double fwd_tp, bwd_tp;                                       /* TP/SP and ETP collectives */
+    double fwd_cp, bwd_cp;                                       /* CP K/V exchange */
     double fwd_dispatch, fwd_combine, bwd_dispatch, bwd_combine; /* EP incl. permute/unpermute */
     /* Recompute: the forward work re-run in backward, by the phase of the op re-run (seconds per
      * recomputed layer pass). recompute = rc_compute + rc_expert, the recomputed compute. */
     double recompute;
-    double rc_compute, rc_expert;     /* non-expert and expert compute re-run */
-    double rc_tp, rc_cp;              /* TP/SP/ETP and CP collectives re-issued */
-    double rc_dispatch, rc_combine;   /* EP dispatch / combine re-issued (full or moe recompute) */
-    double rc_host;                   /* host launch time of the re-run ops */
-    double offload_copy;       /* host copies of offloaded activations (each way) */
-    double host_fwd, host_bwd; /* CPU launch time */
-    double host_sync;          /* exposed host synchronisation (dropless token counts) */
+    double rc_compute, rc_expert;   /* non-expert and expert compute re-run */
+    double rc_tp, rc_cp;            /* TP/SP/ETP and CP collectives re-issued */
+    double rc_dispatch, rc_combine; /* EP dispatch / combine re-issued (full or moe recompute) */
+    double rc_host;                 /* host launch time of the re-run ops */
+    double offload_copy;            /* host copies of offloaded activations (each way) */
+    double host_fwd, host_bwd;      /* CPU launch time */
+    double host_sync;               /* exposed host synchronisation (dropless token counts) */
     double tp_bytes, cp_bytes, ep_bytes, ep_inter_bytes; /* sent per layer pass, fwd+bwd */
 };
 

@@ -103,8 +103,8 @@ static void layer_exposed(const struct moe_cluster *cl,
     fwd->tp = lc->fwd_tp * tp_keep;
     bwd->tp = (lc->bwd_tp + rc * lc->rc_tp) * tp_keep;
     fwd->cp = pos(lc->fwd_cp - ov * lc->attn_core_fwd);
-    bwd->cp = pos(lc->bwd_cp - ov * lc->attn_core_bwd) +
-              rc * pos(lc->rc_cp - ov * lc->attn_core_fwd);
+    bwd->cp =
+        pos(lc->bwd_cp - ov * lc->attn_core_bwd) + rc * pos(lc->rc_cp - ov * lc->attn_core_fwd);
 
     double bwd_disp = lc->bwd_dispatch + rc * lc->rc_dispatch;
     double bwd_comb = lc->bwd_combine + rc * lc->rc_combine;

@@ -138,8 +138,8 @@ int moe_plan_cli_flag(
                    : used;
     }
     if ((used = moe_plan_cli_value(argc, argv, i, "--memory-margin", &v, diag)) != 0) {
-        return used < 0 || !moe_plan_cli_double("--memory-margin", v, 0.0, 1.0,
-                                                &o->memory_margin, diag)
+        return used < 0 ||
+                       !moe_plan_cli_double("--memory-margin", v, 0.0, 1.0, &o->memory_margin, diag)
                    ? -1
                    : used;
     }

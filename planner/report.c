@@ -378,10 +378,11 @@ void moe_plan_print_trusted(FILE *out,
         print_row(out, i + 1, &res->top[i], tie);
     }
     if (t != NULL && t->tie_band > 0.0) {
-        fprintf(out,
-                "# ~ ties: %d plan%s within %.1f%% of plan 1, where moefold cannot tell plans apart "
-                "(%s)\n",
-                ties, ties == 1 ? "" : "s", 100.0 * (exp(t->tie_band) - 1.0), t->basis);
+        fprintf(
+            out,
+            "# ~ ties: %d plan%s within %.1f%% of plan 1, where moefold cannot tell plans apart "
+            "(%s)\n",
+            ties, ties == 1 ? "" : "s", 100.0 * (exp(t->tie_band) - 1.0), t->basis);
     } else if (t != NULL) {
         fprintf(out, "# %s\n", t->basis);
     }

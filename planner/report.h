@@ -54,7 +54,7 @@ void moe_plan_print(FILE *out,
 /* How far moefold can tell plans apart, and the memory margin the search kept (the CLI fills it
  * from the cluster profile's measured errors). */
 struct moe_plan_trust {
-    double tie_band;      /* step-time band (log units) within which plans tie with plan 1; 0: none */
+    double tie_band; /* step-time band (log units) within which plans tie with plan 1; 0: none */
     double memory_margin; /* fraction of predicted memory a plan had to leave free */
     char basis[320];      /* where the band comes from */
 };

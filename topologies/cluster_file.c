@@ -463,17 +463,15 @@ apply_release(const cJSON *root, const char *release, struct moe_cluster *cl, st
             used += w > 0 && (size_t)w < sizeof(known) - used ? (size_t)w : 0;
         }
         moe_diag_source(diag, "--software");
-        return moe_diag_set(diag, MOE_ERR_NOT_FOUND,
-                            "software release \"%s\" is not in cluster %s; known: %s%s", name,
-                            cl->name, known, MOE_CLUSTER_SHARED " (the generation's shared figures)");
+        return moe_diag_set(
+            diag, MOE_ERR_NOT_FOUND, "software release \"%s\" is not in cluster %s; known: %s%s",
+            name, cl->name, known, MOE_CLUSTER_SHARED " (the generation's shared figures)");
     }
     return read_release(rel, rel->string, cl, diag);
 }
 
-static enum moe_status read_cluster(const cJSON *root,
-                                    const char *release,
-                                    struct moe_cluster *out,
-                                    struct moe_diag *diag)
+static enum moe_status
+read_cluster(const cJSON *root, const char *release, struct moe_cluster *out, struct moe_diag *diag)
 {
     struct moe_cluster cl;
     memset(&cl, 0, sizeof(cl));
@@ -1053,11 +1051,8 @@ enum moe_status moe_cluster_load_release(const char *name_or_path,
     return st;
 }
 
-enum moe_status moe_cluster_read_json(const char *name_or_path,
-                                      cJSON **root,
-                                      char *path_out,
-                                      size_t path_len,
-                                      struct moe_diag *diag)
+enum moe_status moe_cluster_read_json(
+    const char *name_or_path, cJSON **root, char *path_out, size_t path_len, struct moe_diag *diag)
 {
     *root = NULL;
     char path[PATH_MAX + MOE_NAME_LEN + 8];
@@ -1067,8 +1062,8 @@ enum moe_status moe_cluster_read_json(const char *name_or_path,
     }
     cJSON *raw = NULL;
     MOE_TRY(moe_json_read_file(path, &raw, diag));
-    enum moe_status st = moe_json_check_format(raw, MOE_CLUSTER_FILE_FORMAT,
-                                               MOE_CLUSTER_FILE_VERSION, path, diag);
+    enum moe_status st =
+        moe_json_check_format(raw, MOE_CLUSTER_FILE_FORMAT, MOE_CLUSTER_FILE_VERSION, path, diag);
     if (st == MOE_OK) {
         st = moe_cluster_resolve_json(raw, path, root, diag);
     }

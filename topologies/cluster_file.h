@@ -76,11 +76,8 @@ MOE_NODISCARD enum moe_status moe_cluster_from_json_release(const cJSON *root,
  * without interpreting it further; *root is the caller's to cJSON_Delete; path_out[path_len] (may
  * be NULL) gets the file's path.
  */
-MOE_NODISCARD enum moe_status moe_cluster_read_json(const char *name_or_path,
-                                                    cJSON **root,
-                                                    char *path_out,
-                                                    size_t path_len,
-                                                    struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_cluster_read_json(
+    const char *name_or_path, cJSON **root, char *path_out, size_t path_len, struct moe_diag *diag);
 
 /*
  * Byte offset in struct moe_cluster of the real-valued figure at a dotted path

@@ -83,9 +83,9 @@ MOE_NODISCARD enum moe_status moe_json_get_string(const cJSON *obj,
  * of a fitted value.
  */
 struct moe_json_prior {
-    bool present;     /* the figure has a prior (it is a fitted software figure) */
-    double value;     /* prior mean, in the figure's unit */
-    double sd;        /* prior standard deviation (> 0) */
+    bool present;       /* the figure has a prior (it is a fitted software figure) */
+    double value;       /* prior mean, in the figure's unit */
+    double sd;          /* prior standard deviation (> 0) */
     double min, max;    /* physical range the fit keeps the figure in (min < value < max) */
     bool cluster_scope; /* "scope": "cluster": only runs on this very cluster inform it (a figure
                            of its host CPU, network or exact GPU, not of the generation's

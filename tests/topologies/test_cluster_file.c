@@ -539,6 +539,7 @@ static void test_extends_merge_tree(void **state)
 {
     const struct fixture *fx = *state;
     cJSON *base = h100_tree(fx);
+    cJSON_DeleteItemFromObjectCaseSensitive(base, "uncertainty");
     cJSON *extra = cJSON_AddObjectToObject(base, "uncertainty");
     cJSON_AddNumberToObject(extra, "level", 0.8);
     char path[256];
