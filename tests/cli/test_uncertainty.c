@@ -154,8 +154,8 @@ static void test_predict_json(void **state)
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(u, "tokens_per_s_per_gpu");
     assert_true(cJSON_IsArray(tok) && cJSON_GetArraySize(tok) == 2);
     assert_true(cJSON_GetObjectItemCaseSensitive(u, "level")->valuedouble == 0.8);
-    assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(u, "basis")->valuestring,
-                           "leave-one-out"));
+    assert_non_null(
+        strstr(cJSON_GetObjectItemCaseSensitive(u, "basis")->valuestring, "leave-one-out"));
     assert_true(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(u, "may_not_fit")));
     cJSON_Delete(j);
     /* Human output: the interval and its basis; an unknown release is an error. */
