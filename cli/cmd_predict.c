@@ -5,6 +5,7 @@
  */
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "topologies/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -15,7 +16,8 @@
 
 struct predict_flags {
     int help;
-    const char *emit; /* --emit FILE: write the plan with its prediction */
+    const char *emit;  /* --emit FILE: write the plan with its prediction */
+    const char *trace; /* --trace FILE: the simulated step as a Chrome trace */
 };
 
 static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *diag)
@@ -25,18 +27,23 @@ static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag
         f->help = 1;
         return 1;
     }
-    if (strcmp(argv[i], "--emit") == 0) {
-        if (i + 1 >= argc) {
-            moe_diag_source(diag, "--emit");
-            (void)moe_diag_set(diag, MOE_ERR_INVALID, "--emit needs a file name");
-            return -1;
+    const char *names[2] = {"--emit", "--trace"};
+    const char **dst[2] = {&f->emit, &f->trace};
+    for (int k = 0; k < 2; k++) {
+        size_t len = strlen(names[k]);
+        if (strcmp(argv[i], names[k]) == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+                moe_diag_source(diag, names[k]);
+                (void)moe_diag_set(diag, MOE_ERR_INVALID, "%s needs a file name", names[k]);
+                return -1;
+            }
+            *dst[k] = argv[i + 1];
+            return 2;
         }
-        f->emit = argv[i + 1];
-        return 2;
-    }
-    if (strncmp(argv[i], "--emit=", 7) == 0) {
-        f->emit = argv[i] + 7;
-        return 1;
+        if (strncmp(argv[i], names[k], len) == 0 && argv[i][len] == '=') {
+            *dst[k] = argv[i] + len + 1;
+            return 1;
+        }
     }
     return 0;
 }
@@ -45,9 +52,15 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
-            "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n\n"
+            "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n"
+            "                       [--trace FILE.json]\n\n"
             "  --emit FILE             write the layout, options and this prediction as a plan\n"
-            "                          file (`moefold-train --plan FILE` runs it)\n\n");
+            "                          file (`moefold-train --plan FILE` runs it)\n"
+            "  --trace FILE            write the event-simulated step as a Chrome trace (JSON;\n"
+            "                          open it in ui.perfetto.dev or chrome://tracing): one\n"
+            "                          process per pipeline stage, a compute track and EP, TP/CP,\n"
+            "                          PP and DP stream tracks, one event per phase of each\n"
+            "                          chunk's forward/backward of each micro-batch\n\n");
     moe_cli_print_common_help(out);
 }
 
@@ -137,9 +150,30 @@ print_human(const struct moe_cli_problem *p, const struct moe_prediction *pr, bo
     }
 }
 
+/* --trace: the simulated step, one process per pipeline stage. */
+static enum moe_status write_trace(const struct moe_cli_problem *p,
+                                   const struct moe_load_stats *load,
+                                   const char *path,
+                                   struct moe_diag *diag)
+{
+    struct moe_tl_event *ev = NULL;
+    double *stage_s = NULL;
+    size_t n = 0;
+    struct moe_prediction pred;
+    MOE_TRY(moe_cli_run_timeline(p, load, &ev, &n, &stage_s, &pred, diag));
+    struct moe_trace_writer w;
+    moe_trace_init(&w);
+    moe_trace_timeline(&w, ev, n, p->lay.pp, 0, "predicted", 0.0);
+    enum moe_status st = moe_trace_write_file(&w, path, diag);
+    moe_trace_fini(&w);
+    free(ev);
+    free(stage_s);
+    return st;
+}
+
 int moe_cli_predict(int argc, char **argv)
 {
-    struct predict_flags flags = {0, NULL};
+    struct predict_flags flags = {0, NULL, NULL};
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         fprintf(stderr, "moefold predict: out of memory\n");
@@ -169,6 +203,11 @@ int moe_cli_predict(int argc, char **argv)
     }
     struct moe_prediction pred;
     if (moe_cli_run_predict(p, auto_load ? &load : NULL, &pred, &diag) != MOE_OK) {
+        moe_cli_error("predict", &diag);
+        goto out_free;
+    }
+    if (flags.trace != NULL &&
+        write_trace(p, auto_load ? &load : NULL, flags.trace, &diag) != MOE_OK) {
         moe_cli_error("predict", &diag);
         goto out_free;
     }

@@ -34,6 +34,12 @@ struct moe_layer_cost {
     double fwd_tp, bwd_tp; /* TP/SP and ETP collectives */
     double fwd_cp, bwd_cp; /* CP K/V exchange */
     double fwd_dispatch, fwd_combine, bwd_dispatch, bwd_combine; /* EP incl. permute/unpermute */
+    /* Waiting for the busiest EP rank: the exchange after the expert GEMMs (forward combine,
+     * backward dispatch) starts when the rank with load_factor x the mean rows is done, while
+     * fwd_expert/bwd_expert hold a rank with the mean rows (what every rank does on average).
+     * Not in fwd_combine / bwd_dispatch (which stay the transfers, independent of the expert
+     * GEMMs' options): the busiest rank's expert time is fwd_expert + fwd_combine_wait. */
+    double fwd_combine_wait, bwd_dispatch_wait;
     double recompute_comm;     /* collectives re-issued by recompute */
     double offload_copy;       /* host copies of offloaded activations (each way) */
     double host_fwd, host_bwd; /* CPU launch time */
@@ -48,7 +54,9 @@ struct moe_layer_kind {
 };
 
 /*
- * Cost of one decoder layer of `kind`. load_factor >= 1 scales the busiest EP rank's expert tokens.
+ * Cost of one decoder layer of `kind`. load_factor >= 1 is the busiest EP rank's expert tokens over
+ * the mean: expert time is priced at the mean and the difference as the wait of the exchange that
+ * follows the expert GEMMs (fwd_combine_wait, bwd_dispatch_wait).
  * offload_bytes: activation bytes this layer moves to host per micro-batch (0 if none).
  */
 void moe_compute_layer(const struct moe_model_cfg *cfg,
