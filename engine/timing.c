@@ -7,10 +7,10 @@
  *   arrival log): when this rank entered or posted it, when it began to block on it, when it
  *   returned, and the phase it blocked in. The collective can start only when its last member has
  *   arrived; the time a rank spent blocked before that moment is its wait share:
- *       wait = clamp(latest arrival over the members - began to block, 0, returned - began to block)
- *   and the rest of its blocked time is the transfer. After each step (outside the step's timing)
- *   every group's members exchange their arrival times -- the k-th record of a group is the same
- *   call on every member -- so the step itself has no barrier and no extra collective. A
+ *       wait = clamp(latest arrival over the members - began to block, 0, returned - began to
+ * block) and the rest of its blocked time is the transfer. After each step (outside the step's
+ * timing) every group's members exchange their arrival times -- the k-th record of a group is the
+ * same call on every member -- so the step itself has no barrier and no extra collective. A
  *   non-blocking call posted in one step and waited in the next is matched when it is posted and
  *   counted when it completes.
  * - Clocks: CLOCK_MONOTONIC is shared by the processes of one host; across hosts each rank's offset
@@ -37,9 +37,9 @@
 /* The groups whose collectives are logged, in one order on every rank. */
 static int logged_groups(struct moe_eng *e, moe_comm_t **out)
 {
-    moe_comm_t *all[] = {e->ctx.world,   e->groups.tp,       e->groups.cp,      e->groups.dp,
-                         e->groups.dpcp, e->groups.tpcp,     e->groups.ep,      e->groups.etp,
-                         e->groups.edp,  e->groups.stage,    e->groups.embed,   e->groups.ep_node,
+    moe_comm_t *all[] = {e->ctx.world,      e->groups.tp,    e->groups.cp,    e->groups.dp,
+                         e->groups.dpcp,    e->groups.tpcp,  e->groups.ep,    e->groups.etp,
+                         e->groups.edp,     e->groups.stage, e->groups.embed, e->groups.ep_node,
                          e->groups.ep_cross};
     int n = 0;
     for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
@@ -131,8 +131,8 @@ enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
     if (e->opts.trace_step > 0) {
         int cap = e->clog.cap > 0 ? 4 * e->clog.cap : 4 * log_capacity(e);
         e->tl.rec = moe_eng_heap_alloc(h, (size_t)cap * sizeof(struct moe_eng_tl_rec));
-        e->tl_waits.rec = moe_eng_heap_alloc(h, (size_t)e->clog.cap * sizeof(struct moe_eng_tl_rec) +
-                                                    sizeof(struct moe_eng_tl_rec));
+        e->tl_waits.rec = moe_eng_heap_alloc(
+            h, (size_t)e->clog.cap * sizeof(struct moe_eng_tl_rec) + sizeof(struct moe_eng_tl_rec));
         if (e->tl.rec == NULL || e->tl_waits.rec == NULL) {
             return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the traced step");
         }
@@ -378,15 +378,16 @@ bool moe_eng_trace_gather(struct moe_eng *e, double **all, int **counts, double 
         for (int r = 1; r < n; r++) {
             moe_comm_recv(e->ctx.world, &cnt[r], 1, MOE_COMM_I32, r, 11);
             if (cnt[r] > 0) {
-                moe_comm_recv(e->ctx.world, buf + at, (size_t)cnt[r] * MOE_TRACE_RECORD_FIELDS, MOE_COMM_F64, r,
-                              12);
+                moe_comm_recv(e->ctx.world, buf + at, (size_t)cnt[r] * MOE_TRACE_RECORD_FIELDS,
+                              MOE_COMM_F64, r, 12);
             }
             at += (size_t)cnt[r] * MOE_TRACE_RECORD_FIELDS;
         }
     } else {
         moe_comm_send(e->ctx.world, &len, 1, MOE_COMM_I32, 0, 11);
         if (len > 0) {
-            moe_comm_send(e->ctx.world, mine, (size_t)len * MOE_TRACE_RECORD_FIELDS, MOE_COMM_F64, 0, 12);
+            moe_comm_send(e->ctx.world, mine, (size_t)len * MOE_TRACE_RECORD_FIELDS, MOE_COMM_F64,
+                          0, 12);
         }
     }
     moe_eng_heap_free(h, mine, (size_t)cap * MOE_TRACE_RECORD_FIELDS * sizeof(double));
@@ -428,8 +429,9 @@ enum moe_status moe_eng_write_trace(moe_eng_t *e, const char *path, struct moe_d
             st = moe_trace_write_file(&w, path, diag);
         }
         if (st == MOE_OK && !complete) {
-            moe_eng_log_info(&e->ctx.log, "trace: a rank's interval record was full; %s misses "
-                                          "the step's last intervals",
+            moe_eng_log_info(&e->ctx.log,
+                             "trace: a rank's interval record was full; %s misses "
+                             "the step's last intervals",
                              path);
         }
         moe_trace_fini(&w);

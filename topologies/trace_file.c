@@ -86,8 +86,9 @@ static void begin_event(struct moe_trace_writer *w)
 void moe_trace_process(struct moe_trace_writer *w, int pid, const char *name, int sort_index)
 {
     begin_event(w);
-    put(w, "{\"name\":\"process_name\",\"ph\":\"M\",\"ts\":0,\"dur\":0,\"pid\":%d,\"tid\":0,"
-           "\"args\":{\"name\":",
+    put(w,
+        "{\"name\":\"process_name\",\"ph\":\"M\",\"ts\":0,\"dur\":0,\"pid\":%d,\"tid\":0,"
+        "\"args\":{\"name\":",
         pid);
     put_name(w, name);
     put(w, "}}");
@@ -165,8 +166,8 @@ void moe_trace_timeline(struct moe_trace_writer *w,
         const char *phase = moe_phase_name((enum moe_phase)e->phase);
         char name[96];
         if (e->mb >= 0) {
-            (void)snprintf(name, sizeof(name), "%s%s %c mb%d v%d", phase,
-                           e->is_wait ? " wait" : "", e->is_bwd ? 'B' : 'F', e->mb, e->vstage);
+            (void)snprintf(name, sizeof(name), "%s%s %c mb%d v%d", phase, e->is_wait ? " wait" : "",
+                           e->is_bwd ? 'B' : 'F', e->mb, e->vstage);
         } else {
             (void)snprintf(name, sizeof(name), "%s%s", phase, e->is_wait ? " wait" : "");
         }

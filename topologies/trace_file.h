@@ -101,9 +101,9 @@ enum { MOE_TRACE_MAX_PIDS = 64 };
 /* Per process: span of its complete events and time per phase (by "cat"). */
 struct moe_trace_proc {
     int pid;
-    double first_us, last_us;           /* earliest start, latest end */
-    double phase_us[MOE_NUM_PHASES];    /* summed durations by category */
-    double other_us;                    /* categories that are not phases */
+    double first_us, last_us;        /* earliest start, latest end */
+    double phase_us[MOE_NUM_PHASES]; /* summed durations by category */
+    double other_us;                 /* categories that are not phases */
     int num_events;
 };
 
