@@ -17,6 +17,7 @@
 #include "topologies/cluster_file.h"
 #include "topologies/plan_file.h"
 #include "topologies/run_file.h"
+#include "topologies/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -33,6 +34,7 @@ struct compare_opts {
     const char *run_path;
     const char *cluster;
     const char *plot;
+    const char *trace;
     bool json;
     bool observed_load;
 };
@@ -41,12 +43,16 @@ static int usage(FILE *out)
 {
     fprintf(out, "usage: moefold compare PLAN.json RUN.json [--cluster NAME|FILE] [--json]\n"
                  "                       [--plot FILE.svg|FILE.png] [--observed-load]\n"
+                 "                       [--trace OUT.json]\n"
                  "       moefold compare --megatron-log FILE [--cluster NAME|FILE] [--json] ...\n"
                  "                       (a Megatron-LM training log; --megatron-log --help)\n"
                  "  --cluster        predict on this cluster instead of the one the plan names\n"
                  "  --json           one JSON object on stdout\n"
                  "  --plot           bar chart of predicted vs measured time per phase (gnuplot)\n"
-                 "  --observed-load  price the expert load the run observed, not the plan's\n");
+                 "  --observed-load  price the expert load the run observed, not the plan's\n"
+                 "  --trace OUT      the predicted step and the run's traced step (moefold-train\n"
+                 "                   --trace) in one Chrome trace, each aligned at its step's\n"
+                 "                   start (open it in ui.perfetto.dev or chrome://tracing)\n");
     return out == stdout ? 0 : 2;
 }
 
@@ -139,31 +145,55 @@ plot_phases(const char *path, const double pred[MOE_NUM_PHASES], const double me
     return 0;
 }
 
+/* The prediction's phases and wait shares for the pipeline stage the run describes. */
+struct stage_view {
+    int stage;                /* pipeline stage */
+    double t[MOE_NUM_PHASES]; /* seconds per phase */
+    double w[MOE_NUM_PHASES]; /* their wait shares */
+};
+
 static void print_table(const struct moe_cli_problem *p,
                         const struct moe_prediction *pr,
+                        const struct stage_view *sv,
                         const struct moe_run *run,
                         double mem_load)
 {
-    double pv[MOE_NUM_PHASES];
+    const double *pv = sv->t;
     double mv[MOE_NUM_PHASES];
-    phase_values(&pr->time, pv);
+    double mw[MOE_NUM_PHASES];
     phase_values(&run->time, mv);
+    phase_values(&run->wait, mw);
     char lays[256];
     moe_cli_layout_str(&p->lay, lays, sizeof(lays));
     printf("# plan: %s on %d x %s; run: %d ranks, %s backend, %d measured steps\n", p->cfg.name,
            p->lay.num_gpus, p->cl.name, run->num_ranks, run->backend, run->measured_steps);
     printf("# layout: %s\n", lays);
-    printf("%-14s %12s %12s %9s\n", "phase", "predicted_s", "measured_s", "error");
+    if (p->lay.pp > 1) {
+        printf("# phases of pipeline stage %d (the run's critical stage; mean over its ranks)\n",
+               sv->stage);
+    }
+    printf("%-14s %12s %12s %9s %11s %11s\n", "phase", "predicted_s", "measured_s", "error",
+           "pred_wait_s", run->has_wait ? "meas_wait_s" : "meas_wait");
     for (int i = 0; i < MOE_NUM_PHASES; i++) {
         double e = err_pct(pv[i], mv[i]);
+        char err[16];
+        char mwait[16];
         /* Phases under 1% of the step on both sides carry no meaningful relative error. */
         bool tiny = pv[i] < 0.01 * pr->step_time_s && mv[i] < 0.01 * run->step_time_s;
         if (tiny || isnan(e)) {
-            printf("%-14s %12.6f %12.6f %9s\n", phase_keys[i], pv[i], mv[i], "-");
+            (void)snprintf(err, sizeof(err), "%9s", "-");
         } else {
-            printf("%-14s %12.6f %12.6f %+8.1f%%\n", phase_keys[i], pv[i], mv[i], e);
+            (void)snprintf(err, sizeof(err), "%+8.1f%%", e);
         }
+        if (run->has_wait) {
+            (void)snprintf(mwait, sizeof(mwait), "%11.6f", mw[i]);
+        } else {
+            (void)snprintf(mwait, sizeof(mwait), "%11s", "-");
+        }
+        printf("%-14s %12.6f %12.6f %s %11.6f %s\n", phase_keys[i], pv[i], mv[i], err, sv->w[i],
+               mwait);
     }
+    printf("%-14s %12.6f %12.6f %9s\n", "unattributed", 0.0, run->unattributed_s, "-");
     printf("%-14s %12.6f %12.6f %+8.1f%%\n", "step", pr->step_time_s, run->step_time_s,
            err_pct(pr->step_time_s, run->step_time_s));
     printf("\n%-14s %12s %12s %9s\n", "memory", "predicted_MiB", "measured_MiB", "error");
@@ -222,21 +252,141 @@ static void print_table(const struct moe_cli_problem *p,
            "mem_worst_category %s mem_worst_pct %+.2f\n",
            pr->step_time_s, run->step_time_s, err_pct(pr->step_time_s, run->step_time_s),
            err_pct(pr->mem.total, run->mem.total), worst_key, worst_mem);
+    /* And the error of every phase holding at least a tenth of the measured step. */
+    printf("phase_errors:");
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        if (mv[i] >= 0.1 * run->step_time_s) {
+            printf(" %s %+.2f", phase_keys[i], err_pct(pv[i], mv[i]));
+        }
+    }
+    printf("\n");
 }
 
-static cJSON *compare_json(const struct moe_prediction *pr, const struct moe_run *run)
+/* What ran otherwise than the plan said (run.json plan_differences), one line each. */
+static void print_differences(const struct moe_run *run)
+{
+    if (run->plan_differences == NULL || cJSON_GetArraySize(run->plan_differences) == 0) {
+        return;
+    }
+    printf("\nthe run differs from the plan (the prediction above prices what ran):\n");
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, run->plan_differences)
+    {
+        printf("  %s\n", it->valuestring);
+    }
+}
+
+/* The prediction's phases of the run's critical stage (the model's own when the run names none):
+ * the stage's row of the simulated timeline, wait shares from its wait events. */
+static enum moe_status stage_view_of(const struct moe_cli_problem *p,
+                                     const struct moe_load_stats *load,
+                                     const struct moe_run *run,
+                                     struct stage_view *sv,
+                                     struct moe_tl_event **events,
+                                     size_t *num,
+                                     struct moe_diag *diag)
+{
+    double *rows = NULL;
+    struct moe_prediction pred;
+    MOE_TRY(moe_cli_run_timeline(p, load, events, num, &rows, &pred, diag));
+    int st = run->critical_stage >= 0 && run->critical_stage < p->lay.pp ? run->critical_stage
+                                                                         : pred.critical_stage;
+    memset(sv, 0, sizeof(*sv));
+    sv->stage = st;
+    memcpy(sv->t, rows + (size_t)st * MOE_NUM_PHASES, sizeof(sv->t));
+    for (size_t i = 0; i < *num; i++) {
+        const struct moe_tl_event *e = &(*events)[i];
+        if (e->stage == st && e->is_wait) {
+            sv->w[e->phase] += e->dur_s;
+        }
+    }
+    free(rows);
+    return MOE_OK;
+}
+
+/* --trace: the predicted timeline (processes 0 .. pp-1) and the run's traced step (1000 + rank),
+ * each shifted so that its stage 0 starts its step at 0. */
+static enum moe_status write_both(const char *path,
+                                  const struct moe_cli_problem *p,
+                                  const struct moe_tl_event *ev,
+                                  size_t num,
+                                  const struct moe_run *run,
+                                  struct moe_diag *diag)
+{
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(run->timeline, "ranks");
+    if (!cJSON_IsArray(ranks)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "--trace: the run file has no traced step; run moefold-train with "
+                            "--trace FILE (it adds \"timeline\" to run.json)");
+    }
+    double t0 = INFINITY;
+    for (size_t i = 0; i < num; i++) {
+        if (ev[i].stage == 0) {
+            t0 = fmin(t0, ev[i].start_s);
+        }
+    }
+    struct moe_trace_writer w;
+    moe_trace_init(&w);
+    moe_trace_timeline(&w, ev, num, p->lay.pp, 0, "predicted", isfinite(t0) ? -t0 * 1e6 : 0.0);
+    const cJSON *rk = NULL;
+    cJSON_ArrayForEach(rk, ranks)
+    {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(rk, "rank");
+        const cJSON *stg = cJSON_GetObjectItemCaseSensitive(rk, "stage");
+        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(rk, "records");
+        int n = cJSON_GetArraySize(rec);
+        if (!cJSON_IsNumber(r) || !cJSON_IsNumber(stg) || !cJSON_IsArray(rec) ||
+            n % MOE_TRACE_RECORD_FIELDS != 0) {
+            moe_trace_fini(&w);
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "--trace: the run file's timeline is malformed (a rank without "
+                                "rank, stage or records of 5 numbers each)");
+        }
+        double *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+        if (buf == NULL) {
+            moe_trace_fini(&w);
+            return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the trace");
+        }
+        int k = 0;
+        const cJSON *x = NULL;
+        cJSON_ArrayForEach(x, rec)
+        {
+            buf[k++] = cJSON_IsNumber(x) ? x->valuedouble : 0.0;
+        }
+        char name[64];
+        (void)snprintf(name, sizeof(name), "measured rank %d (stage %d)", r->valueint,
+                       stg->valueint);
+        moe_trace_records(&w, 1000 + r->valueint, name, buf, n / MOE_TRACE_RECORD_FIELDS, 0.0);
+        free(buf);
+    }
+    enum moe_status st = moe_trace_write_file(&w, path, diag);
+    moe_trace_fini(&w);
+    return st;
+}
+
+static cJSON *compare_json(const struct moe_prediction *pr,
+                           const struct stage_view *sv,
+                           const struct moe_run *run)
 {
     cJSON *o = cJSON_CreateObject();
-    double pv[MOE_NUM_PHASES];
     double mv[MOE_NUM_PHASES];
-    phase_values(&pr->time, pv);
+    double mw[MOE_NUM_PHASES];
     phase_values(&run->time, mv);
+    phase_values(&run->wait, mw);
+    cJSON_AddNumberToObject(o, "stage", sv->stage);
     cJSON *ph = cJSON_AddObjectToObject(o, "time_s");
     for (int i = 0; i < MOE_NUM_PHASES; i++) {
         cJSON *r = cJSON_AddObjectToObject(ph, phase_keys[i]);
-        cJSON_AddNumberToObject(r, "predicted", pv[i]);
+        cJSON_AddNumberToObject(r, "predicted", sv->t[i]);
         cJSON_AddNumberToObject(r, "measured", mv[i]);
+        cJSON_AddNumberToObject(r, "predicted_wait", sv->w[i]);
+        if (run->has_wait) {
+            cJSON_AddNumberToObject(r, "measured_wait", mw[i]);
+        }
     }
+    cJSON *un = cJSON_AddObjectToObject(ph, "unattributed");
+    cJSON_AddNumberToObject(un, "predicted", 0.0);
+    cJSON_AddNumberToObject(un, "measured", run->unattributed_s);
     cJSON *st = cJSON_AddObjectToObject(o, "step_time_s");
     cJSON_AddNumberToObject(st, "predicted", pr->step_time_s);
     cJSON_AddNumberToObject(st, "measured", run->step_time_s);
@@ -263,15 +413,18 @@ static cJSON *compare_json(const struct moe_prediction *pr, const struct moe_run
 
 static int parse_args(int argc, char **argv, struct compare_opts *o)
 {
-    static const struct option longs[] = {
-        {"cluster", required_argument, NULL, 'c'}, {"plot", required_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},          {"observed-load", no_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"cluster", required_argument, NULL, 'c'},
+                                          {"plot", required_argument, NULL, 'p'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"observed-load", no_argument, NULL, 'o'},
+                                          {"trace", required_argument, NULL, 't'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof(*o));
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "c:p:joh", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:jot:h", longs, NULL)) != -1) {
         if (c == 'c') {
             o->cluster = optarg;
         } else if (c == 'p') {
@@ -280,6 +433,8 @@ static int parse_args(int argc, char **argv, struct compare_opts *o)
             o->json = true;
         } else if (c == 'o') {
             o->observed_load = true;
+        } else if (c == 't') {
+            o->trace = optarg;
         } else if (c == 'h') {
             return usage(stdout) - 1; /* -1: printed help */
         } else {
@@ -314,6 +469,9 @@ int moe_cli_compare(int argc, char **argv)
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     struct moe_run run;
     memset(&run, 0, sizeof(run));
+    struct stage_view sv;
+    struct moe_tl_event *events = NULL;
+    size_t num_events = 0;
     int rc = 1;
     if (plan == NULL || p == NULL) {
         fprintf(stderr, "moefold compare: out of memory\n");
@@ -358,6 +516,11 @@ int moe_cli_compare(int argc, char **argv)
         moe_cli_error("compare", &diag);
         goto out_free;
     }
+    if (stage_view_of(p, auto_load ? &load : NULL, &run, &sv, &events, &num_events, &diag) !=
+        MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
     if (run.expert_rows_factor > 0.0 && moe_cfg_is_moe(&p->cfg)) {
         /* Memory at the buffers' sizing: the same plan with that load, time kept from above. */
         struct moe_prediction mem_pred;
@@ -371,7 +534,7 @@ int moe_cli_compare(int argc, char **argv)
         mem_load = p->opt.moe_imbalance;
     }
     if (o.json) {
-        cJSON *j = compare_json(&pred, &run);
+        cJSON *j = compare_json(&pred, &sv, &run);
         char *s = j != NULL ? cJSON_Print(j) : NULL;
         if (s != NULL) {
             puts(s);
@@ -379,17 +542,27 @@ int moe_cli_compare(int argc, char **argv)
         }
         cJSON_Delete(j);
     } else {
-        print_table(p, &pred, &run, mem_load);
+        print_table(p, &pred, &sv, &run, mem_load);
+        print_differences(&run);
     }
     rc = 0;
     if (o.plot != NULL) {
-        double pv[MOE_NUM_PHASES];
         double mv[MOE_NUM_PHASES];
-        phase_values(&pred.time, pv);
         phase_values(&run.time, mv);
-        rc = plot_phases(o.plot, pv, mv);
+        rc = plot_phases(o.plot, sv.t, mv);
+    }
+    if (rc == 0 && o.trace != NULL) {
+        if (write_both(o.trace, p, events, num_events, &run, &diag) != MOE_OK) {
+            moe_cli_error("compare", &diag);
+            rc = 1;
+        } else if (!o.json) {
+            printf("wrote %s (predicted: processes 'predicted stage p'; measured: 'measured rank "
+                   "r'; open it in ui.perfetto.dev or chrome://tracing)\n",
+                   o.trace);
+        }
     }
 out_free:
+    free(events);
     moe_run_fini(&run);
     free(p);
     free(plan);

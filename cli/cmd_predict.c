@@ -7,6 +7,7 @@
 #include "cli/common.h"
 #include "cli/runs.h"
 #include "cli/uncertainty.h"
+#include "topologies/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 struct predict_flags {
     int help;
     const char *emit;     /* --emit FILE: write the plan with its prediction */
+    const char *trace;    /* --trace FILE: the simulated step as a Chrome trace */
     double memory_margin; /* --memory-margin F; < 0: the profile's default */
 };
 
@@ -38,18 +40,23 @@ static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag
         f->help = 1;
         return 1;
     }
-    if (strcmp(argv[i], "--emit") == 0) {
-        if (i + 1 >= argc) {
-            moe_diag_source(diag, "--emit");
-            (void)moe_diag_set(diag, MOE_ERR_INVALID, "--emit needs a file name");
-            return -1;
+    const char *names[2] = {"--emit", "--trace"};
+    const char **dst[2] = {&f->emit, &f->trace};
+    for (int k = 0; k < 2; k++) {
+        size_t len = strlen(names[k]);
+        if (strcmp(argv[i], names[k]) == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+                moe_diag_source(diag, names[k]);
+                (void)moe_diag_set(diag, MOE_ERR_INVALID, "%s needs a file name", names[k]);
+                return -1;
+            }
+            *dst[k] = argv[i + 1];
+            return 2;
         }
-        f->emit = argv[i + 1];
-        return 2;
-    }
-    if (strncmp(argv[i], "--emit=", 7) == 0) {
-        f->emit = argv[i] + 7;
-        return 1;
+        if (strncmp(argv[i], names[k], len) == 0 && argv[i][len] == '=') {
+            *dst[k] = argv[i] + len + 1;
+            return 1;
+        }
     }
     if (strcmp(argv[i], "--memory-margin") == 0 || strncmp(argv[i], "--memory-margin=", 16) == 0) {
         const char *v = argv[i][15] == '=' ? argv[i] + 16 : (i + 1 < argc ? argv[i + 1] : NULL);
@@ -73,9 +80,15 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: moefold predict --model NAME|--model-config FILE --cluster NAME --gpus N\n"
-        "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n\n"
+        "                       [Megatron layout/option flags] [--json] [--emit PLAN]\n"
+        "                       [--trace FILE.json] [--memory-margin F]\n\n"
         "  --emit FILE             write the layout, options and this prediction as a plan\n"
         "                          file (`moefold-train --plan FILE` runs it)\n"
+        "  --trace FILE            write the event-simulated step as a Chrome trace (JSON;\n"
+        "                          open it in ui.perfetto.dev or chrome://tracing): one\n"
+        "                          process per pipeline stage, a compute track and EP, TP/CP,\n"
+        "                          PP and DP stream tracks, one event per phase of each\n"
+        "                          chunk's forward/backward of each micro-batch\n"
         "  --memory-margin F       memory a plan must leave free to count as fitting, as a\n"
         "                          fraction of its predicted total (default: the upper end of\n"
         "                          the memory model's 80%% interval from the cluster profile)\n\n");
@@ -106,6 +119,27 @@ static void recompute_str(const struct moe_options *opt, char *buf, size_t len)
     if (used < len) {
         (void)snprintf(buf + used, len - used, ")");
     }
+}
+
+/* --trace: the simulated step, one process per pipeline stage. */
+static enum moe_status write_trace(const struct moe_cli_problem *p,
+                                   const struct moe_load_stats *load,
+                                   const char *path,
+                                   struct moe_diag *diag)
+{
+    struct moe_tl_event *ev = NULL;
+    double *stage_s = NULL;
+    size_t n = 0;
+    struct moe_prediction pred;
+    MOE_TRY(moe_cli_run_timeline(p, load, &ev, &n, &stage_s, &pred, diag));
+    struct moe_trace_writer w;
+    moe_trace_init(&w);
+    moe_trace_timeline(&w, ev, n, p->lay.pp, 0, "predicted", 0.0);
+    enum moe_status st = moe_trace_write_file(&w, path, diag);
+    moe_trace_fini(&w);
+    free(ev);
+    free(stage_s);
+    return st;
 }
 
 /* Intervals of pred from the cluster profile (none when it holds no measured runs). */
@@ -263,7 +297,7 @@ static void print_human(const struct moe_cli_problem *p,
 
 int moe_cli_predict(int argc, char **argv)
 {
-    struct predict_flags flags = {0, NULL, -1.0};
+    struct predict_flags flags = {0, NULL, NULL, -1.0};
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         fprintf(stderr, "moefold predict: out of memory\n");
@@ -293,6 +327,11 @@ int moe_cli_predict(int argc, char **argv)
     }
     struct moe_prediction pred;
     if (moe_cli_run_predict(p, auto_load ? &load : NULL, &pred, &diag) != MOE_OK) {
+        moe_cli_error("predict", &diag);
+        goto out_free;
+    }
+    if (flags.trace != NULL &&
+        write_trace(p, auto_load ? &load : NULL, flags.trace, &diag) != MOE_OK) {
         moe_cli_error("predict", &diag);
         goto out_free;
     }

@@ -370,6 +370,52 @@ enum moe_status moe_cli_run_predict(const struct moe_cli_problem *p,
     return st;
 }
 
+enum moe_status moe_cli_run_timeline(const struct moe_cli_problem *p,
+                                     const struct moe_load_stats *load,
+                                     struct moe_tl_event **events,
+                                     size_t *num,
+                                     double **stage_phase_s,
+                                     struct moe_prediction *pred,
+                                     struct moe_diag *diag)
+{
+    *events = NULL;
+    *stage_phase_s = NULL;
+    *num = 0;
+    size_t need = moe_cost_workspace_bytes(&p->lay, MOE_SCHED_SIMULATE);
+    size_t cap = moe_cost_timeline_max_events(&p->lay);
+    size_t bytes = need + cap * sizeof(struct moe_tl_event);
+    if (bytes > MOE_CLI_MAX_SIM_BYTES) {
+        return moe_diag_set(diag, MOE_ERR_INFEASIBLE,
+                            "the timeline of %d micro-batches x %d chunks would take %.1f GiB "
+                            "(limit %.0f GiB); lower --global-batch-size or raise "
+                            "--micro-batch-size",
+                            p->lay.num_microbatches, p->lay.num_chunks, (double)bytes / GIB,
+                            (double)MOE_CLI_MAX_SIM_BYTES / GIB);
+    }
+    void *ws = malloc(need);
+    *events = malloc(cap * sizeof(struct moe_tl_event));
+    *stage_phase_s = malloc((size_t)p->lay.pp * MOE_NUM_PHASES * sizeof(double));
+    if (ws == NULL || *events == NULL || *stage_phase_s == NULL) {
+        free(ws);
+        free(*events);
+        free(*stage_phase_s);
+        *events = NULL;
+        *stage_phase_s = NULL;
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the timeline (%zu bytes)",
+                            bytes);
+    }
+    enum moe_status st = moe_cost_timeline(&p->cfg, &p->cl, &p->lay, &p->opt, load, ws, need,
+                                           *events, cap, num, *stage_phase_s, pred, diag);
+    free(ws);
+    if (st != MOE_OK) {
+        free(*events);
+        free(*stage_phase_s);
+        *events = NULL;
+        *stage_phase_s = NULL;
+    }
+    return st;
+}
+
 void moe_cli_layout_str(const struct moe_layout *lay, char *buf, size_t len)
 {
     (void)snprintf(buf, len, "TP%d CP%d PP%d VPP%d EP%d ETP%d EDP%d DP%d MBS%d GBS%d (m=%d)%s",
@@ -430,6 +476,15 @@ cJSON *moe_cli_prediction_json(const struct moe_cli_problem *p, const struct moe
     add_num(ts, "optimizer", t->optimizer);
     add_num(ts, "host_overhead", t->host_overhead);
     add_num(ts, "exposed_comm", t->exposed_comm);
+    const double w[MOE_NUM_PHASES] = {
+        pred->wait.compute,   pred->wait.expert_gemm, pred->wait.dispatch,     pred->wait.combine,
+        pred->wait.tp_comm,   pred->wait.cp_comm,     pred->wait.pp_comm,      pred->wait.dp_comm,
+        pred->wait.pp_bubble, pred->wait.optimizer,   pred->wait.host_overhead};
+    cJSON *ws = cJSON_AddObjectToObject(o, "wait_s");
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        add_num(ws, moe_phase_name((enum moe_phase)i), w[i]);
+    }
+    add_num(o, "critical_stage", pred->critical_stage);
 
     const struct moe_layout *lay = &p->lay;
     cJSON *l = cJSON_AddObjectToObject(o, "layout");

@@ -109,6 +109,16 @@ MOE_NODISCARD enum moe_status moe_cli_run_predict(const struct moe_cli_problem *
                                                   struct moe_prediction *out,
                                                   struct moe_diag *diag);
 
+/* The predicted timeline of the problem (moe_cost_timeline) in heap memory the caller frees:
+ * *events [*num], *stage_phase_s [pp * MOE_NUM_PHASES]; pred as moe_cli_run_predict gives it. */
+MOE_NODISCARD enum moe_status moe_cli_run_timeline(const struct moe_cli_problem *p,
+                                                   const struct moe_load_stats *load,
+                                                   struct moe_tl_event **events,
+                                                   size_t *num,
+                                                   double **stage_phase_s,
+                                                   struct moe_prediction *pred,
+                                                   struct moe_diag *diag);
+
 /* The prediction as predict --json prints it (the same names run.json uses). */
 cJSON *moe_cli_prediction_json(const struct moe_cli_problem *p, const struct moe_prediction *pred);
 

@@ -22,8 +22,16 @@
  * 2(n-1)/n x S; allgather (n-1)/n x the output; reducescatter (n-1)/n x the input; all-to-all the
  * bytes addressed to other ranks (exact); send the message; bcast S on the root.
  *
- * What this is not: no topology knowledge (groups come from engine/groups.c), no timing (callers
- * attribute time to phases), no allocation inside a collective.
+ * Arrival log (optional, moe_comm_set_log): every collective of a group -- not point-to-point --
+ * can be recorded as when this rank entered it (posted it, for a non-blocking one), when it began
+ * to block on it (entered the wait) and when it returned, with the caller's phase. Collectives are
+ * called in the same order on every member, so the k-th record of a group on one member and the
+ * k-th on another are the same call: the engine compares them after the step (the latest arrival
+ * is when the collective could start; what a rank spent blocked before that was waiting for the
+ * slowest member), without a barrier inside the step.
+ *
+ * What this is not: no topology knowledge (groups come from engine/groups.c), no phase timing
+ * (callers attribute time to phases), no allocation inside a collective.
  */
 #ifndef MOE_ENGINE_COMM_H
 #define MOE_ENGINE_COMM_H
@@ -77,6 +85,33 @@ enum moe_comm_coll {
 struct moe_comm_req {
     MOE_COMM_ALIGNAS(8) unsigned char impl[32]; /* backend request (MPI_Request, cudaEvent_t) */
     bool is_active;                             /* set by the i* call, cleared by wait/test */
+    int log_idx;                                /* its arrival-log record + 1; 0 = none */
+    long log_serial;                            /* that record's serial (records move) */
+};
+
+/* One collective call as this rank saw it (seconds, CLOCK_MONOTONIC, less the log's offset). */
+struct moe_comm_call {
+    double t_post;  /* entered the call (non-blocking: posted it) */
+    double t_block; /* began to block on it: = t_post when blocking, the wait's entry otherwise */
+    double t_end;   /* returned complete; 0 while a non-blocking call is pending */
+    double t_last;  /* the latest t_post over the group's members; 0 until matched */
+    long serial;    /* position in the log since it was created */
+    short group;    /* the index moe_comm_set_log gave the group */
+    short slot;     /* the caller's phase when it blocked (or when posted, until then) */
+};
+
+/* The arrival log, shared by the groups that record into it; caller-owned memory. */
+struct moe_comm_log {
+    struct moe_comm_call *calls; /* [cap] */
+    int cap;
+    int len;
+    long next_serial;
+    bool is_on;          /* record (false: calls pass through unrecorded) */
+    bool is_bookkeeping; /* the engine's own calls (the matching): neither logged nor counted in
+                          * the groups' bytes */
+    bool has_overflowed; /* a call found the log full (its record is lost) */
+    const int *slot_src; /* the caller's current phase, read at each record */
+    double clock_offset; /* subtracted from every time: this rank's clock minus the reference */
 };
 
 /* Backend table. `h` is the backend's group handle (MPI_Comm, ncclComm_t, ...).
@@ -218,6 +253,10 @@ const struct moe_comm_backend *moe_comm_get_backend(const moe_comm_t *g);
 void *moe_comm_handle(const moe_comm_t *g);
 int moe_comm_tag_limit(const moe_comm_t *g);
 size_t moe_comm_dtype_bytes(enum moe_comm_dtype dtype);
+
+/* Record g's collectives into log (NULL: stop) as group index group_idx. Not for groups of the
+ * device backend, whose calls return before the transfer happens. */
+void moe_comm_set_log(moe_comm_t *g, struct moe_comm_log *log, int group_idx);
 
 /* Bytes this rank sent per collective family since creation or the last reset.
  */

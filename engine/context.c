@@ -126,38 +126,59 @@ void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start)
 {
     memset(t->phase_s, 0, sizeof(t->phase_s));
     t->current = start;
+    t->current_slot = (int)start;
+    t->tag = MOE_ENG_NO_OP;
     t->t_last = moe_eng_now();
     if (t->dev != NULL) {
         moe_eng_dev_timer_start(t->dev);
     }
 }
 
-enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p)
-{
-    enum moe_phase prev = t->current;
-    if (p != prev) {
-        if (t->dev != NULL) {
-            moe_eng_dev_timer_mark(t->dev, (int)prev, t->phase_s);
-        } else {
-            double now = moe_eng_now();
-            t->phase_s[prev] += now - t->t_last;
-            t->t_last = now;
-        }
-        t->current = p;
-    }
-    return prev;
-}
-
-void moe_eng_timer_flush(struct moe_eng_timer *t)
+/* Close the current interval at the host time now (host clock) or at an event (CUDA). */
+static void close_interval(struct moe_eng_timer *t)
 {
     if (t->dev != NULL) {
-        moe_eng_dev_timer_mark(t->dev, (int)t->current, t->phase_s);
-        moe_eng_dev_timer_fold(t->dev, t->phase_s);
+        moe_eng_dev_timer_mark(t->dev, (int)t->current, t->tag, t->phase_s, t->tl);
         return;
     }
     double now = moe_eng_now();
     t->phase_s[t->current] += now - t->t_last;
+    struct moe_eng_tl *tl = t->tl;
+    if (tl != NULL && tl->is_on && now > t->t_last) {
+        if (tl->len < tl->cap) {
+            tl->rec[tl->len++] = (struct moe_eng_tl_rec){t->t_last, now, (int)t->current, t->tag};
+        } else {
+            tl->has_overflowed = true;
+        }
+    }
     t->t_last = now;
+}
+
+enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p)
+{
+    enum moe_phase prev = t->current;
+    if (p != prev) {
+        close_interval(t);
+        t->current = p;
+        t->current_slot = (int)p;
+    }
+    return prev;
+}
+
+void moe_eng_timer_set_tag(struct moe_eng_timer *t, int tag)
+{
+    if (tag != t->tag) {
+        close_interval(t);
+        t->tag = tag;
+    }
+}
+
+void moe_eng_timer_flush(struct moe_eng_timer *t)
+{
+    close_interval(t);
+    if (t->dev != NULL) {
+        moe_eng_dev_timer_fold(t->dev, t->phase_s, t->tl);
+    }
 }
 
 /* Rank and size among the members of world that share this host (collective over world). */

@@ -5,12 +5,15 @@
  * arguments. Also the small helpers that go with it: a stateless hash for layout-independent
  * initialisation and the phase clock.
  *
- * Phase timing: exactly one phase is current at any time; moe_eng_phase_enter switches and adds the
- * elapsed wall time to the phase being left, so the phases of a step partition its wall time and
- * sum to the step time by construction. Phase names are the cost model's (model/cost.h). On the
- * CUDA backend the clock is the compute stream's: each switch records a CUDA event there
- * (engine/device.h) and the intervals between consecutive events are added to the phase they
- * close when the event pool fills and at moe_eng_timer_flush, so the phases partition the GPU
+ * Phase timing: exactly one slot is current at any time; moe_eng_phase_enter switches and adds the
+ * elapsed wall time to the slot being left, so the slots of a step partition its wall time. The
+ * slots are the cost model's phases (model/cost.h) plus MOE_ENG_UNATTRIBUTED, where a step starts
+ * and which holds whatever no code claimed for a phase: every phase is entered explicitly (host
+ * work too), so "the phases sum to the step" is a check that the unattributed remainder stays
+ * small, not a definition. A traced step (timer.tl) also records every interval with the op it
+ * belonged to. On the CUDA backend the clock is the compute stream's: each switch records a CUDA
+ * event there (engine/device.h) and the intervals between consecutive events are added to the phase
+ * they close when the event pool fills and at moe_eng_timer_flush, so the phases partition the GPU
  * time line of the step instead of the host's (the host runs ahead of the GPU).
  */
 #ifndef MOE_ENGINE_CONTEXT_H
@@ -21,6 +24,7 @@
 #include "engine/device.h"
 #include "kernels/kernels.h"
 #include "model/cost.h"
+#include "topologies/trace_file.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -63,17 +67,49 @@ void moe_eng_log_rank(const struct moe_eng_log *log, const char *fmt, ...)
 /* Monotonic wall clock, seconds. */
 double moe_eng_now(void);
 
-struct moe_eng_timer {
-    double phase_s[MOE_NUM_PHASES]; /* seconds per phase since the last reset */
-    enum moe_phase current;         /* phase being timed now */
-    double t_last;                  /* when `current` was entered (host clock) */
-    moe_eng_dev_t *dev;             /* CUDA: time on the compute stream's events; NULL: host */
+/* The phase clock's slots: the model's phases, then the time no phase claimed. */
+#define MOE_ENG_UNATTRIBUTED ((enum moe_phase)MOE_NUM_PHASES)
+#define MOE_ENG_NUM_SLOTS    (MOE_NUM_PHASES + 1)
+
+/* The op an interval belongs to: micro-batch, virtual stage, backward (the trace files' packing,
+ * topologies/trace_file.h), or MOE_ENG_NO_OP for per-step work. */
+#define MOE_ENG_NO_OP MOE_TRACE_NO_OP
+static inline int moe_eng_op_tag(int mb, int vstage, bool is_bwd)
+{
+    return moe_trace_op_tag(mb, vstage, is_bwd);
+}
+
+/* One interval of a traced step: a slot between two switches and the op it belonged to. */
+struct moe_eng_tl_rec {
+    double t0, t1; /* seconds on this rank's clock (CLOCK_MONOTONIC; CUDA: from the step start) */
+    int slot;      /* enum moe_phase or MOE_ENG_UNATTRIBUTED */
+    int tag;       /* moe_eng_op_tag or MOE_ENG_NO_OP */
 };
-/* Zero the phases and start timing `start` now. */
+
+/* A traced step's intervals (caller-owned memory). */
+struct moe_eng_tl {
+    struct moe_eng_tl_rec *rec; /* [cap] */
+    int cap, len;
+    bool is_on;
+    bool has_overflowed;
+};
+
+struct moe_eng_timer {
+    double phase_s[MOE_ENG_NUM_SLOTS]; /* seconds per slot since the last reset */
+    enum moe_phase current;            /* slot being timed now */
+    double t_last;                     /* when `current` was entered (host clock) */
+    int current_slot;                  /* (int)current, for the arrival log of collectives */
+    int tag;                           /* the op being run (moe_eng_op_tag / MOE_ENG_NO_OP) */
+    struct moe_eng_tl *tl;             /* the traced step's intervals, or NULL */
+    moe_eng_dev_t *dev;                /* CUDA: time on the compute stream's events; NULL: host */
+};
+/* Zero the slots and start timing `start` now. */
 void moe_eng_timer_reset(struct moe_eng_timer *t, enum moe_phase start);
-/* Switch to phase p; returns the phase left (to switch back to). */
+/* Switch to slot p; returns the slot left (to switch back to). */
 enum moe_phase moe_eng_phase_enter(struct moe_eng_timer *t, enum moe_phase p);
-/* Add the time since the last switch to the current phase (before reading phase_s). */
+/* The op that runs from now on (closes the current interval when the op changes). */
+void moe_eng_timer_set_tag(struct moe_eng_timer *t, int tag);
+/* Add the time since the last switch to the current slot (before reading phase_s). */
 void moe_eng_timer_flush(struct moe_eng_timer *t);
 
 struct moe_eng_ctx {

@@ -15,6 +15,7 @@
 #include "engine/device.h"
 
 #include "engine/check.h"
+#include "engine/context.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +48,9 @@ struct moe_eng_dev {
     cudaStream_t comm_stream; /* non-blocking collectives (engine/comm_nccl.c) */
     cudaEvent_t events[DEV_TIMER_EVENTS];
     int event_phase[DEV_TIMER_EVENTS]; /* phase of the interval that ends at events[i] */
+    int event_tag[DEV_TIMER_EVENTS];   /* its op (engine/context.h moe_eng_op_tag) */
+    cudaEvent_t origin;                /* the step's first boundary (traced intervals) */
+    double origin_host;                /* host time when it was recorded */
     int num_events;                    /* recorded boundaries pending, events[0] the oldest */
 #endif
 };
@@ -121,10 +125,25 @@ static void host_copy(void *dst, const void *src, size_t bytes)
     }
 }
 
-static void host_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
+/* Append an interval to a traced step's record (when on). */
+static void tl_add(struct moe_eng_tl *tl, double t0, double t1, int phase, int tag)
+{
+    if (tl == NULL || !tl->is_on || t1 <= t0) {
+        return;
+    }
+    if (tl->len < tl->cap) {
+        tl->rec[tl->len++] = (struct moe_eng_tl_rec){t0, t1, phase, tag};
+    } else {
+        tl->has_overflowed = true;
+    }
+}
+
+static void
+host_timer_mark(moe_eng_dev_t *dev, int phase, int tag, double *phase_s, struct moe_eng_tl *tl)
 {
     double now = host_now();
     phase_s[phase] += now - dev->t_last;
+    tl_add(tl, dev->t_last, now, phase, tag);
     dev->t_last = now;
 }
 
@@ -195,6 +214,7 @@ enum moe_status moe_eng_dev_create(int device_idx, moe_eng_dev_t **out, struct m
     for (int i = 0; i < DEV_TIMER_EVENTS; i++) {
         MOE_CHECK_CUDA(cudaEventCreate(&dev->events[i]));
     }
+    MOE_CHECK_CUDA(cudaEventCreate(&dev->origin));
     *out = dev;
     return MOE_OK;
 }
@@ -210,6 +230,7 @@ void moe_eng_dev_destroy(moe_eng_dev_t *dev)
         for (int i = 0; i < DEV_TIMER_EVENTS; i++) {
             MOE_CHECK_CUDA(cudaEventDestroy(dev->events[i]));
         }
+        MOE_CHECK_CUDA(cudaEventDestroy(dev->origin));
         MOE_CHECK_CUDA(cudaStreamDestroy(dev->comm_stream));
         MOE_CHECK_CUDA(cudaStreamDestroy(dev->stream));
     }
@@ -368,11 +389,13 @@ void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
         return;
     }
     MOE_CHECK_CUDA(cudaEventRecord(dev->events[0], dev->stream));
+    MOE_CHECK_CUDA(cudaEventRecord(dev->origin, dev->stream));
+    dev->origin_host = host_now();
     dev->event_phase[0] = -1;
     dev->num_events = 1;
 }
 
-void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
+void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s, struct moe_eng_tl *tl)
 {
     MOE_ASSERT(dev != NULL);
     int n = dev->is_emulated ? 0 : dev->num_events;
@@ -380,10 +403,20 @@ void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
         return;
     }
     MOE_CHECK_CUDA(cudaEventSynchronize(dev->events[n - 1]));
+    bool traced = tl != NULL && tl->is_on;
+    float t0_ms = 0.0f;
+    if (traced) {
+        MOE_CHECK_CUDA(cudaEventElapsedTime(&t0_ms, dev->origin, dev->events[0]));
+    }
     for (int i = 1; i < n; i++) {
         float ms = 0.0f;
         MOE_CHECK_CUDA(cudaEventElapsedTime(&ms, dev->events[i - 1], dev->events[i]));
         phase_s[dev->event_phase[i]] += (double)ms * 1e-3;
+        if (traced) {
+            double t0 = dev->origin_host + (double)t0_ms * 1e-3;
+            tl_add(tl, t0, t0 + (double)ms * 1e-3, dev->event_phase[i], dev->event_tag[i]);
+            t0_ms += ms;
+        }
     }
     /* The last boundary starts the next interval. */
     cudaEvent_t last = dev->events[n - 1];
@@ -393,23 +426,25 @@ void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
     dev->num_events = 1;
 }
 
-void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
+void moe_eng_dev_timer_mark(
+    moe_eng_dev_t *dev, int phase, int tag, double *phase_s, struct moe_eng_tl *tl)
 {
     MOE_ASSERT(dev != NULL);
     if (dev->is_paused) {
         return;
     }
     if (dev->is_emulated) {
-        host_timer_mark(dev, phase, phase_s);
+        host_timer_mark(dev, phase, tag, phase_s, tl);
         return;
     }
     MOE_ASSERT(dev->num_events > 0);
     if (dev->num_events == DEV_TIMER_EVENTS) {
-        moe_eng_dev_timer_fold(dev, phase_s);
+        moe_eng_dev_timer_fold(dev, phase_s, tl);
     }
     int i = dev->num_events++;
     MOE_CHECK_CUDA(cudaEventRecord(dev->events[i], dev->stream));
     dev->event_phase[i] = phase;
+    dev->event_tag[i] = tag;
 }
 
 void moe_eng_dev_capture_begin(moe_eng_dev_t *dev)
@@ -609,16 +644,18 @@ void moe_eng_dev_timer_start(moe_eng_dev_t *dev)
     dev->t_last = host_now();
 }
 
-void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s)
+void moe_eng_dev_timer_mark(
+    moe_eng_dev_t *dev, int phase, int tag, double *phase_s, struct moe_eng_tl *tl)
 {
     if (!dev->is_paused) {
-        host_timer_mark(dev, phase, phase_s);
+        host_timer_mark(dev, phase, tag, phase_s, tl);
     }
 }
 
-void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s)
+void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s, struct moe_eng_tl *tl)
 {
     (void)phase_s;
+    (void)tl;
     MOE_ASSERT(dev != NULL);
 }
 

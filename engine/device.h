@@ -119,13 +119,19 @@ double moe_eng_sumsq_double(const moe_eng_dev_t *dev, const float *x, size_t n);
 
 /* ---- Phase clock on CUDA events (dev != NULL only) ------------------------------------------ */
 
-/* Forget pending boundaries and record the first one now (in stream order). */
+struct moe_eng_tl; /* engine/context.h: a traced step's intervals */
+
+/* Forget pending boundaries and record the first one now (in stream order); it is also the origin
+ * of the traced intervals' times, placed at the host time of this call. */
 void moe_eng_dev_timer_start(moe_eng_dev_t *dev);
-/* Record a boundary that ends an interval of phase `phase` (index into phase_s); when the event
- * pool is full, the pending intervals are folded into phase_s first (that synchronises). */
-void moe_eng_dev_timer_mark(moe_eng_dev_t *dev, int phase, double *phase_s);
-/* Wait for the last boundary and add every pending interval's seconds to phase_s[its phase]. */
-void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s);
+/* Record a boundary that ends an interval of phase `phase` (index into phase_s) of op `tag`; when
+ * the event pool is full, the pending intervals are folded into phase_s (and tl) first (that
+ * synchronises). tl: the traced step's intervals, or NULL. */
+void moe_eng_dev_timer_mark(
+    moe_eng_dev_t *dev, int phase, int tag, double *phase_s, struct moe_eng_tl *tl);
+/* Wait for the last boundary and add every pending interval's seconds to phase_s[its phase] (and
+ * each interval to tl when it is on). */
+void moe_eng_dev_timer_fold(moe_eng_dev_t *dev, double *phase_s, struct moe_eng_tl *tl);
 /* While paused (stream capture of a CUDA graph), marks are ignored. */
 void moe_eng_dev_timer_pause(moe_eng_dev_t *dev, bool is_paused);
 

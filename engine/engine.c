@@ -154,7 +154,7 @@ static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
     e->layers = moe_eng_heap_alloc(h, (size_t)L * sizeof(*e->layers));
     size_t ne = (size_t)L * (size_t)(e->d.experts > 0 ? e->d.experts : 1);
     e->stats.expert_tokens = moe_eng_heap_alloc(h, ne * sizeof(long));
-    e->stats.phase_sum = moe_eng_heap_alloc(h, MOE_NUM_PHASES * sizeof(double));
+    e->stats.phase_sum = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
     e->stats.cap_steps = e->opts.num_steps > 0 ? e->opts.num_steps : 1;
     e->stats.step_s = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
     e->stats.loss = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
@@ -355,6 +355,9 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     if (e->groups.tp != NULL) {
         st = agree(e, st, diag);
     }
+    if (st == MOE_OK) {
+        st = agree(e, moe_eng_timing_create(e, diag), diag);
+    }
     if (st == MOE_OK && opts->load_dir != NULL) {
         st = moe_eng_load(e, opts->load_dir, diag);
     }
@@ -404,6 +407,7 @@ void moe_eng_destroy(moe_eng_t *e)
         return;
     }
     struct moe_eng_heap *h = &e->ctx.heap;
+    moe_eng_timing_destroy(e);
     moe_eng_data_fini(e);
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
         free_category(e, c);
@@ -438,7 +442,7 @@ void moe_eng_destroy(moe_eng_t *e)
     moe_eng_heap_free(h, e->buckets, (size_t)e->cap_buckets * sizeof(*e->buckets));
     moe_eng_heap_free(h, e->layers, (size_t)L * sizeof(*e->layers));
     moe_eng_heap_free(h, e->stats.expert_tokens, ne * sizeof(long));
-    moe_eng_heap_free(h, e->stats.phase_sum, MOE_NUM_PHASES * sizeof(double));
+    moe_eng_heap_free(h, e->stats.phase_sum, MOE_ENG_NUM_SLOTS * sizeof(double));
     moe_eng_heap_free(h, e->stats.step_s, (size_t)e->stats.cap_steps * sizeof(double));
     moe_eng_heap_free(h, e->stats.loss, (size_t)e->stats.cap_steps * sizeof(double));
     moe_eng_heap_free(h, e->stats.ep_rows, (size_t)L * (size_t)e->stats.cap_ep_rows * sizeof(int));
@@ -455,8 +459,11 @@ void moe_eng_destroy(moe_eng_t *e)
 
 /* ---- Steps ----------------------------------------------------------------------------------- */
 
+/* The step's host bookkeeping (host_overhead) and the gradients zeroed for it (optimizer: the
+ * cost model counts that write there). */
 static void begin_step(struct moe_eng *e)
 {
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
     moe_eng_arena_reset(&e->temp);
     moe_eng_arena_reset(e->htemp);
     e->num_scal = 0;
@@ -471,21 +478,35 @@ static void begin_step(struct moe_eng *e)
         memset(e->step_counts, 0,
                (size_t)e->d.num_layers_all * (size_t)e->d.experts * sizeof(long));
     }
+    moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
     moe_eng_grads_zero(e);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+/* The next global batch's token ids (host work). */
+static void next_batch(struct moe_eng *e)
+{
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
+    moe_eng_data_next_batch(e);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
 enum moe_status
 moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_diag *diag)
 {
-    moe_eng_timer_reset(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
+    moe_eng_timing_begin_step(e);
+    moe_eng_timer_reset(&e->ctx.timer, MOE_ENG_UNATTRIBUTED);
     double t0 = moe_eng_now();
     begin_step(e);
-    moe_eng_data_next_batch(e);
+    next_batch(e);
     moe_eng_run_schedule(e);
     double gnorm = 0.0;
     enum moe_status st = moe_eng_optimizer_step(e, &gnorm, diag);
     moe_eng_timer_flush(&e->ctx.timer); /* CUDA: waits for the step's last event */
     double dt = moe_eng_now() - t0;
+    /* The first step of a run warms caches and MPI connections; phases average the rest. */
+    bool measured = st == MOE_OK && (e->stats.num_steps > 0 || e->opts.num_steps <= 1);
+    moe_eng_timing_end_step(e, measured);
     if (e->is_device) {
         size_t fr = 0, tot = 0;
         moe_eng_dev_mem_info(e->ctx.dev, &fr, &tot);
@@ -511,9 +532,8 @@ moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_dia
         s->loss[s->num_steps] = res->loss;
     }
     s->num_steps++;
-    /* The first step of a run warms caches and MPI connections; phases average the rest. */
-    if (s->num_steps > 1 || e->opts.num_steps <= 1) {
-        for (int p = 0; p < MOE_NUM_PHASES; p++) {
+    if (measured) {
+        for (int p = 0; p < MOE_ENG_NUM_SLOTS; p++) {
             s->phase_sum[p] += e->ctx.timer.phase_s[p];
         }
         s->num_measured++;
@@ -527,13 +547,16 @@ enum moe_status moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_dia
     (void)diag;
     struct moe_eng_rng saved = e->ctx.rng;
     uint64_t saved_pos = e->data.next_seq;
-    moe_eng_timer_reset(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
+    moe_eng_timer_reset(&e->ctx.timer, MOE_ENG_UNATTRIBUTED);
     begin_step(e);
-    moe_eng_data_next_batch(e);
+    next_batch(e);
     bool was = e->plan.options.overlap_grad_reduce;
+    bool logging = e->clog.is_on;
     e->plan.options.overlap_grad_reduce = false; /* keep local gradients */
+    e->clog.is_on = false;                       /* not a step: no waits to match */
     moe_eng_run_schedule(e);
     e->plan.options.overlap_grad_reduce = was;
+    e->clog.is_on = logging;
     double sums[3] = {e->loss_sum, e->aux_sum, e->mtp_sum};
     moe_comm_allreduce(e->ctx.world, sums, sums, 3, MOE_COMM_F64, MOE_COMM_SUM);
     *loss = sums[0] + sums[1] / (double)e->global_mbs + sums[2];

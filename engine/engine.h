@@ -108,6 +108,8 @@ struct moe_eng_run_opts {
      * equal the plain CPU backend's. */
     bool is_device_emulated;
 
+    int trace_step; /* record this step's intervals for moe_eng_write_trace (1-based; 0 = none) */
+
     const char *save_dir; /* checkpoint directory written after the run (and every save_every) */
     int save_every;       /* steps between checkpoints; 0 = only at the end */
     const char *load_dir; /* checkpoint to resume from */
@@ -198,6 +200,17 @@ const char *moe_eng_backend_name(const moe_eng_t *e);
  */
 MOE_NODISCARD enum moe_status
 moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct moe_diag *diag);
+
+/*
+ * Write the traced step (run option trace_step) as a Chrome trace on rank 0: one process per rank
+ * ("measured rank r (stage s)"), the tracks of `moefold predict --trace` (compute, EP, TP/CP, PP,
+ * DP streams), one complete event per interval of the phase clock named by phase, pass,
+ * micro-batch and virtual stage ("combine wait F mb3 v0"), the collectives' wait shares as their
+ * own events, times from rank 0's start of the step on the clock every rank shares
+ * (engine/timing.c). Collective. MOE_ERR_INVALID when no step was traced, MOE_ERR_IO.
+ */
+MOE_NODISCARD enum moe_status
+moe_eng_write_trace(moe_eng_t *e, const char *path, struct moe_diag *diag);
 
 /* ---- Hooks for tests (gradient checks, equivalence) ------------------------------------------ */
 

@@ -385,7 +385,8 @@ struct moe_eng_stats {
     int cap_steps;
     double *step_s;       /* [cap_steps] */
     double *loss;         /* [cap_steps] */
-    double *phase_sum;    /* [MOE_NUM_PHASES] summed over measured steps */
+    double *phase_sum;    /* [MOE_ENG_NUM_SLOTS] summed over measured steps */
+    double *wait_sum;     /* [MOE_ENG_NUM_SLOTS] their wait shares (engine/timing.c) */
     int num_measured;     /* steps in phase_sum (the first step is warm-up when steps
                              > 1) */
     long *expert_tokens;  /* [L, E] tokens per expert summed over steps (stage-reduced) */
@@ -466,9 +467,21 @@ struct moe_eng {
 
     struct moe_eng_data data;
     struct moe_eng_stats stats;
-    bool is_recomputing;  /* forward is a recompute: no statistics, no loss accumulation */
-    char nan_origin[160]; /* first non-finite layer output of the step ("" = none) */
-    int nan_priority;     /* 0: names a non-finite weight, 1: a block output (see optimizer.c) */
+
+    /* Phase timing beyond the clock (engine/timing.c) */
+    struct moe_comm_log clog;   /* arrival log of every group's collectives */
+    double *match_scratch;      /* [clog.cap] arrival times exchanged after a step */
+    double *step_wait;          /* [MOE_ENG_NUM_SLOTS] this step's wait shares */
+    double clock_offset;        /* this rank's clock minus rank 0's, seconds */
+    bool has_wait_log;          /* host-synchronous backend: wait shares are measured */
+    bool has_wait_mismatch;     /* a step's records did not match (a full log): waits incomplete */
+    struct moe_eng_tl tl;       /* the traced step's intervals */
+    struct moe_eng_tl tl_waits; /* its collectives' wait shares (reference clock) */
+    double trace_t0;            /* the traced step's start on the reference clock */
+    double trace_step_s;        /* its length */
+    bool is_recomputing;        /* forward is a recompute: no statistics, no loss accumulation */
+    char nan_origin[160];       /* first non-finite layer output of the step ("" = none) */
+    int nan_priority; /* 0: names a non-finite weight, 1: a block output (see optimizer.c) */
     bool is_hierarchical;
     bool is_allgather;  /* Megatron's allgather token dispatcher (engine/allgather.c) */
     bool is_ep_overlap; /* expert dispatch/combine of one half behind the other's compute */
@@ -507,6 +520,22 @@ MOE_NODISCARD enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_
 /* ---- activations.c: saved-activation layout, slots, recompute/offload placement ---------- */
 
 void moe_eng_acts_carve(struct moe_eng *e);
+/* ---- Phase timing (engine/timing.c) ---------------------------------------------------------- */
+
+/* The arrival log of every group (host backends), the clock offset to rank 0, the traced step's
+ * record (opts.trace_step > 0). Collective. MOE_ERR_NOMEM. */
+MOE_NODISCARD enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag);
+void moe_eng_timing_destroy(struct moe_eng *e);
+/* Before a step's timing: clear its waits, start the trace when it is the traced step. */
+void moe_eng_timing_begin_step(struct moe_eng *e);
+/* After a step's timing: match its collectives' arrivals over every group (collective), add their
+ * wait shares to step_wait (and to stats.wait_sum when is_measured), stop the trace. */
+void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured);
+/* The traced step of every rank on rank 0 (collective): *all (malloc, rank 0; records of rank 0,
+ * then 1, ...), *counts (malloc, rank 0: records per rank),
+ * *step_s its length. False when a rank's record overflowed. Records: MOE_TRACE_RECORD_FIELDS
+ * doubles each (topologies/trace_file.h). */
+bool moe_eng_trace_gather(struct moe_eng *e, double **all, int **counts, double *step_s);
 /* Bytes of per-op temporaries the step needs (sizing); *dispatch_bytes = the part of them that is
  * dispatch buffers (expert-row sized) live at the peak. */
 size_t moe_eng_temp_bytes(const struct moe_eng *e, size_t *dispatch_bytes);

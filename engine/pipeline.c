@@ -248,15 +248,19 @@ static void wait_req(struct moe_eng *e, struct moe_comm_req *req, bool is_backwa
     }
 }
 
-/* Offloaded tensors to the host pool and back (CUDA: device <-> host copies that wait). */
+/* Offloaded tensors to the host pool and back (CUDA: device <-> host copies that wait). The copy
+ * is compute: the cost model counts the part of an offload copy that its pass's compute does not
+ * hide there, and here nothing hides it (the copy blocks). */
 static void offload_out(struct moe_eng *e, const struct moe_eng_layer_act *a)
 {
     if (a->offload_bytes == 0) {
         return;
     }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     double t0 = moe_eng_now();
     moe_eng_copy_to_host(e->ctx.dev, a->host, a->stage, a->offload_bytes);
     e->stats.offload_s += moe_eng_now() - t0;
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
 static void offload_in(struct moe_eng *e, const struct moe_eng_layer_act *a)
@@ -264,9 +268,29 @@ static void offload_in(struct moe_eng *e, const struct moe_eng_layer_act *a)
     if (a->offload_bytes == 0) {
         return;
     }
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     double t0 = moe_eng_now();
     moe_eng_copy_from_host(e->ctx.dev, a->stage, a->host, a->offload_bytes);
     e->stats.offload_s += moe_eng_now() - t0;
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+/* Progress of the overlapped gradient reductions and parameter gathers between layers: on a CPU
+ * rank the transfer advances only inside these calls, so their time is data-parallel
+ * communication. */
+static void progress(struct moe_eng *e)
+{
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
+    moe_eng_comm_progress(e);
+    moe_eng_phase_enter(&e->ctx.timer, prev);
+}
+
+/* A device copy that belongs to the pass (compute). */
+static void pass_copy(struct moe_eng *e, float *dst, const float *src, size_t n)
+{
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
+    moe_eng_copy(e->ctx.dev, dst, src, n * sizeof(float));
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }
 
 static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
@@ -283,8 +307,7 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         recv_blocking(e, sl->x0, ch->prev_pp, fwd_tag(e, ch->c, mb), false);
     }
     if (ch->num_layers == 0) { /* a chunk with only the embedding or the loss */
-        moe_eng_copy(e->ctx.dev, sl->out, sl->x0,
-                     (size_t)e->d.tokens_sp * (size_t)e->d.hidden * sizeof(float));
+        pass_copy(e, sl->out, sl->x0, (size_t)e->d.tokens_sp * (size_t)e->d.hidden);
     }
     for (int i = 0; i < ch->num_layers; i++) {
         const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
@@ -298,7 +321,7 @@ static void chunk_fwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
             moe_eng_layer_fwd(e, w, &sl->acts[i], &ch->rc[i], out);
         }
         offload_out(e, &sl->acts[i]);
-        moe_eng_comm_progress(e);
+        progress(e);
     }
     if (ch->has_loss && ch->num_mtp > 0) {
         moe_eng_params_wait(e, MOE_ENG_TAG_HEAD);
@@ -346,7 +369,7 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         moe_eng_mtp_bwd(e, ch, sl, mb, d);
         moe_eng_layer_grads_done(e, MOE_ENG_TAG_HEAD);
     } else if (ch->has_loss) {
-        moe_eng_copy(e->ctx.dev, d, sl->dout, n * sizeof(float));
+        pass_copy(e, d, sl->dout, n);
     } else {
         recv_blocking(e, d, ch->next_pp, bwd_tag(e, ch->c, mb), true);
     }
@@ -361,7 +384,7 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         const struct moe_eng_layer_w *w = &e->layers[ch->first_layer + i];
         moe_eng_layer_bwd(e, w, &sl->acts[i], rc, d);
         moe_eng_layer_grads_done(e, w->idx);
-        moe_eng_comm_progress(e);
+        progress(e);
     }
     if (ch->has_embedding) {
         moe_eng_embed_bwd(e, &e->embedding, e->ids + (size_t)mb * (size_t)e->d.tokens, d);
@@ -370,7 +393,9 @@ static void chunk_bwd(struct moe_eng *e, struct moe_eng_chunk *ch, int mb)
         /* The previous gradient sent from this slot must be out before its buffer is reused
          * (waiting any earlier, at the slot's next forward, can deadlock the pipeline). */
         wait_req(e, &sl->dx_req, true);
+        enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_PP_COMM);
         moe_eng_copy(e->ctx.dev, sl->dx_send, d, n * sizeof(float));
+        moe_eng_phase_enter(&e->ctx.timer, prev);
         send_async(e, sl->dx_send, ch->prev_pp, bwd_tag(e, ch->c - 1, mb), true, &sl->dx_req);
     }
 }
@@ -380,6 +405,7 @@ void moe_eng_run_schedule(struct moe_eng *e)
     for (int i = 0; i < e->num_ops; i++) {
         const struct moe_eng_op *op = &e->ops[i];
         struct moe_eng_chunk *ch = &e->chunks[op->v];
+        moe_eng_timer_set_tag(&e->ctx.timer, moe_eng_op_tag(op->mb, op->v, op->is_backward));
         if (op->is_backward) {
             chunk_bwd(e, ch, op->mb);
         } else {
@@ -393,5 +419,8 @@ void moe_eng_run_schedule(struct moe_eng *e)
             wait_req(e, &ch->slots[s].dx_req, true);
         }
     }
+    moe_eng_timer_set_tag(&e->ctx.timer, MOE_ENG_NO_OP);
+    enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_HOST_OVERHEAD);
     moe_eng_scal_flush(e); /* router losses into aux_sum; CUDA: the deferred finite checks */
+    moe_eng_phase_enter(&e->ctx.timer, prev);
 }

@@ -4,21 +4,24 @@
  *
  * Definitions:
  * - time_s.<phase>: mean wall time per step (first step excluded as warm-up when the run has more
- *   than one) that the critical rank spent in that phase; the phases partition the step, so they
- *   sum to step_time_s. The critical rank is the one with the most non-idle time (step time minus
- *   pipeline bubble). Communication phases are exposed time: time the rank spent inside the
- *   collective or waiting for it, not hidden behind compute. ep_comm = dispatch + combine;
- *   exposed_comm = dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm.
+ *   than one) spent in that phase, averaged over the ranks of the critical pipeline stage -- the
+ *   stage whose ranks spend the most time neither idle in the pipeline bubble nor waiting for
+ *   another rank (critical_stage; critical_rank is its first rank). The average over a stage's
+ *   ranks is what the cost model prices: a rank with the mean expert load plus its wait for the
+ *   busiest. Every phase is entered explicitly (host work too); time_s.unattributed is what no
+ *   phase claimed (loop bookkeeping, the clock itself), so the phases plus unattributed sum to
+ *   step_time_s, and a small unattributed is the check that the phases cover the step.
+ *   Communication phases are exposed time: time the rank spent inside the collective or waiting
+ *   for it, not hidden behind compute. ep_comm = dispatch + combine; exposed_comm = dispatch +
+ *   combine + tp_comm + cp_comm + pp_comm + dp_comm.
+ * - wait_s.<phase>: the share of time_s.<phase> spent waiting for the slowest member of a
+ *   collective (engine/timing.c: each rank's arrival, without a barrier); wait_measured says
+ *   whether the backend allowed measuring it (host-synchronous collectives) and every step's
+ *   records matched.
  * - phase_definitions: what each phase holds, as phase_how below says it (also printed with
- *   --verbose). In short: compute = attention, dense MLP, norms, router, embedding and loss head;
- *   expert_gemm = routed and shared experts' GEMMs; dispatch = counts exchange, permute, rows
- *   all-to-all, ETP gather and reorder, combine = the way back -- both blocking, so they include
- *   waiting for the slowest EP peer (routing imbalance, skew upstream); tp_comm, cp_comm = their
- *   collectives, waits included; pp_comm = posting sends and waiting for them; pp_bubble =
- *   blocking receives (bubble and stage imbalance); dp_comm = gradient reductions and parameter
- *   gathers (only the waits with overlap); optimizer = norms, a world all-reduce (waits for the
- *   slowest rank), AdamW, the master-to-weight copy, expert counts and bias; host_overhead = the
- * rest (data, bookkeeping, offload copies).
+ *   --verbose).
+ * - timeline (with --trace-step): the traced step's intervals per rank (see moe_eng_write_trace):
+ *   "fields" names the numbers of each record.
  * - bytes_sent: per rank per step, mean over ranks, keyed "<group>.<collective>" (nccl-tests'
  * algorithm factors, engine/comm.h).
  * - tokens_per_expert: per MoE layer, routed token copies per expert per step (before capacity
@@ -43,6 +46,7 @@
 #include "topologies/json_util.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GIB 1073741824.0
@@ -57,7 +61,8 @@ static const char *const phase_how[MOE_NUM_PHASES] = {
     /* compute */
     "attention (QKV and output projections, RoPE, core attention), dense MLP, RMSNorms, the "
     "router GEMM and top-k, embedding, output layer and cross-entropy, and residual adds, "
-    "forward, backward and recompute",
+    "forward, backward and recompute; activation-offload copies (they block here; also "
+    "offload_copy_s)",
     /* expert_gemm */
     "the routed experts' grouped GEMMs and SwiGLU and the shared expert's MLP; with "
     "--overlap-moe-expert-parallel-comm also the other half micro-batch's all-to-all that "
@@ -66,12 +71,14 @@ static const char *const phase_how[MOE_NUM_PHASES] = {
     "from the router's choices to the experts' input rows: expert counts, the counts all-to-all "
     "(and the aux-loss counts all-reduce over TP x CP), permute, the rows all-to-all-v, the ETP "
     "all-gather and the expert-major reorder (hierarchical: the node-proxy exchange and "
-    "forward); the exchanges block, so it includes waiting for the slowest EP/ETP peer -- "
-    "routing imbalance and work skew upstream of the MoE layer show up here",
+    "forward), and in backward its gradient (after the expert GEMMs, back to the tokens); the "
+    "exchanges block, so it includes waiting for the slowest EP/ETP peer (wait_s.dispatch: "
+    "backward, the busiest rank's expert GEMMs)",
     /* combine */
     "from the experts' output rows back to the tokens: the reorder back, the ETP reduce, the rows "
-    "all-to-all-v back and the weighted unpermute, in forward and backward; includes waiting for "
-    "the slowest EP/ETP peer",
+    "all-to-all-v back and the weighted unpermute, and in backward its gradient (the output "
+    "gradients to the experts); includes waiting for the slowest EP/ETP peer (wait_s.combine: "
+    "forward, the busiest rank's expert GEMMs)",
     /* tp_comm */
     "sequence-parallel all-gathers and reduce-scatters (or all-reduces without SP) and the "
     "vocab-parallel cross-entropy all-reduces; blocking, so it includes waiting for TP peers",
@@ -84,19 +91,20 @@ static const char *const phase_how[MOE_NUM_PHASES] = {
     /* dp_comm */
     "gradient reduce-scatters / all-reduces over DP x CP and EDP, the TP all-reduce of "
     "sequence-parallel replicated gradients, the tied-embedding all-reduce and the parameter "
-    "all-gathers; with overlap only the waits are here (progress behind compute is hidden)",
+    "all-gathers; with overlap the waits for them and the progress polls between layers (a CPU "
+    "rank moves the data inside those calls)",
     /* pp_bubble */
     "blocking receives of activations or gradients from the neighbouring stage: idle time of the "
     "schedule's bubble plus any imbalance between stages",
     /* optimizer */
-    "gradient sums of squares and the finite checks, the world all-reduce of norm, loss and "
-    "finite flags (it waits for the slowest rank of the step), clipping, AdamW, the copy of the "
-    "updated master shard into the weights, and the expert count all-reduce over the stage with "
-    "the expert-bias update",
+    "zeroing the gradients for the step, gradient sums of squares and the finite checks, the "
+    "world all-reduce of norm, loss and finite flags (its wait share: waiting for the stage that "
+    "finishes last), clipping, AdamW, the copy of the updated master shard into the weights, and "
+    "the expert count all-reduce over the stage with the expert-bias update",
     /* host_overhead */
-    "everything outside the phases above: loading the batch's token ids, the schedule's "
-    "bookkeeping, progress polls of non-blocking collectives, activation-offload copies (also "
-    "offload_copy_s) and, on CUDA, reading the step's scalars back",
+    "host work, timed where it runs: resetting the step's arenas and statistics, loading the "
+    "batch's token ids, summing the router losses and, on CUDA, reading the step's scalars back "
+    "(time no phase claims is time_s.unattributed)",
 };
 
 static void add_phase_definitions(cJSON *o)
@@ -105,6 +113,9 @@ static void add_phase_definitions(cJSON *o)
     for (int p = 0; p < MOE_NUM_PHASES; p++) {
         cJSON_AddStringToObject(j, moe_phase_name((enum moe_phase)p), phase_how[p]);
     }
+    cJSON_AddStringToObject(j, "unattributed",
+                            "step time no phase claimed: the schedule loop between calls, the "
+                            "clock; small when the phases cover the step");
     cJSON_AddStringToObject(j, "ep_comm", "dispatch + combine");
     cJSON_AddStringToObject(j, "exposed_comm",
                             "dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm");
@@ -119,10 +130,12 @@ static const char *const buf_part_names[NUM_BUF_PARTS] = {
 enum {
     SUM_STEP = 0,
     SUM_PHASES = 1,
-    SUM_MEM = SUM_PHASES + MOE_NUM_PHASES,
+    SUM_WAITS = SUM_PHASES + MOE_ENG_NUM_SLOTS,
+    SUM_MEM = SUM_WAITS + MOE_ENG_NUM_SLOTS,
     SUM_BUFS = SUM_MEM + 7,
     SUM_ROWS = SUM_BUFS + NUM_BUF_PARTS,
-    SUM_LEN = SUM_ROWS + 1
+    SUM_STAGE = SUM_ROWS + 1,
+    SUM_LEN = SUM_STAGE + 1
 };
 
 /* The buffers category's parts on this rank (bytes; they add up to it exactly). */
@@ -150,11 +163,13 @@ static void rank_summary(const struct moe_eng *e, double *out)
     const struct moe_eng_stats *s = &e->stats;
     double n = s->num_measured > 0 ? (double)s->num_measured : 1.0;
     double step = 0.0;
-    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+    for (int p = 0; p < MOE_ENG_NUM_SLOTS; p++) {
         out[SUM_PHASES + p] = s->phase_sum[p] / n;
+        out[SUM_WAITS + p] = s->wait_sum[p] / n;
         step += out[SUM_PHASES + p];
     }
     out[SUM_STEP] = step;
+    out[SUM_STAGE] = e->groups.me.stage;
     struct moe_eng_mem_report m;
     moe_eng_memory(e, &m);
     out[SUM_MEM + 0] = m.weights;
@@ -176,7 +191,8 @@ static void add_buffer_parts(cJSON *o, const double *parts)
     }
 }
 
-static void add_phases(cJSON *o, const double *ph)
+/* time_s (ph: [MOE_ENG_NUM_SLOTS]) and wait_s (w: the same slots). */
+static void add_phases(cJSON *o, const double *ph, const double *w)
 {
     cJSON *t = cJSON_AddObjectToObject(o, "time_s");
     for (int p = 0; p < MOE_NUM_PHASES; p++) {
@@ -187,6 +203,82 @@ static void add_phases(cJSON *o, const double *ph)
     cJSON_AddNumberToObject(t, "exposed_comm",
                             ep + ph[MOE_PHASE_TP_COMM] + ph[MOE_PHASE_CP_COMM] +
                                 ph[MOE_PHASE_PP_COMM] + ph[MOE_PHASE_DP_COMM]);
+    cJSON_AddNumberToObject(t, "unattributed", ph[MOE_ENG_UNATTRIBUTED]);
+    cJSON *j = cJSON_AddObjectToObject(o, "wait_s");
+    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+        cJSON_AddNumberToObject(j, moe_phase_name((enum moe_phase)p), w[p]);
+    }
+}
+
+/* Mean over the ranks of each stage of the summaries in all; the critical stage (the most time
+ * neither in the bubble nor waiting) into *crit, its mean summary into mean[SUM_LEN]. */
+static void stage_means(const struct moe_eng *e, const double *all, int *crit, double *mean)
+{
+    int n = e->ctx.size;
+    int pp = e->plan.layout.pp;
+    double best = -1.0;
+    for (int p = 0; p < pp; p++) {
+        double m[SUM_LEN] = {0};
+        int k = 0;
+        for (int r = 0; r < n; r++) {
+            const double *s = all + (size_t)r * SUM_LEN;
+            if ((int)s[SUM_STAGE] != p) {
+                continue;
+            }
+            for (int i = 0; i < SUM_LEN; i++) {
+                m[i] += s[i];
+            }
+            k++;
+        }
+        if (k == 0) {
+            continue;
+        }
+        double waits = 0.0;
+        for (int i = 0; i < SUM_LEN; i++) {
+            m[i] /= k;
+        }
+        for (int q = 0; q < MOE_ENG_NUM_SLOTS; q++) {
+            waits += m[SUM_WAITS + q];
+        }
+        double work = m[SUM_STEP] - m[SUM_PHASES + MOE_PHASE_PP_BUBBLE] - waits;
+        if (work > best) {
+            best = work;
+            *crit = p;
+            memcpy(mean, m, sizeof(m));
+        }
+    }
+}
+
+/* The traced step's records per rank (collective): "timeline" {step_s, fields, ranks: [{rank,
+ * stage, records: [flat numbers]}]}. */
+static void add_timeline(struct moe_eng *e, cJSON *o)
+{
+    double *all = NULL;
+    int *cnt = NULL;
+    double step_s = 0.0;
+    (void)moe_eng_trace_gather(e, &all, &cnt, &step_s);
+    if (o != NULL && all != NULL) {
+        cJSON *t = cJSON_AddObjectToObject(o, "timeline");
+        cJSON_AddNumberToObject(t, "step", e->opts.trace_step);
+        cJSON_AddNumberToObject(t, "step_s", step_s);
+        cJSON_AddStringToObject(t, "fields", "t0_s t1_s slot op is_wait");
+        cJSON *ranks = cJSON_AddArrayToObject(t, "ranks");
+        size_t at = 0;
+        int per_stage = e->plan.layout.tp * e->plan.layout.cp * e->plan.layout.dp;
+        for (int r = 0; r < e->ctx.size; r++) {
+            cJSON *rk = cJSON_CreateObject();
+            cJSON_AddNumberToObject(rk, "rank", r);
+            cJSON_AddNumberToObject(rk, "stage", r / per_stage);
+            cJSON *rec = cJSON_AddArrayToObject(rk, "records");
+            for (int i = 0; i < cnt[r] * MOE_TRACE_RECORD_FIELDS; i++) {
+                cJSON_AddItemToArray(rec, cJSON_CreateNumber(all[(at + (size_t)i)]));
+            }
+            at += (size_t)cnt[r] * MOE_TRACE_RECORD_FIELDS;
+            cJSON_AddItemToArray(ranks, rk);
+        }
+    }
+    free(all);
+    free(cnt);
 }
 
 static void add_memory(cJSON *o, const double *mem)
@@ -384,16 +476,16 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     double *mine = all + (size_t)SUM_LEN * (size_t)n;
     rank_summary(e, mine);
     moe_comm_allgather(e->ctx.world, mine, all, SUM_LEN, MOE_COMM_F64);
-    int crit = 0;
+    int crit_stage = 0;
     int mem_rank = 0;
-    double best = -1.0, best_mem = -1.0;
+    double best_mem = -1.0;
+    double cs[SUM_LEN] = {0};
+    stage_means(e, all, &crit_stage, cs);
+    int crit = crit_stage * e->plan.layout.tp * e->plan.layout.cp * e->plan.layout.dp;
+    int wait_bad = e->has_wait_log && !e->has_wait_mismatch ? 0 : 1;
+    moe_comm_allreduce(e->ctx.world, &wait_bad, &wait_bad, 1, MOE_COMM_I32, MOE_COMM_MAX);
     for (int r = 0; r < n; r++) {
         const double *s = all + (size_t)r * SUM_LEN;
-        double busy = s[SUM_STEP] - s[SUM_PHASES + MOE_PHASE_PP_BUBBLE];
-        if (busy > best) {
-            best = busy;
-            crit = r;
-        }
         double tot = s[SUM_MEM] + s[SUM_MEM + 1] + s[SUM_MEM + 2] + s[SUM_MEM + 3] + s[SUM_MEM + 4];
         if (tot > best_mem) {
             best_mem = tot;
@@ -409,7 +501,6 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     double dropped = e->stats.bytes_dropped; /* slots dropped on this rank, summed over ranks */
     moe_comm_allreduce(e->ctx.world, &dropped, &dropped, 1, MOE_COMM_F64, MOE_COMM_SUM);
     cJSON *o = e->ctx.rank == 0 ? cJSON_CreateObject() : NULL;
-    const double *cs = all + (size_t)crit * SUM_LEN;
     if (o != NULL) {
         cJSON_AddStringToObject(o, "format", "moefold-run");
         cJSON_AddNumberToObject(o, "version", 1);
@@ -427,7 +518,9 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         cJSON_AddNumberToObject(o, "tokens_per_s_per_rank",
                                 cs[SUM_STEP] > 0 ? tokens / cs[SUM_STEP] / n : 0.0);
         cJSON_AddNumberToObject(o, "critical_rank", crit);
-        add_phases(o, cs + SUM_PHASES);
+        cJSON_AddNumberToObject(o, "critical_stage", crit_stage);
+        add_phases(o, cs + SUM_PHASES, cs + SUM_WAITS);
+        cJSON_AddBoolToObject(o, "wait_measured", wait_bad == 0);
         add_phase_definitions(o);
         cJSON *steps = cJSON_AddArrayToObject(o, "per_step");
         int ns = e->stats.num_steps < e->stats.cap_steps ? e->stats.num_steps : e->stats.cap_steps;
@@ -454,6 +547,9 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     }
     add_bytes(e, o);
     add_experts(e, o);
+    if (e->opts.trace_step > 0) {
+        add_timeline(e, o);
+    }
     enum moe_status st = MOE_OK;
     if (o != NULL) {
         if (plan_json != NULL) {

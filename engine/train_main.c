@@ -33,6 +33,7 @@ struct args {
     const char *plan_path;
     const char *model;
     const char *out;
+    const char *trace; /* --trace FILE */
     int megatron_argc;
     char **megatron_argv;
     struct moe_eng_run_opts run;
@@ -81,6 +82,13 @@ static void usage(FILE *f)
         "                        accumulate) for the fp32-storage GEMMs\n"
         "  --cuda-graphs         cuda: capture each dense layer's forward into a CUDA graph\n"
         "                        once per activation slot and replay it\n"
+        "  --trace FILE          write one step (--trace-step) as a Chrome trace (JSON; open it "
+        "in\n"
+        "                        ui.perfetto.dev or chrome://tracing): one process per rank,\n"
+        "                        an event per phase interval from the engine's own clock, the\n"
+        "                        collectives' waits for the slowest rank as their own events;\n"
+        "                        run.json then also holds it (\"timeline\") for compare --trace\n"
+        "  --trace-step K        the step to trace (default: the last)\n"
         "  --verbose             details, and every rank may print\n"
         "  --version, --help\n";
     /* clang-format on */
@@ -129,6 +137,8 @@ enum {
     OPT_BACKEND,
     OPT_GEMM_MATH,
     OPT_GRAPHS,
+    OPT_TRACE,
+    OPT_TRACE_STEP,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
@@ -208,6 +218,8 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"gemm-math", required_argument, NULL, OPT_GEMM_MATH},
         {"cuda-graphs", no_argument, NULL, OPT_GRAPHS},
+        {"trace", required_argument, NULL, OPT_TRACE},
+        {"trace-step", required_argument, NULL, OPT_TRACE_STEP},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -326,6 +338,13 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         case OPT_GRAPHS:
             a->run.use_cuda_graphs = true;
             break;
+        case OPT_TRACE:
+            a->trace = optarg;
+            break;
+        case OPT_TRACE_STEP:
+            rc = int_opt("trace-step", optarg, 1, 100000000, &n, is_root);
+            a->run.trace_step = (int)n;
+            break;
         case 'v':
             a->run.verbosity = 1;
             break;
@@ -356,6 +375,22 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
     a->megatron_argv = argv + optind;
     if (a->is_help || a->is_version) {
         return 0;
+    }
+    if (a->run.trace_step > 0 && a->trace == NULL) {
+        if (is_root) {
+            (void)fprintf(stderr, "moefold-train: --trace-step needs --trace FILE\n");
+        }
+        return 2;
+    }
+    if (a->trace != NULL && a->run.trace_step == 0) {
+        a->run.trace_step = a->run.num_steps; /* the last step: warm caches, settled routing */
+    }
+    if (a->run.trace_step > a->run.num_steps) {
+        if (is_root) {
+            (void)fprintf(stderr, "moefold-train: --trace-step %d is past --steps %d\n",
+                          a->run.trace_step, a->run.num_steps);
+        }
+        return 2;
     }
     if ((a->plan_path == NULL) == (a->model == NULL)) {
         if (is_root) {
@@ -506,6 +541,13 @@ static int run(struct args *a, int rank)
         st = moe_eng_write_run(e, a->out, text, &diag);
         if (st == MOE_OK && rank == 0) {
             (void)printf("wrote %s\n", a->out);
+        }
+    }
+    if (st == MOE_OK && a->trace != NULL) {
+        st = moe_eng_write_trace(e, a->trace, &diag);
+        if (st == MOE_OK && rank == 0) {
+            (void)printf("wrote %s (step %d; open it in ui.perfetto.dev or chrome://tracing)\n",
+                         a->trace, a->run.trace_step);
         }
     }
     report_failure(st, &diag, rank);

@@ -351,6 +351,48 @@ static double tp_block_comm(const struct moe_cluster *cl,
     return moe_comm_allreduce_s(cl, &g, rs_bytes);
 }
 
+/*
+ * Routed experts of one rank processing `rows` token rows (after the ETP gather): fc1, activation
+ * and fc2 forward and backward; *act_f gets the activation's forward time. One grouped kernel over
+ * the local experts with each expert's rows padded to the kernel's tile; without
+ * --moe-grouped-gemm each expert is its own GEMM. grouped_eff is the expert GEMMs' efficiency
+ * relative to a dense GEMM of the same size (the MoE-layer microbenchmark measures it through
+ * Megatron's expert path); without the grouped kernel each expert is its own, smaller GEMM (and its
+ * own Python-level calls, counted in host_layer), so the sequential path is never faster.
+ */
+static struct fb routed_experts(const struct cctx *c,
+                                const struct moe_model_cfg *cfg,
+                                const struct moe_layout *lay,
+                                const struct moe_options *opt,
+                                double rows,
+                                double *act_f)
+{
+    double h = cfg->hidden_size;
+    double mats = cfg->is_swiglu ? 2.0 : 1.0;
+    double e_loc = (double)cfg->num_experts / lay->ep;
+    double fe_loc = (double)cfg->moe_ffn_hidden_size / lay->etp;
+    double m_e = rows / e_loc;
+    double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
+    double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
+    struct fb fc1;
+    struct fb fc2;
+    if (opt->moe_grouped_gemm) {
+        double padded = ceil(m_e / tile) * tile * e_loc;
+        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_loc, 1.0 / ge);
+        fc2 = gemm_fb(c, padded, h, fe_loc, e_loc, 1.0 / ge);
+    } else {
+        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0 / ge);
+        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0 / ge);
+        fc1.f *= e_loc;
+        fc1.b *= e_loc;
+        fc2.f *= e_loc;
+        fc2.b *= e_loc;
+    }
+    *act_f = elem(c, rows * fe_loc * (mats + 1.0) * c->ab);
+    struct fb r = {fc1.f + fc2.f + *act_f, fc1.b + fc2.b + 2.0 * *act_f};
+    return r;
+}
+
 static void moe_block(const struct cctx *c,
                       const struct moe_model_cfg *cfg,
                       const struct moe_layout *lay,
@@ -367,45 +409,25 @@ static void moe_block(const struct cctx *c,
     double h = cfg->hidden_size;
     double e = cfg->num_experts;
     double k = cfg->moe_router_topk;
-    double mats = cfg->is_swiglu ? 2.0 : 1.0;
-    double e_loc = e / lay->ep;
-    double fe_loc = (double)cfg->moe_ffn_hidden_size / lay->etp;
-    double r = t_sp * k * lay->etp * load; /* tokens the busiest rank's experts process */
+    double r1 = t_sp * k * lay->etp; /* rows a rank's experts process at the mean load */
+    double r = r1 * load;            /* the busiest rank's rows */
     bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
 
     /* Router (BF16 GEMM to E logits) and its elementwise score / top-k work. */
     double router_f = moe_compute_gemm_s(c->gpu, MOE_MATH_BF16, 1.0, t_sp, e, h, c->ab) +
                       elem(c, t_sp * e * 4.0 * 6.0);
-    /* Experts: one grouped kernel over local experts with rows padded to the tile. */
-    double m_e = r / e_loc;
-    double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
-    double m_pad = ceil(m_e / tile) * tile;
-    double exp_f;
-    double exp_b;
-    struct fb fc1;
-    struct fb fc2;
-    /* grouped_eff is the expert GEMMs' efficiency relative to a dense GEMM of the same size (the
-     * MoE-layer microbenchmark measures it through Megatron's expert path). The grouped kernel
-     * covers all local experts at once; without it each expert is its own, smaller GEMM (and its
-     * own Python-level calls, counted in host_layer), so the sequential path is never faster. */
-    double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
-    if (opt->moe_grouped_gemm) {
-        double rows = m_pad * e_loc;
-        fc1 = gemm_fb(c, rows, fe_loc * mats, h, e_loc, 1.0 / ge);
-        fc2 = gemm_fb(c, rows, h, fe_loc, e_loc, 1.0 / ge);
-    } else {
-        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0 / ge);
-        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0 / ge);
-        fc1.f *= e_loc;
-        fc1.b *= e_loc;
-        fc2.f *= e_loc;
-        fc2.b *= e_loc;
+    /* Experts at the mean rows; the busiest rank's extra time is the exchange's wait. */
+    struct fb mean = routed_experts(c, cfg, lay, opt, r1, expert_act_f);
+    if (load > 1.0 && lay->ep > 1) {
+        double act_busy = 0.0;
+        struct fb busy = routed_experts(c, cfg, lay, opt, r, &act_busy);
+        out->fwd_combine_wait += busy.f - mean.f;
+        out->bwd_dispatch_wait += busy.b - mean.b;
+    } else if (load > 1.0) {
+        mean = routed_experts(c, cfg, lay, opt, r, expert_act_f); /* one EP rank: no peer to wait */
     }
-    exp_f = fc1.f + fc2.f;
-    exp_b = fc1.b + fc2.b;
-    *expert_act_f = elem(c, r * fe_loc * (mats + 1.0) * c->ab);
-    exp_f += *expert_act_f;
-    exp_b += 2.0 * *expert_act_f;
+    double exp_f = mean.f;
+    double exp_b = mean.b;
 
     double shared_f = 0.0;
     double shared_b = 0.0;
@@ -499,10 +521,14 @@ static void moe_block(const struct cctx *c,
         out->ep_bytes += bytes;
         out->ep_inter_bytes += tr_disp.inter_bytes + 3.0 * tr_comb.inter_bytes;
     }
+    /* A phase is named by the forward operation: backward, the gradient of combine (the output
+     * gradients to the experts: dispatch-like bytes, the unpermute's gradient) is combine and the
+     * gradient of dispatch (back to the tokens, after the expert GEMMs) is dispatch, as the engine
+     * times them. */
     out->fwd_dispatch += d_f + permute_f;
     out->fwd_combine += comb + unpermute_f;
-    out->bwd_dispatch += d_b + unpermute_f; /* gradient of combine: dispatch-like */
-    out->bwd_combine += comb + permute_f;
+    out->bwd_combine += d_b + unpermute_f;
+    out->bwd_dispatch += comb + permute_f;
     *moe_tp_f = etp_comm + shared_tp; /* the block's TP-group collectives, forward */
 }
 
@@ -613,9 +639,11 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         double moe_tp = 0.0;
         moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &expert_act, &shared_f, &moe_tp);
         if (rc & MOE_RC_MOE) {
-            /* The whole MoE block again: router and permutes, experts, and its collectives. */
+            /* The whole MoE block again: router and permutes, the experts (the busiest rank's:
+             * the wait comes back with them), and its collectives. */
             out->rc_compute += out->fwd_compute - fwd_before;
             out->rc_expert += out->fwd_expert;
+            out->rc_combine_wait += out->fwd_combine_wait;
             out->rc_dispatch += out->fwd_dispatch;
             out->rc_combine += out->fwd_combine;
             out->rc_tp += moe_tp;
@@ -644,6 +672,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
          * TransformerLayer re-runs attention, router, dispatch, experts and combine). */
         out->rc_compute = out->fwd_compute;
         out->rc_expert = out->fwd_expert;
+        out->rc_combine_wait = out->fwd_combine_wait;
         out->rc_tp = out->fwd_tp;
         out->rc_cp = out->fwd_cp;
         out->rc_dispatch = out->fwd_dispatch;
@@ -653,7 +682,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->rc_compute += (rc & MOE_RC_LAYERNORM) ? 2.0 * norm_f : 0.0;
         out->rc_compute += (rc & MOE_RC_MLA_UP_PROJ) ? at.up_f : 0.0;
     }
-    out->recompute = out->rc_compute + out->rc_expert;
+    out->recompute = out->rc_compute + out->rc_expert + out->rc_combine_wait;
 
     if (offload_bytes > 0.0) {
         out->offload_copy = moe_compute_offload_copy_s(cl, offload_bytes);

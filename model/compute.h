@@ -33,16 +33,24 @@ struct moe_layer_cost {
     double fwd_tp, bwd_tp;                                       /* TP/SP and ETP collectives */
     double fwd_cp, bwd_cp;                                       /* CP K/V exchange */
     double fwd_dispatch, fwd_combine, bwd_dispatch, bwd_combine; /* EP incl. permute/unpermute */
+    /* Waiting for the busiest EP rank: the exchange after the expert GEMMs (forward combine,
+     * backward dispatch) starts when the rank with load_factor x the mean rows is done, while
+     * fwd_expert/bwd_expert hold a rank with the mean rows (what every rank does on average).
+     * Not in fwd_combine / bwd_dispatch (which stay the transfers, independent of the expert
+     * GEMMs' options): the busiest rank's expert time is fwd_expert + fwd_combine_wait. */
+    double fwd_combine_wait, bwd_dispatch_wait;
     /* Recompute: the forward work re-run in backward, by the phase of the op re-run (seconds per
-     * recomputed layer pass). recompute = rc_compute + rc_expert, the recomputed compute. */
+     * recomputed layer pass). recompute = rc_compute + rc_expert, the recomputed compute;
+     * rc_combine_wait: the re-run forward combine's wait for the busiest EP rank. */
     double recompute;
     double rc_compute, rc_expert;   /* non-expert and expert compute re-run */
     double rc_tp, rc_cp;            /* TP/SP/ETP and CP collectives re-issued */
     double rc_dispatch, rc_combine; /* EP dispatch / combine re-issued (full or moe recompute) */
-    double rc_host;                 /* host launch time of the re-run ops */
-    double offload_copy;            /* host copies of offloaded activations (each way) */
-    double host_fwd, host_bwd;      /* CPU launch time */
-    double host_sync;               /* exposed host synchronisation (dropless token counts) */
+    double rc_combine_wait;
+    double rc_host;            /* host time of the re-run ops */
+    double offload_copy;       /* host copies of offloaded activations (each way) */
+    double host_fwd, host_bwd; /* CPU launch time */
+    double host_sync;          /* exposed host synchronisation (dropless token counts) */
     double tp_bytes, cp_bytes, ep_bytes, ep_inter_bytes; /* sent per layer pass, fwd+bwd */
 };
 
@@ -53,7 +61,9 @@ struct moe_layer_kind {
 };
 
 /*
- * Cost of one decoder layer of `kind`. load_factor >= 1 scales the busiest EP rank's expert tokens.
+ * Cost of one decoder layer of `kind`. load_factor >= 1 is the busiest EP rank's expert tokens over
+ * the mean: expert time is priced at the mean and the difference as the wait of the exchange that
+ * follows the expert GEMMs (fwd_combine_wait, bwd_dispatch_wait).
  * offload_bytes: activation bytes this layer moves to host per micro-batch (0 if none).
  */
 void moe_compute_layer(const struct moe_model_cfg *cfg,

@@ -44,9 +44,11 @@ const char *moe_phase_name(enum moe_phase p)
     return phase_names[p];
 }
 
-/* Exposed time of one layer pass, split by phase (seconds, one micro-batch). */
+/* Exposed time of one layer pass, split by phase (seconds, one micro-batch). wait_d and wait_c
+ * are the shares of dispatch and combine spent waiting for the busiest EP rank (not extra time). */
 struct pass_phases {
     double compute, expert, dispatch, combine, tp, cp, pp, host;
+    double wait_d, wait_c;
 };
 
 static double pos(double x)
@@ -64,6 +66,8 @@ static void phases_add(struct pass_phases *a, const struct pass_phases *b, doubl
     a->cp += b->cp * scale;
     a->pp += b->pp * scale;
     a->host += b->host * scale;
+    a->wait_d += b->wait_d * scale;
+    a->wait_c += b->wait_c * scale;
 }
 
 static double phases_sum(const struct pass_phases *p)
@@ -95,9 +99,12 @@ static void layer_exposed(const struct moe_cluster *cl,
     *fwd = (struct pass_phases){0};
     *bwd = (struct pass_phases){0};
     fwd->compute = lc->fwd_compute;
-    fwd->expert = lc->fwd_expert;
+    /* The overlaps below see the busiest EP rank's expert time (what the next exchange waits
+     * for); its part above the mean rank's is moved into that exchange as its wait at the end. */
+    fwd->expert = lc->fwd_expert + lc->fwd_combine_wait;
     bwd->compute = lc->bwd_compute + rc * lc->rc_compute;
-    bwd->expert = lc->bwd_expert + rc * lc->rc_expert;
+    bwd->expert =
+        lc->bwd_expert + lc->bwd_dispatch_wait + rc * (lc->rc_expert + lc->rc_combine_wait);
 
     double tp_keep = opt->tp_comm_overlap ? 1.0 - ov : 1.0;
     fwd->tp = lc->fwd_tp * tp_keep;
@@ -157,6 +164,18 @@ static void layer_exposed(const struct moe_cluster *cl,
     double gpu_b = phases_sum(bwd);
     fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
     bwd->host = pos(host_bwd - gpu_b);
+    /* The wait for the busiest rank belongs to the exchange after the expert GEMMs: forward
+     * combine, backward dispatch (the engine measures it there); a recomputed forward's combine
+     * waits in the backward pass too. */
+    fwd->wait_c = fmin(lc->fwd_combine_wait, fwd->expert);
+    fwd->expert -= fwd->wait_c;
+    fwd->combine += fwd->wait_c;
+    bwd->wait_d = fmin(lc->bwd_dispatch_wait, bwd->expert);
+    bwd->expert -= bwd->wait_d;
+    bwd->dispatch += bwd->wait_d;
+    bwd->wait_c = fmin(rc * lc->rc_combine_wait, bwd->expert);
+    bwd->expert -= bwd->wait_c;
+    bwd->combine += bwd->wait_c;
 }
 
 /* Everything predict needs per call, computed once. */
@@ -227,7 +246,8 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     struct pass_phases f_plain;
     layer_exposed(x->cl, x->opt, &lc, false, &f_plain, &x->kind_b_plain[is_moe][windowed], NULL);
     x->kind_ready[is_moe][windowed] = true;
-    double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert;
+    double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert +
+                  lc.fwd_combine_wait + lc.bwd_dispatch_wait;
     if (is_moe == x->is_moe && base > 0.0) {
         x->recompute_ratio = lc.recompute / base;
     }
@@ -377,9 +397,15 @@ static void stage_phases(struct pctx *x, int p, struct pass_phases *f, struct pa
                 sends_f, sends_b, f, b);
 }
 
-/* DP / EDP communication and optimizer of one stage; exposed seconds. */
+/*
+ * DP / EDP communication and optimizer of one stage; exposed seconds. The step's one
+ * synchronisation of every rank is the gradient-norm all-reduce: before it a stage reduces its
+ * gradients (dp_pre) and reads them for the norm (opt_pre); after it Adam updates the shard, the
+ * parameters are gathered (dp_post) and the gradients zeroed for the next step (opt_post).
+ */
 struct stage_tail {
     double dp_exposed, dp_total, dp_bytes, optimizer;
+    double dp_pre, dp_post, opt_pre, opt_post;
 };
 
 static void stage_tail(const struct pctx *x,
@@ -409,8 +435,9 @@ static void stage_tail(const struct pctx *x,
     }
     double ov = cl->overheads.overlap_eff;
     out->dp_total = rs + ag;
-    out->dp_exposed = (opt->overlap_grad_reduce ? pos(rs - ov * bwd_window) : rs) +
-                      (opt->overlap_param_gather ? pos(ag - ov * fwd_window) : ag);
+    out->dp_pre = opt->overlap_grad_reduce ? pos(rs - ov * bwd_window) : rs;
+    out->dp_post = opt->overlap_param_gather ? pos(ag - ov * fwd_window) : ag;
+    out->dp_exposed = out->dp_pre + out->dp_post;
     double nd = (double)gd.size;
     double ne = (double)ge.size;
     out->dp_bytes = (p.dense * grad_b +
@@ -441,6 +468,8 @@ static void stage_tail(const struct pctx *x,
         opt_s = shard * (1.0 - frac) * per_param / hbm + zero_grads + moved / link;
     }
     out->optimizer = opt_s;
+    out->opt_pre = shard * grad_b / hbm; /* the norm's read of the gradient shard */
+    out->opt_post = opt_s - out->opt_pre;
 }
 
 /*
@@ -472,13 +501,24 @@ static size_t stage_arrays_bytes(const struct moe_layout *lay)
     return (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
 }
 
+/* What the simulated step keeps per pipeline stage (after the schedule's own workspace). */
+struct sim_stage {
+    struct pass_phases f, b; /* one micro-batch's forward and backward (all doubles: the array
+                              * of start times that follows stays aligned) */
+    struct stage_tail tail;
+    double start_s; /* when its schedule starts, from the step's synchronisation */
+};
+
 size_t moe_cost_workspace_bytes(const struct moe_layout *lay, enum moe_schedule_mode mode)
 {
     size_t arrays = stage_arrays_bytes(lay);
     if (mode == MOE_SCHED_CLOSED_FORM) {
         return arrays;
     }
-    return arrays + moe_sched_workspace_bytes(lay->pp, lay->vpp, lay->num_microbatches);
+    size_t sched = moe_sched_workspace_bytes(lay->pp, lay->vpp, lay->num_microbatches);
+    sched = (sched + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+    return arrays + sched + (size_t)lay->pp * (sizeof(struct sim_stage) + sizeof(double)) +
+           2 * (size_t)lay->num_chunks * sizeof(struct pass_phases);
 }
 
 /*
@@ -511,9 +551,139 @@ static bool stage_repeats(const struct pctx *x, int p)
 struct step_time {
     double total;
     struct moe_phase_times t;
+    struct moe_phase_times wait; /* shares of t spent waiting for a slower rank */
     double stage_max_s, stage0_s;
     double dp_bytes, dp_total;
+    int critical_stage;
 };
+
+/* Phase times of stage phases f + b repeated m times (scaled to what the schedule ran). */
+static void phases_to_times(const struct pass_phases *ph,
+                            double scale,
+                            struct moe_phase_times *t,
+                            struct moe_phase_times *w)
+{
+    t->compute = ph->compute * scale;
+    t->expert_gemm = ph->expert * scale;
+    t->dispatch = ph->dispatch * scale;
+    t->combine = ph->combine * scale;
+    t->tp_comm = ph->tp * scale;
+    t->cp_comm = ph->cp * scale;
+    t->pp_comm = ph->pp * scale;
+    t->host_overhead = ph->host * scale;
+    w->dispatch = ph->wait_d * scale;
+    w->combine = ph->wait_c * scale;
+}
+
+static void times_finish(struct moe_phase_times *t)
+{
+    t->ep_comm = t->dispatch + t->combine;
+    t->exposed_comm = t->ep_comm + t->tp_comm + t->cp_comm + t->pp_comm + t->dp_comm;
+}
+
+static double times_total(const struct moe_phase_times *t)
+{
+    return t->compute + t->expert_gemm + t->ep_comm + t->tp_comm + t->cp_comm + t->pp_comm +
+           t->dp_comm + t->pp_bubble + t->optimizer + t->host_overhead;
+}
+
+/* The sim_stage array after the schedule's workspace. */
+static struct sim_stage *sim_stages(const struct moe_layout *lay, void *sim_ws)
+{
+    size_t sched = moe_sched_workspace_bytes(lay->pp, lay->vpp, lay->num_microbatches);
+    sched = (sched + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+    return (struct sim_stage *)(void *)((char *)sim_ws + sched);
+}
+
+/*
+ * The simulated step, stage by stage. Time 0 is the step's synchronisation (the gradient-norm
+ * all-reduce, the only collective of every rank); stage p then runs its post-synchronisation work
+ * (Adam, parameter gather, zeroing gradients, the fixed per-step host work) and starts its schedule
+ * at start_p, without waiting for the others. Its last backward ends at end_p; it reduces and reads
+ * its gradients (pre_p) and waits in the all-reduce for the last stage, which ends the step:
+ * T = max_p (end_p + pre_p). Per stage: pp_bubble = the idle time inside its schedule, the
+ * optimizer's wait share = T - end_p - pre_p. The critical stage is the one with the most time
+ * that is neither idle nor waiting; its phases are the prediction's (they sum to T).
+ */
+static enum moe_status simulate_step(struct pctx *x,
+                                     double *fwd,
+                                     double *bwd,
+                                     void *sim_ws,
+                                     size_t sim_ws_bytes,
+                                     struct step_time *st)
+{
+    const struct moe_layout *lay = x->lay;
+    int pp = lay->pp;
+    double m = lay->num_microbatches;
+    double fixed = x->cl->overheads.step_fixed_ms * 1e-3;
+    struct sim_stage *ss = sim_stages(lay, sim_ws);
+    for (int p = 0; p < pp; p++) {
+        if (p > 0 && stage_repeats(x, p)) {
+            ss[p] = ss[p - 1];
+            continue;
+        }
+        stage_phases(x, p, &ss[p].f, &ss[p].b);
+        stage_tail(x, &x->params[p], phases_sum(&ss[p].f), phases_sum(&ss[p].b), &ss[p].tail);
+        ss[p].start_s = ss[p].tail.dp_post + ss[p].tail.opt_post + fixed;
+    }
+    double *starts = (double *)(void *)(ss + pp); /* [pp], the schedule's stride-1 input */
+    struct pass_phases *chunk_ph = (struct pass_phases *)(void *)(starts + pp); /* [chunks][2] */
+    for (int c = 0; c < lay->num_chunks; c++) {
+        chunk_phases(x, c, &chunk_ph[2 * c], &chunk_ph[2 * c + 1]);
+        fwd[c] = phases_sum(&chunk_ph[2 * c]);
+        bwd[c] = phases_sum(&chunk_ph[2 * c + 1]);
+    }
+    for (int p = 0; p < pp; p++) {
+        starts[p] = ss[p].start_s;
+    }
+    struct moe_sched_input in = {pp, lay->vpp, lay->num_microbatches, fwd, bwd, x->p2p_s, starts};
+    struct moe_sched_result res;
+    MOE_TRY(moe_sched_simulate(&in, sim_ws, sim_ws_bytes, &res));
+    double total = 0.0;
+    for (int p = 0; p < pp; p++) {
+        double end = 0.0;
+        double busy = 0.0;
+        moe_sched_rank_times(&in, sim_ws, p, &end, &busy);
+        total = fmax(total, end + ss[p].tail.dp_pre + ss[p].tail.opt_pre);
+    }
+    double best = -1.0;
+    for (int p = 0; p < pp; p++) {
+        double end = 0.0;
+        double busy = 0.0;
+        moe_sched_rank_times(&in, sim_ws, p, &end, &busy);
+        const struct sim_stage *s = &ss[p];
+        struct pass_phases both = s->f;
+        phases_add(&both, &s->b, 1.0);
+        double per_mb = phases_sum(&both);
+        double scale = per_mb > 0.0 ? busy / per_mb : m;
+        struct moe_phase_times t = {0};
+        struct moe_phase_times w = {0};
+        phases_to_times(&both, scale, &t, &w);
+        t.host_overhead += fixed;
+        t.pp_bubble = pos(end - s->start_s - busy);
+        t.dp_comm = s->tail.dp_pre + s->tail.dp_post;
+        w.optimizer = pos(total - end - s->tail.dp_pre - s->tail.opt_pre);
+        t.optimizer = s->tail.opt_pre + s->tail.opt_post + w.optimizer;
+        times_finish(&t);
+        double work = times_total(&t) - t.pp_bubble - w.optimizer;
+        if (work > best) {
+            best = work;
+            st->t = t;
+            st->wait = w;
+            st->critical_stage = p;
+            st->stage_max_s = per_mb;
+        }
+        if (p == 0) {
+            st->stage0_s = per_mb;
+        }
+        st->dp_bytes = fmax(st->dp_bytes, s->tail.dp_bytes);
+        st->dp_total = fmax(st->dp_total, s->tail.dp_total);
+    }
+    /* The critical stage's phases span the step: T = its work + idle + wait, by construction of
+     * the start times (start_p = its post-synchronisation work). */
+    st->total = total;
+    return MOE_OK;
+}
 
 /* Time of one step at expert load factor `load`. fwd/bwd are caller arrays [num_chunks]. */
 static enum moe_status step_time(struct pctx *x,
@@ -524,16 +694,18 @@ static enum moe_status step_time(struct pctx *x,
                                  size_t sim_ws_bytes,
                                  struct step_time *st)
 {
+    if (mode == MOE_SCHED_SIMULATE) {
+        return simulate_step(x, fwd, bwd, sim_ws, sim_ws_bytes, st);
+    }
     const struct moe_layout *lay = x->lay;
     int pp = lay->pp;
-    int chunks = lay->num_chunks;
     struct pass_phases stage_sum = {0};
     double slow_s = -1.0;
     double sum_s = 0.0;
     double tail_max = 0.0;
     struct stage_tail worst = {0};
-    /* Per stage totals; the slowest stage's phase mix is what the step repeats m times. The DP
-     * tail and optimizer of the stage that finishes last set the end of the step. */
+    /* Closed form: the slowest stage's phase mix is what the step repeats m times; the DP tail and
+     * optimizer of the stage with the longest one end the step (a barrier at the step's end). */
     struct pass_phases f = {0};
     struct pass_phases b = {0};
     struct stage_tail tail = {0};
@@ -552,6 +724,7 @@ static enum moe_status step_time(struct pctx *x,
             slow_s = fw + bw;
             stage_sum = f;
             phases_add(&stage_sum, &b, 1.0);
+            st->critical_stage = p;
         }
         if (p == 0) {
             st->stage0_s = fw + bw;
@@ -564,44 +737,18 @@ static enum moe_status step_time(struct pctx *x,
         st->dp_total = tail.dp_total > st->dp_total ? tail.dp_total : st->dp_total;
     }
     struct moe_sched_result res;
-    if (mode == MOE_SCHED_SIMULATE) {
-        for (int c = 0; c < chunks; c++) {
-            struct pass_phases cf;
-            struct pass_phases cb;
-            chunk_phases(x, c, &cf, &cb);
-            fwd[c] = phases_sum(&cf);
-            bwd[c] = phases_sum(&cb);
-        }
-        struct moe_sched_input in = {pp, lay->vpp, lay->num_microbatches, fwd, bwd, x->p2p_s};
-        enum moe_status s = moe_sched_simulate(&in, sim_ws, sim_ws_bytes, &res);
-        if (s != MOE_OK) {
-            return s;
-        }
-    } else {
-        moe_sched_closed_form_sums(sum_s, slow_s, pp, lay->vpp, lay->num_microbatches, x->p2p_s,
-                                   &res);
-    }
+    moe_sched_closed_form_sums(sum_s, slow_s, pp, lay->vpp, lay->num_microbatches, x->p2p_s, &res);
     double m = lay->num_microbatches;
-
     struct moe_phase_times *t = &st->t;
     *t = (struct moe_phase_times){0};
-    double busy = m * slow_s;
-    double scale = slow_s > 0.0 ? res.busy_max_s / busy : 1.0; /* simulate may differ slightly */
-    t->compute = stage_sum.compute * m * scale;
-    t->expert_gemm = stage_sum.expert * m * scale;
-    t->dispatch = stage_sum.dispatch * m * scale;
-    t->combine = stage_sum.combine * m * scale;
-    t->tp_comm = stage_sum.tp * m * scale;
-    t->cp_comm = stage_sum.cp * m * scale;
-    t->pp_comm = stage_sum.pp * m * scale;
-    t->host_overhead = stage_sum.host * m * scale + x->cl->overheads.step_fixed_ms * 1e-3;
+    st->wait = (struct moe_phase_times){0};
+    phases_to_times(&stage_sum, m, t, &st->wait);
+    t->host_overhead += x->cl->overheads.step_fixed_ms * 1e-3;
     t->pp_bubble = pos(res.total_s - res.busy_max_s);
     t->dp_comm = worst.dp_exposed;
     t->optimizer = worst.optimizer;
-    t->ep_comm = t->dispatch + t->combine;
-    t->exposed_comm = t->ep_comm + t->tp_comm + t->cp_comm + t->pp_comm + t->dp_comm;
-    st->total = t->compute + t->expert_gemm + t->ep_comm + t->tp_comm + t->cp_comm + t->pp_comm +
-                t->dp_comm + t->pp_bubble + t->optimizer + t->host_overhead;
+    times_finish(t);
+    st->total = times_total(t);
     st->stage_max_s = slow_s;
     return MOE_OK;
 }
@@ -793,6 +940,8 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     struct step_time st = {0};
     MOE_TRY(step_time(&x, mode, fwd, bwd, sim_ws, sim_bytes, &st));
     out->time = st.t;
+    out->wait = st.wait;
+    out->critical_stage = st.critical_stage;
     out->step_time_s = st.total;
     out->load_factor = x.load;
     memcpy(out->pass, x.kind_parts, sizeof(out->pass));
@@ -890,5 +1039,181 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
             out->bottleneck = (enum moe_phase)i;
         }
     }
+    return MOE_OK;
+}
+
+/* ---- Timeline -------------------------------------------------------------------------------- */
+
+static const unsigned char track_of[MOE_NUM_PHASES] = {
+    MOE_TL_COMPUTE, MOE_TL_COMPUTE, MOE_TL_EP, MOE_TL_EP,      MOE_TL_TPCP,    MOE_TL_TPCP,
+    MOE_TL_PP,      MOE_TL_DP,      MOE_TL_PP, MOE_TL_COMPUTE, MOE_TL_COMPUTE,
+};
+
+enum moe_tl_track moe_tl_track_of(enum moe_phase p)
+{
+    return (int)p >= 0 && p < MOE_NUM_PHASES ? (enum moe_tl_track)track_of[p] : MOE_TL_COMPUTE;
+}
+
+const char *moe_tl_track_name(enum moe_tl_track t)
+{
+    static const char *const names[MOE_TL_NUM_TRACKS] = {"compute", "EP stream", "TP/CP stream",
+                                                         "PP stream", "DP stream"};
+    return (int)t >= 0 && t < MOE_TL_NUM_TRACKS ? names[t] : "?";
+}
+
+size_t moe_cost_timeline_max_events(const struct moe_layout *lay)
+{
+    size_t ops = 2 * (size_t)lay->num_chunks * (size_t)lay->num_microbatches;
+    return ops * (MOE_NUM_PHASES + 2) + (size_t)lay->pp * 8;
+}
+
+/* Appends events; keeps the clock of the stage it writes. */
+struct tl_writer {
+    struct moe_tl_event *ev;
+    size_t cap, n;
+    double *stage_phase_s; /* [pp * MOE_NUM_PHASES] or NULL */
+    int stage, mb, vstage, is_bwd;
+    double t; /* where the next event starts */
+};
+
+static void tl_put(struct tl_writer *w, enum moe_phase ph, double dur, bool is_wait)
+{
+    if (dur <= 1e-12) { /* rounding of the schedule's sums, not an interval */
+        w->t += dur > 0.0 ? dur : 0.0;
+        return;
+    }
+    if (w->n < w->cap) {
+        w->ev[w->n++] = (struct moe_tl_event){w->t,
+                                              dur,
+                                              w->stage,
+                                              w->mb,
+                                              (short)w->vstage,
+                                              (unsigned char)ph,
+                                              (unsigned char)w->is_bwd,
+                                              (unsigned char)is_wait,
+                                              track_of[ph]};
+    }
+    if (w->stage_phase_s != NULL) {
+        w->stage_phase_s[(size_t)w->stage * MOE_NUM_PHASES + ph] += dur;
+    }
+    w->t += dur;
+}
+
+/* A phase with its wait share first (the wait ends when the slowest peer arrives). */
+static void tl_put_split(struct tl_writer *w, enum moe_phase ph, double dur, double wait)
+{
+    wait = wait < dur ? wait : dur;
+    tl_put(w, ph, wait, true);
+    tl_put(w, ph, dur - wait, false);
+}
+
+/* One chunk op's phases in pass order, starting at w->t. */
+static void tl_op(struct tl_writer *w, const struct pass_phases *p, bool bwd)
+{
+    if (!bwd) {
+        tl_put(w, MOE_PHASE_COMPUTE, p->compute, false);
+        tl_put(w, MOE_PHASE_TP_COMM, p->tp, false);
+        tl_put(w, MOE_PHASE_CP_COMM, p->cp, false);
+        tl_put_split(w, MOE_PHASE_DISPATCH, p->dispatch, p->wait_d);
+        tl_put(w, MOE_PHASE_EXPERT_GEMM, p->expert, false);
+        tl_put_split(w, MOE_PHASE_COMBINE, p->combine, p->wait_c);
+    } else {
+        tl_put_split(w, MOE_PHASE_COMBINE, p->combine, p->wait_c);
+        tl_put(w, MOE_PHASE_EXPERT_GEMM, p->expert, false);
+        tl_put_split(w, MOE_PHASE_DISPATCH, p->dispatch, p->wait_d);
+        tl_put(w, MOE_PHASE_COMPUTE, p->compute, false);
+        tl_put(w, MOE_PHASE_TP_COMM, p->tp, false);
+        tl_put(w, MOE_PHASE_CP_COMM, p->cp, false);
+    }
+    tl_put(w, MOE_PHASE_HOST_OVERHEAD, p->host, false);
+    tl_put(w, MOE_PHASE_PP_COMM, p->pp, false);
+}
+
+enum moe_status moe_cost_timeline(const struct moe_model_cfg *cfg,
+                                  const struct moe_cluster *cl,
+                                  const struct moe_layout *lay,
+                                  const struct moe_options *opt,
+                                  const struct moe_load_stats *load,
+                                  void *ws,
+                                  size_t ws_bytes,
+                                  struct moe_tl_event *ev,
+                                  size_t cap,
+                                  size_t *num,
+                                  double *stage_phase_s,
+                                  struct moe_prediction *pred,
+                                  struct moe_diag *diag)
+{
+    *num = 0;
+    if (cap < moe_cost_timeline_max_events(lay)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "the timeline needs room for %zu events, got %zu",
+                            moe_cost_timeline_max_events(lay), cap);
+    }
+    MOE_TRY(
+        moe_cost_predict(cfg, cl, lay, opt, load, MOE_SCHED_SIMULATE, ws, ws_bytes, pred, diag));
+    if (load != NULL) {
+        /* The p50 / p99 passes ran last: run the mean load again so the workspace holds it. */
+        struct moe_load_stats mean = {load->mean_factor, load->mean_factor, load->mean_factor};
+        struct moe_prediction again;
+        MOE_TRY(moe_cost_predict(cfg, cl, lay, opt, &mean, MOE_SCHED_SIMULATE, ws, ws_bytes, &again,
+                                 diag));
+    }
+    void *sim_ws = (char *)ws + stage_arrays_bytes(lay);
+    const struct sim_stage *ss = sim_stages(lay, sim_ws);
+    const double *starts = (const double *)(const void *)(ss + lay->pp);
+    const struct pass_phases *chunk_ph =
+        (const struct pass_phases *)(const void *)(starts + lay->pp);
+    size_t key_bytes =
+        (sizeof(struct ws_key) + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+    const double *fwd = (const double *)(const void *)((const char *)ws + key_bytes);
+    const double *bwd = fwd + lay->num_chunks;
+    struct moe_sched_input in = {lay->pp, lay->vpp, lay->num_microbatches, fwd, bwd, 0.0, starts};
+    if (stage_phase_s != NULL) {
+        memset(stage_phase_s, 0, (size_t)lay->pp * MOE_NUM_PHASES * sizeof(double));
+    }
+    struct tl_writer w = {ev, cap, 0, stage_phase_s, 0, -1, -1, 0, 0.0};
+    double step = pred->step_time_s;
+    double fixed = cl->overheads.step_fixed_ms * 1e-3;
+    for (int p = 0; p < lay->pp; p++) {
+        const struct stage_tail *tl = &ss[p].tail;
+        w.stage = p;
+        double end = 0.0;
+        double busy = 0.0;
+        moe_sched_rank_times(&in, sim_ws, p, &end, &busy);
+        double clock = starts[p];
+        for (int i = 0;; i++) {
+            int mb = 0;
+            int c = 0;
+            int is_bwd = 0;
+            if (!moe_sched_op(&in, p, i, &mb, &c, &is_bwd)) {
+                break;
+            }
+            if (mb >= lay->num_microbatches) {
+                continue;
+            }
+            double dur = is_bwd ? bwd[c] : fwd[c];
+            w.mb = mb;
+            w.vstage = c / lay->pp;
+            w.is_bwd = is_bwd;
+            double t0 = moe_sched_op_end(&in, sim_ws, mb, c, is_bwd) - dur;
+            w.t = clock;
+            tl_put(&w, MOE_PHASE_PP_BUBBLE, t0 - clock, false); /* waiting for the neighbour */
+            w.t = t0;
+            tl_op(&w, &chunk_ph[2 * c + is_bwd], is_bwd != 0);
+            clock = t0 + dur;
+        }
+        w.mb = -1;
+        w.vstage = -1;
+        w.is_bwd = 0;
+        w.t = end;
+        tl_put(&w, MOE_PHASE_DP_COMM, tl->dp_pre, false);
+        tl_put(&w, MOE_PHASE_OPTIMIZER, tl->opt_pre, false);
+        tl_put(&w, MOE_PHASE_OPTIMIZER, step - w.t, true);
+        w.t = step;
+        tl_put(&w, MOE_PHASE_OPTIMIZER, tl->opt_post, false);
+        tl_put(&w, MOE_PHASE_DP_COMM, tl->dp_post, false);
+        tl_put(&w, MOE_PHASE_HOST_OVERHEAD, fixed, false);
+    }
+    *num = w.n;
     return MOE_OK;
 }

@@ -2,8 +2,9 @@
  * The analytic cost model: per-GPU memory by category (worst pipeline stage), step time by phase,
  * model FLOPs, TFLOPS/GPU and MFU for one model x cluster x layout x options.
  *
- * Phase accounting: every field of struct moe_phase_times is time on the critical path of one
- * training step, so they sum to step_time_s:
+ * Phase accounting: every field of struct moe_phase_times is time of one training step on the
+ * critical pipeline stage (the one with the most time neither idle nor waiting), so they sum to
+ * step_time_s:
  *   step = compute + expert_gemm + dispatch + combine + tp_comm + cp_comm + pp_comm + dp_comm
  *          + pp_bubble + optimizer + host_overhead
  * Communication fields hold the *exposed* (not hidden by overlap) part; ep_comm = dispatch +
@@ -139,6 +140,12 @@ struct moe_prediction {
     struct moe_mem_bytes mem; /* worst stage */
     struct moe_act_bytes act_layer; /* one MoE (or dense) layer, one micro-batch, as saved */
     struct moe_phase_times time;
+    /* The share of each phase of `time` spent waiting for a slower rank (included in `time`):
+     * dispatch and combine wait for the busiest EP rank (its extra expert rows), the optimizer
+     * waits in the gradient-norm all-reduce for the stage that finishes last (simulated schedule
+     * only); the other fields are 0. */
+    struct moe_phase_times wait;
+    int critical_stage; /* the pipeline stage whose phases `time` holds */
     struct moe_comm_totals comm;
     double load_factor;        /* expert max/mean load used for time (mean over steps) */
     double load_factor_p99;    /* the one memory is sized for (99th percentile step) */
@@ -199,6 +206,68 @@ MOE_NODISCARD enum moe_status moe_cost_predict(const struct moe_model_cfg *cfg,
                                                size_t ws_bytes,
                                                struct moe_prediction *out,
                                                struct moe_diag *diag);
+
+/* ---- Timeline: the simulated step as events (for a Chrome trace) ------------------------------
+ */
+
+/* Where an event runs: the stage's compute stream or one of its communication streams. */
+enum moe_tl_track {
+    MOE_TL_COMPUTE = 0, /* compute, expert_gemm, optimizer, host_overhead */
+    MOE_TL_EP = 1,      /* dispatch, combine */
+    MOE_TL_TPCP = 2,    /* tp_comm, cp_comm */
+    MOE_TL_PP = 3,      /* pp_comm (and, measured, pp_bubble: blocking receives) */
+    MOE_TL_DP = 4,      /* dp_comm */
+    MOE_TL_NUM_TRACKS = 5,
+};
+
+/* The track a phase runs on. */
+enum moe_tl_track moe_tl_track_of(enum moe_phase p);
+/* "compute", "EP stream", "TP/CP stream", "PP stream", "DP stream". */
+const char *moe_tl_track_name(enum moe_tl_track t);
+
+/* One interval of the timeline. */
+struct moe_tl_event {
+    double start_s; /* from the step's synchronisation (the gradient-norm all-reduce) */
+    double dur_s;
+    int stage;             /* pipeline rank */
+    int mb;                /* micro-batch, -1 for per-step work (reductions, optimizer) */
+    short vstage;          /* virtual stage (chunk / pp), -1 for per-step work */
+    unsigned char phase;   /* enum moe_phase */
+    unsigned char is_bwd;  /* backward pass of a chunk */
+    unsigned char is_wait; /* the phase's share spent waiting for a slower rank */
+    unsigned char track;   /* enum moe_tl_track */
+};
+
+/* Events moe_cost_timeline may write for this layout (every phase of every chunk's forward and
+ * backward of every micro-batch, split into wait and the rest, plus each stage's per-step work). */
+size_t moe_cost_timeline_max_events(const struct moe_layout *lay);
+
+/*
+ * The event-simulated step (MOE_SCHED_SIMULATE) as a timeline: pred as moe_cost_predict gives it,
+ * and ev[0 .. *num) the events of every stage in its own step window [start_p, start_p + step):
+ * each chunk's forward and backward of each micro-batch split by phase (in pass order,
+ * back to back: they add up to the op's time; a wait share is its own event), the gaps between
+ * them being the pipeline bubble; after the stage's last backward its gradient reduction and norm
+ * read, its wait in the all-reduce until the step's synchronisation at `step`, then the optimizer
+ * update, parameter gather and per-step host work (which is when its next step starts).
+ * stage_phase_s (NULL: not wanted) gets [pp * MOE_NUM_PHASES] seconds per stage and phase, the
+ * bubble included: each stage's row sums to the step; row pred->critical_stage equals pred->time.
+ * ws: moe_cost_workspace_bytes(lay, MOE_SCHED_SIMULATE). MOE_ERR_INVALID when cap is below
+ * moe_cost_timeline_max_events or as moe_cost_predict.
+ */
+MOE_NODISCARD enum moe_status moe_cost_timeline(const struct moe_model_cfg *cfg,
+                                                const struct moe_cluster *cl,
+                                                const struct moe_layout *lay,
+                                                const struct moe_options *opt,
+                                                const struct moe_load_stats *load,
+                                                void *ws,
+                                                size_t ws_bytes,
+                                                struct moe_tl_event *ev,
+                                                size_t cap,
+                                                size_t *num,
+                                                double *stage_phase_s,
+                                                struct moe_prediction *pred,
+                                                struct moe_diag *diag);
 
 /* Name of a phase as used in JSON ("compute", "expert_gemm", ...). */
 const char *moe_phase_name(enum moe_phase p);

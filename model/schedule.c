@@ -131,6 +131,11 @@ enum moe_status moe_sched_simulate(const struct moe_sched_input *in,
     }
     memset(clock, 0, 2 * (size_t)pp * sizeof(double));
     memset(cursor, 0, (size_t)pp * sizeof(int));
+    if (in->start_s != NULL) {
+        for (int p = 0; p < pp; p++) {
+            clock[p] = in->start_s[p] > 0.0 ? in->start_s[p] : 0.0;
+        }
+    }
 
     long remaining = 2L * (long)cells;
     while (remaining > 0) {
@@ -204,4 +209,30 @@ enum moe_status moe_sched_simulate(const struct moe_sched_input *in,
     out->busy_max_s = busy_max;
     out->bubble_s = total - busy_max;
     return MOE_OK;
+}
+
+double moe_sched_op_end(const struct moe_sched_input *in, const void *ws, int mb, int c, int is_bwd)
+{
+    size_t cells = (size_t)in->pp * (size_t)in->vpp * (size_t)in->num_microbatches;
+    const double *done = (const double *)ws + (is_bwd ? cells : 0);
+    return done[(size_t)mb * (size_t)(in->pp * in->vpp) + (size_t)c];
+}
+
+void moe_sched_rank_times(
+    const struct moe_sched_input *in, const void *ws, int p, double *end_s, double *busy_s)
+{
+    size_t cells = (size_t)in->pp * (size_t)in->vpp * (size_t)in->num_microbatches;
+    const double *clock = (const double *)ws + 2 * cells;
+    *end_s = clock[p];
+    *busy_s = clock[in->pp + p];
+}
+
+int moe_sched_op(const struct moe_sched_input *in, int p, int i, int *mb, int *chunk, int *is_bwd)
+{
+    int k = 0;
+    if (!op_at(in, p, i, is_bwd, &k)) {
+        return 0;
+    }
+    op_target(in, p, k, *is_bwd, mb, chunk);
+    return 1;
 }

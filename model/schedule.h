@@ -10,7 +10,11 @@
  * Simulation: each rank runs Megatron's op order (schedules.py: warm-up forwards, steady 1F1B,
  * cool- down backwards; interleaved chunk order in groups of pp micro-batches); an op starts when
  * its rank is free and its upstream op (previous chunk's forward / next chunk's backward) has
- * arrived.
+ * arrived. A rank's clock may start late (start_s): after the step's one synchronisation (the
+ * optimizer's gradient-norm all-reduce) each rank finishes its own optimizer work and begins the
+ * next step's schedule on its own (Megatron's ranks meet only at collectives), so a stage with a
+ * short optimizer starts its forwards while the others still update. The op start and end times
+ * stay in the workspace for a timeline (moe_sched_op_end, moe_sched_rank_times).
  */
 #ifndef MOE_MODEL_SCHEDULE_H
 #define MOE_MODEL_SCHEDULE_H
@@ -24,16 +28,17 @@ extern "C" {
 #endif
 
 struct moe_sched_input {
-    int pp;               /* pipeline ranks */
-    int vpp;              /* chunks per rank */
-    int num_microbatches; /* m */
-    const double *fwd_s;  /* [pp*vpp] forward time of one micro-batch in chunk c (c = v*pp + p) */
-    const double *bwd_s;  /* [pp*vpp] backward time (incl. recompute) */
-    double p2p_s;         /* one activation / gradient transfer between neighbouring chunks */
+    int pp;                /* pipeline ranks */
+    int vpp;               /* chunks per rank */
+    int num_microbatches;  /* m */
+    const double *fwd_s;   /* [pp*vpp] forward time of one micro-batch in chunk c (c = v*pp + p) */
+    const double *bwd_s;   /* [pp*vpp] backward time (incl. recompute) */
+    double p2p_s;          /* one activation / gradient transfer between neighbouring chunks */
+    const double *start_s; /* [pp] when each rank's clock starts (NULL: all at 0) */
 };
 
 struct moe_sched_result {
-    double total_s;    /* time from the first forward to the last backward */
+    double total_s;    /* time from 0 (the earliest start) to the last backward */
     double busy_max_s; /* largest per-rank busy time (m * S_p) */
     double bubble_s;   /* total_s - busy_max_s */
 };
@@ -61,6 +66,19 @@ MOE_NODISCARD enum moe_status moe_sched_simulate(const struct moe_sched_input *i
                                                  void *ws,
                                                  size_t ws_bytes,
                                                  struct moe_sched_result *out);
+
+/* After moe_sched_simulate on ws: when micro-batch mb's forward (is_bwd 0) or backward of chunk c
+ * ended (seconds; its start is the end minus its duration). */
+double
+moe_sched_op_end(const struct moe_sched_input *in, const void *ws, int mb, int c, int is_bwd);
+
+/* After moe_sched_simulate on ws: when rank p's last op ended and how long its ops ran. */
+void moe_sched_rank_times(
+    const struct moe_sched_input *in, const void *ws, int p, double *end_s, double *busy_s);
+
+/* The i-th op of rank p in Megatron's order: 1 and *mb, *chunk, *is_bwd set, or 0 past the end
+ * (an interleaved slot past m, when m is not a multiple of pp, gives *mb >= m: skip it). */
+int moe_sched_op(const struct moe_sched_input *in, int p, int i, int *mb, int *chunk, int *is_bwd);
 
 #ifdef __cplusplus
 }

@@ -176,8 +176,10 @@ static void recipe_terms(const struct moe_plan_space *sp,
         for (int gi = 0; gi < sp->num_grouped; gi++) {
             bound_options(sp, recipe, sp->grouped[gi], disp[0], &opt);
             moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
-            t->fwde[kd][gi] = lc.fwd_expert;
-            t->bwde[kd][gi] = lc.bwd_expert;
+            /* The busiest EP rank's expert time: the mean rank's plus the exchange's wait for it
+             * (model/cost.c prices the overlaps on it, then files the wait under the exchange). */
+            t->fwde[kd][gi] = lc.fwd_expert + lc.fwd_combine_wait;
+            t->bwde[kd][gi] = lc.bwd_expert + lc.bwd_dispatch_wait;
             if (gi == 0) {
                 lc0 = lc;
                 t->fwdc[kd] = lc.fwd_compute;

@@ -10,20 +10,51 @@
 
 #define GIB 1073741824.0
 
+/* time_s: every phase plus ep_comm and exposed_comm (required), unattributed (optional: run files
+ * before it had none). */
 static enum moe_status
-read_phases(const cJSON *o, const char *w, struct moe_phase_times *t, struct moe_diag *diag)
+read_phases(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
 {
-    static const char *const keys[] = {"compute",     "expert_gemm", "dispatch",  "combine",
-                                       "tp_comm",     "cp_comm",     "ep_comm",   "pp_comm",
-                                       "dp_comm",     "pp_bubble",   "optimizer", "host_overhead",
-                                       "exposed_comm"};
-    double *dst[] = {&t->compute,   &t->expert_gemm,   &t->dispatch,    &t->combine, &t->tp_comm,
-                     &t->cp_comm,   &t->ep_comm,       &t->pp_comm,     &t->dp_comm, &t->pp_bubble,
-                     &t->optimizer, &t->host_overhead, &t->exposed_comm};
+    static const char *const keys[] = {"compute",      "expert_gemm", "dispatch",  "combine",
+                                       "tp_comm",      "cp_comm",     "ep_comm",   "pp_comm",
+                                       "dp_comm",      "pp_bubble",   "optimizer", "host_overhead",
+                                       "exposed_comm", "unattributed"};
+    struct moe_phase_times *t = &run->time;
+    double *dst[] = {&t->compute,      &t->expert_gemm,     &t->dispatch,  &t->combine,
+                     &t->tp_comm,      &t->cp_comm,         &t->ep_comm,   &t->pp_comm,
+                     &t->dp_comm,      &t->pp_bubble,       &t->optimizer, &t->host_overhead,
+                     &t->exposed_comm, &run->unattributed_s};
     MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
     for (size_t i = 0; i < MOE_ARRAY_LEN(keys); i++) {
-        MOE_TRY(moe_json_get_double(o, keys[i], true, 0.0, 1e9, dst[i], w, diag));
+        bool required = i + 1 < MOE_ARRAY_LEN(keys);
+        MOE_TRY(moe_json_get_double(o, keys[i], required, 0.0, 1e9, dst[i], w, diag));
     }
+    return MOE_OK;
+}
+
+/* The optional wait_s: each phase's wait share (engine/report.c). */
+static enum moe_status
+read_waits(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
+{
+    if (o == NULL) {
+        return MOE_OK;
+    }
+    if (!cJSON_IsObject(o)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: expected an object", w);
+    }
+    const char *keys[MOE_NUM_PHASES];
+    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+        keys[p] = moe_phase_name((enum moe_phase)p);
+    }
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_NUM_PHASES, w, diag));
+    struct moe_phase_times *t = &run->wait;
+    double *dst[MOE_NUM_PHASES] = {&t->compute,   &t->expert_gemm, &t->dispatch,     &t->combine,
+                                   &t->tp_comm,   &t->cp_comm,     &t->pp_comm,      &t->dp_comm,
+                                   &t->pp_bubble, &t->optimizer,   &t->host_overhead};
+    for (int p = 0; p < MOE_NUM_PHASES; p++) {
+        MOE_TRY(moe_json_get_double(o, keys[p], false, 0.0, 1e9, dst[p], w, diag));
+    }
+    run->has_wait = true;
     return MOE_OK;
 }
 
@@ -150,7 +181,13 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "tokens_per_s",
                                        "tokens_per_s_per_rank",
                                        "critical_rank",
+                                       "critical_stage",
                                        "time_s",
+                                       "wait_s",
+                                       "wait_measured",
+                                       "timeline",
+                                       "ran",
+                                       "plan_differences",
                                        "phase_definitions",
                                        "per_step",
                                        "memory_gib",
@@ -183,8 +220,42 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
         moe_json_get_double(root, "step_time_s", true, 0.0, 1e9, &run->step_time_s, path, diag));
     MOE_TRY(
         moe_json_get_double(root, "tokens_per_s", true, 0.0, 1e15, &run->tokens_per_s, path, diag));
-    MOE_TRY(
-        read_phases(cJSON_GetObjectItemCaseSensitive(root, "time_s"), "time_s", &run->time, diag));
+    MOE_TRY(read_phases(cJSON_GetObjectItemCaseSensitive(root, "time_s"), "time_s", run, diag));
+    MOE_TRY(read_waits(cJSON_GetObjectItemCaseSensitive(root, "wait_s"), "wait_s", run, diag));
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "wait_measured");
+    if (wm != NULL && !cJSON_IsBool(wm)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s: wait_measured: expected true or false",
+                            path);
+    }
+    run->has_wait = run->has_wait && (wm == NULL || cJSON_IsTrue(wm));
+    run->critical_stage = -1;
+    if (cJSON_GetObjectItemCaseSensitive(root, "critical_stage") != NULL) {
+        MOE_TRY(moe_json_get_int(root, "critical_stage", true, 0, 1 << 20, &run->critical_stage,
+                                 path, diag));
+    }
+    const char *trees[] = {"timeline", "ran"};
+    for (size_t i = 0; i < MOE_ARRAY_LEN(trees); i++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, trees[i]);
+        if (t != NULL && !cJSON_IsObject(t)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: %s: expected an object", path,
+                                trees[i]);
+        }
+    }
+    const cJSON *diffs = cJSON_GetObjectItemCaseSensitive(root, "plan_differences");
+    if (diffs != NULL) {
+        const cJSON *it = NULL;
+        if (!cJSON_IsArray(diffs)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: plan_differences: expected an array",
+                                path);
+        }
+        cJSON_ArrayForEach(it, diffs)
+        {
+            if (!cJSON_IsString(it)) {
+                return moe_diag_set(diag, MOE_ERR_INVALID, "%s: plan_differences: expected strings",
+                                    path);
+            }
+        }
+    }
     MOE_TRY(read_memory(cJSON_GetObjectItemCaseSensitive(root, "memory_gib"), "memory_gib",
                         &run->mem, diag));
     double rss = 0.0;
@@ -214,6 +285,9 @@ enum moe_status moe_run_read(const char *path, struct moe_run *out, struct moe_d
     if (st == MOE_OK) {
         out->tokens_per_expert = cJSON_DetachItemFromObjectCaseSensitive(root, "tokens_per_expert");
         out->plan = cJSON_DetachItemFromObjectCaseSensitive(root, "plan");
+        out->timeline = cJSON_DetachItemFromObjectCaseSensitive(root, "timeline");
+        out->ran = cJSON_DetachItemFromObjectCaseSensitive(root, "ran");
+        out->plan_differences = cJSON_DetachItemFromObjectCaseSensitive(root, "plan_differences");
     }
     cJSON_Delete(root);
     return st;
@@ -226,6 +300,12 @@ void moe_run_fini(struct moe_run *run)
     }
     cJSON_Delete(run->tokens_per_expert);
     cJSON_Delete(run->plan);
+    cJSON_Delete(run->timeline);
+    cJSON_Delete(run->ran);
+    cJSON_Delete(run->plan_differences);
     run->tokens_per_expert = NULL;
     run->plan = NULL;
+    run->timeline = NULL;
+    run->ran = NULL;
+    run->plan_differences = NULL;
 }

@@ -2,8 +2,9 @@
  * Run files ("format": "moefold-run", version 1): what `moefold-train` measured, under the names
  * `moefold predict --json` uses (time_s per phase, memory_gib per category), plus per-step losses
  * and times, bytes per collective, tokens per expert, the buffers category's parts, the expert-row
- * sizing factor, what each phase measured (phase_definitions: text, accepted and not kept) and the
- * plan that ran. This is the reader
+ * sizing factor, what each phase measured (phase_definitions: text, accepted and not kept), the
+ * wait shares of the phases, the traced step's timeline, the options that ran and how they differ
+ * from the plan, and the plan itself. This is the reader
  * `moefold compare` uses; the engine writes the file (engine/report.c). Unknown top-level keys are
  * errors naming them; the embedded plan and the bytes-per-collective map are kept as trees.
  */
@@ -34,7 +35,12 @@ struct moe_run {
     double tokens_per_step;
     double step_time_s; /* mean measured step */
     double tokens_per_s;
-    struct moe_phase_times time; /* mean per step, critical rank; sums to step_time_s */
+    struct moe_phase_times time; /* mean per step over the critical stage's ranks; with
+                                  * unattributed_s sums to step_time_s */
+    double unattributed_s;       /* step time no phase claimed (0 in older run files) */
+    bool has_wait;               /* wait shares measured ("wait_s", wait_measured) */
+    struct moe_phase_times wait; /* each phase's share spent waiting for a slower rank */
+    int critical_stage;          /* the pipeline stage time_s describes; -1 when not given */
     struct moe_mem_bytes mem;    /* bytes by category on the rank with the largest total */
     double peak_rss_bytes;
     double final_loss;                                 /* loss of the last step */
@@ -66,6 +72,9 @@ struct moe_run {
     double device_used_bytes;  /* total - free at the fullest point the engine saw */
     cJSON *tokens_per_expert;  /* owned: [layer][expert] token copies per step, or NULL */
     cJSON *plan;               /* owned: the plan object that ran, or NULL */
+    cJSON *timeline;           /* owned: the traced step ("timeline", --trace-step), or NULL */
+    cJSON *ran;                /* owned: the options the engine ran ("ran"), or NULL */
+    cJSON *plan_differences;   /* owned: strings, each an option that ran otherwise, or NULL */
 };
 
 /* Read and check a run file. *out owns its trees: release with moe_run_fini. */

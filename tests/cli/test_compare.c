@@ -3,9 +3,12 @@
  * --emit`; the run file is written here from that plan's own prediction with known deviations
  * (step time 25% longer, memory exact, expert load observed per layer), so the printed errors are
  * known in advance: the summary line, the table, --json, --observed-load (prices the observed load
- * and moves the prediction) and the errors for bad input are checked.
+ * and moves the prediction) and the errors for bad input are checked. A run file with a traced step
+ * and a difference from the plan: --trace puts the predicted stage and the measured ranks in one
+ * valid Chrome trace (the measured phase sums are the records'), and the difference is listed.
  */
 #include "tests/test_util.h"
+#include "topologies/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -229,6 +232,90 @@ static void test_json(void **state)
     free(out);
 }
 
+/* The run file of f->run with a traced step of two ranks and one difference from the plan. */
+static void write_traced_run(const char *from, const char *path)
+{
+    cJSON *r = read_json(from);
+    cJSON *t = cJSON_AddObjectToObject(r, "timeline");
+    cJSON_AddNumberToObject(t, "step", 4);
+    cJSON_AddNumberToObject(t, "step_s", 0.21);
+    cJSON_AddStringToObject(t, "fields", "t0_s t1_s slot op is_wait");
+    cJSON *ranks = cJSON_AddArrayToObject(t, "ranks");
+    const int op = moe_trace_op_tag(3, 0, false);
+    for (int rank = 0; rank < 2; rank++) {
+        /* compute 0.1 s, combine 0.05 s of which 0.02 s waiting, host 0.05 s, unattributed. */
+        const double rec[] = {
+            0.0,  0.1,  MOE_PHASE_COMPUTE, op, 0, 0.1,  0.12, MOE_PHASE_COMBINE,       op, 1,
+            0.12, 0.15, MOE_PHASE_COMBINE, op, 0, 0.15, 0.2,  MOE_PHASE_HOST_OVERHEAD, -1, 0,
+            0.2,  0.21, MOE_NUM_PHASES,    -1, 0};
+        cJSON *rk = cJSON_CreateObject();
+        cJSON_AddNumberToObject(rk, "rank", rank);
+        cJSON_AddNumberToObject(rk, "stage", 0);
+        cJSON_AddItemToObject(rk, "records",
+                              cJSON_CreateDoubleArray(rec, (int)(sizeof(rec) / sizeof(rec[0]))));
+        cJSON_AddItemToArray(ranks, rk);
+    }
+    cJSON *d = cJSON_AddArrayToObject(r, "plan_differences");
+    cJSON_AddItemToArray(d, cJSON_CreateString("moe_grouped_gemm: the plan says on, ran off"));
+    char *s = cJSON_Print(r);
+    write_text(path, s);
+    free(s);
+    cJSON_Delete(r);
+}
+
+static void test_trace_and_differences(void **state)
+{
+    struct files *f = *state;
+    char run[320];
+    char trace[320];
+    (void)snprintf(run, sizeof(run), "%s/run-traced.json", f->dir);
+    (void)snprintf(trace, sizeof(trace), "%s/both.trace.json", f->dir);
+    write_traced_run(f->run, run);
+    char *out = malloc(OUT_LEN);
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s --trace %s 2>&1", f->plan, run, trace);
+    int rc = run_cli(args, out);
+    if (rc != 0) {
+        fail_msg("compare --trace exited %d: %s", rc, out);
+    }
+    assert_non_null(strstr(out, "the run differs from the plan"));
+    assert_non_null(strstr(out, "moe_grouped_gemm: the plan says on, ran off"));
+    assert_non_null(strstr(out, "\nunattributed "));
+    assert_non_null(strstr(out, "\nphase_errors:"));
+    struct moe_trace_summary *sum = malloc(sizeof(*sum));
+    assert_non_null(sum);
+    struct moe_diag d = {0};
+    if (moe_trace_summarize(trace, sum, &d) != MOE_OK) {
+        fail_msg("%s: %s", trace, d.message);
+    }
+    assert_int_equal(sum->num_procs, 3); /* one predicted stage, two measured ranks */
+    assert_true(sum->worst_overlap_us < 0.01);
+    int measured = 0;
+    for (int p = 0; p < sum->num_procs; p++) {
+        const struct moe_trace_proc *pr = &sum->procs[p];
+        if (pr->pid >= 1000) {
+            measured++;
+            assert_true(fabs(pr->phase_us[MOE_PHASE_COMPUTE] - 1e5) < 1e-3);
+            assert_true(fabs(pr->phase_us[MOE_PHASE_COMBINE] - 5e4) < 1e-3);
+            assert_true(fabs(pr->other_us - 1e4) < 1e-3); /* unattributed */
+            assert_true(fabs(pr->last_us - pr->first_us - 2.1e5) < 1e-3);
+        } else {
+            assert_true(fabs((pr->last_us - pr->first_us) * 1e-6 - f->pred_step_s) <
+                        0.01 * f->pred_step_s);
+        }
+    }
+    assert_int_equal(measured, 2);
+    free(sum);
+    /* Without a traced step --trace says what to do. */
+    (void)snprintf(args, sizeof(args), "compare %s %s --trace %s 2>&1", f->plan, f->run, trace);
+    rc = run_cli(args, out);
+    assert_true(rc != 0);
+    assert_non_null(strstr(out, "--trace FILE"));
+    free(out);
+    (void)unlink(run);
+    (void)unlink(trace);
+}
+
 static void expect_failure(const char *args, const char *needle)
 {
     char *out = malloc(OUT_LEN);
@@ -262,9 +349,8 @@ static void test_bad_input(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_known_errors),
-        cmocka_unit_test(test_observed_load),
-        cmocka_unit_test(test_json),
+        cmocka_unit_test(test_known_errors), cmocka_unit_test(test_observed_load),
+        cmocka_unit_test(test_json),         cmocka_unit_test(test_trace_and_differences),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests_name("cli_compare", tests, setup, teardown);

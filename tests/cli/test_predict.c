@@ -1,10 +1,14 @@
 /*
  * `moefold predict` end to end through the built binary: --json carries every documented key and
  * its phases sum to the step; a HuggingFace config.json predicts like the matching preset; auto
- * imbalance reports p50 <= p99 and is slower than perfect balance; bad input exits non-zero with a
- * message naming the problem.
+ * imbalance reports p50 <= p99 and is slower than perfect balance; --trace writes the simulated
+ * step as a Chrome trace (DeepSeek-V3 B5: under 20 MB, valid, every event with ph/ts/dur/pid/tid,
+ * no two events of one track overlapping, every stage spanning the predicted step within 1%, the
+ * critical stage's phases summing to --json's time_s); bad input exits non-zero with a message
+ * naming the problem.
  */
 #include "tests/test_util.h"
+#include "topologies/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -146,6 +152,73 @@ static void test_auto_imbalance(void **state)
     cJSON_Delete(autoj);
 }
 
+static void test_trace(void **state)
+{
+    (void)state;
+    /* The README's worked example: DeepSeek-V3 B5 (PP8, VPP4, 128 micro-batches). */
+    const char *b5 =
+        "--model deepseek-v3 --cluster dgx-h100 --gpus 1024 --tensor-model-parallel-size 2 "
+        "--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout 'Et|(tt|)*30mL' "
+        "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1 --sequence-parallel "
+        "--micro-batch-size 1 --global-batch-size 8192 --fp8-format e4m3 --fp8-recipe tensorwise "
+        "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+        "--moe-grouped-gemm --moe-router-force-load-balancing --moe-token-dispatcher-type flex "
+        "--moe-flex-dispatcher-backend hybridep --recompute-granularity selective "
+        "--recompute-modules mla_up_proj mlp";
+    char path[] = "/tmp/moefold-test-trace-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    (void)close(fd);
+    char args[4096];
+    (void)snprintf(args, sizeof(args), "%s --trace %s", b5, path);
+    cJSON *j = predict_json(args);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(sb.st_size > 1000000 && sb.st_size < 20 * 1000 * 1000);
+    struct moe_trace_summary *sum = malloc(sizeof(*sum));
+    assert_non_null(sum);
+    struct moe_diag d = {0};
+    if (moe_trace_summarize(path, sum, &d) != MOE_OK) {
+        fail_msg("trace: %s", d.message);
+    }
+    double step = num(j, "step_time_s");
+    assert_int_equal(sum->num_procs, 8);
+    assert_true(sum->num_metadata >= 8 * 7);
+    assert_true(sum->worst_overlap_us < 0.01); /* printed to the nanosecond */
+    int crit = (int)num(j, "critical_stage");
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "time_s");
+    for (int p = 0; p < sum->num_procs; p++) {
+        const struct moe_trace_proc *pr = &sum->procs[p];
+        assert_true(fabs((pr->last_us - pr->first_us) * 1e-6 - step) <= 0.01 * step);
+        double total = pr->other_us;
+        for (int k = 0; k < MOE_NUM_PHASES; k++) {
+            total += pr->phase_us[k];
+        }
+        assert_true(fabs(total * 1e-6 - step) <= 1e-3 * step);
+        if (pr->pid == crit) {
+            for (int k = 0; k < MOE_NUM_PHASES; k++) {
+                double want = num(ts, moe_phase_name((enum moe_phase)k));
+                if (fabs(pr->phase_us[k] * 1e-6 - want) > 1e-4 * step) {
+                    fail_msg("stage %d %s: trace %.6f s, --json %.6f s", crit,
+                             moe_phase_name((enum moe_phase)k), pr->phase_us[k] * 1e-6, want);
+                }
+            }
+        }
+    }
+    free(sum);
+    cJSON_Delete(j);
+    (void)unlink(path);
+    /* An unwritable trace is an error naming the file. */
+    char *out = malloc(OUT_LEN);
+    (void)snprintf(args, sizeof(args),
+                   "predict --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --trace "
+                   "/nonexistent-dir/t.json 2>&1");
+    int rc = run(args, out);
+    assert_true(rc != 0);
+    assert_non_null(strstr(out, "/nonexistent-dir/t.json"));
+    free(out);
+}
+
 struct bad_case {
     const char *args;
     const char *expect; /* substring of the message */
@@ -186,9 +259,8 @@ static void test_bad_input(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_keys),
-        cmocka_unit_test(test_hf_config_matches_preset),
-        cmocka_unit_test(test_auto_imbalance),
+        cmocka_unit_test(test_json_keys),      cmocka_unit_test(test_hf_config_matches_preset),
+        cmocka_unit_test(test_auto_imbalance), cmocka_unit_test(test_trace),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include "tests/engine/eng_test.h"
 #include "topologies/json_util.h"
 #include "topologies/run_file.h"
+#include "topologies/trace_file.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -284,7 +285,10 @@ static void test_run_file_and_bytes(void **state)
         double sum = t->compute + t->expert_gemm + t->dispatch + t->combine + t->tp_comm +
                      t->cp_comm + t->pp_comm + t->dp_comm + t->pp_bubble + t->optimizer +
                      t->host_overhead;
-        assert_true(fabs(sum - run.step_time_s) <= 1e-6 * run.step_time_s);
+        /* Every phase is timed where it runs: what none claimed stays a small remainder. */
+        assert_true(fabs(sum + run.unattributed_s - run.step_time_s) <= 1e-6 * run.step_time_s);
+        assert_true(run.unattributed_s <= 0.02 * run.step_time_s);
+        assert_true(t->host_overhead > 0.0);
         assert_true(t->dp_comm > 0.0 && t->dispatch > 0.0);
         assert_true(run.num_moe_layers == 3 && run.load_max_over_mean[0] >= 1.0);
         /* The busiest EP rank per exchange over the mean: between 1 and EP (= 2). */
@@ -316,11 +320,108 @@ static void test_run_file_and_bytes(void **state)
             assert_true(cJSON_IsString(txt) && strlen(txt->valuestring) > 10);
             num_phases++;
         }
-        assert_int_equal(num_phases, MOE_NUM_PHASES + 2); /* + ep_comm, exposed_comm */
+        /* + ep_comm, exposed_comm, unattributed */
+        assert_int_equal(num_phases, MOE_NUM_PHASES + 3);
         assert_int_equal(cJSON_GetArraySize(defs), num_phases);
         cJSON_Delete(root);
         (void)unlink(path);
     }
+}
+
+/*
+ * PP2 x EP2, the second of two steps traced: run.json's wait shares are parts of their phases, the
+ * phases cover the step (unattributed under 2%), and the trace is valid (every event with
+ * ph/ts/dur/pid/tid, no overlap on a track, one process per rank); the critical stage's ranks span
+ * the measured step within 1% and their phase sums average to time_s (one measured step: the
+ * traced one).
+ */
+static void test_trace_and_waits(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"PP2 EP2", 1, 1, 2, 1, 2, 1, true, 4};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 2);
+    o.trace_step = 2;
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = make(&plan, &o, &w);
+    for (int i = 0; i < 2; i++) {
+        (void)step(e);
+    }
+    char path[128];
+    char trace[160];
+    shared_dir(path, sizeof(path), "run-traced");
+    (void)snprintf(trace, sizeof(trace), "%s.trace.json", path);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_eng_write_run(e, path, NULL, &diag), MOE_OK);
+    assert_int_equal(moe_eng_write_trace(e, trace, &diag), MOE_OK);
+    moe_eng_destroy(e);
+    moe_comm_destroy(w);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0) {
+        return;
+    }
+    struct moe_run run;
+    assert_int_equal(moe_run_read(path, &run, &diag), MOE_OK);
+    assert_int_equal(run.measured_steps, 1);
+    assert_true(run.has_wait);
+    assert_true(run.critical_stage == 0 || run.critical_stage == 1);
+    assert_true(run.unattributed_s <= 0.02 * run.step_time_s);
+    const double tv[MOE_NUM_PHASES] = {
+        run.time.compute,   run.time.expert_gemm, run.time.dispatch,     run.time.combine,
+        run.time.tp_comm,   run.time.cp_comm,     run.time.pp_comm,      run.time.dp_comm,
+        run.time.pp_bubble, run.time.optimizer,   run.time.host_overhead};
+    const double wv[MOE_NUM_PHASES] = {
+        run.wait.compute,   run.wait.expert_gemm, run.wait.dispatch,     run.wait.combine,
+        run.wait.tp_comm,   run.wait.cp_comm,     run.wait.pp_comm,      run.wait.dp_comm,
+        run.wait.pp_bubble, run.wait.optimizer,   run.wait.host_overhead};
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        assert_true(wv[k] >= 0.0 && wv[k] <= tv[k] + 1e-9);
+    }
+    assert_non_null(run.timeline);
+    struct moe_trace_summary *sum = malloc(sizeof(*sum));
+    assert_non_null(sum);
+    if (moe_trace_summarize(trace, sum, &diag) != MOE_OK) {
+        fail_msg("%s: %s", trace, diag.message);
+    }
+    assert_int_equal(sum->num_procs, N);
+    assert_true(sum->worst_overlap_us < 0.01);
+    double mean[MOE_NUM_PHASES] = {0};
+    int in_stage = 0;
+    for (int p = 0; p < sum->num_procs; p++) {
+        const struct moe_trace_proc *pr = &sum->procs[p];
+        double total = pr->other_us;
+        for (int k = 0; k < MOE_NUM_PHASES; k++) {
+            total += pr->phase_us[k];
+        }
+        /* The phase clock partitions a rank's step: its events leave no gaps. */
+        assert_true(fabs(total - (pr->last_us - pr->first_us)) <= 1e-6 * total + 0.01);
+        if (pr->pid / 2 != run.critical_stage) { /* 2 ranks per stage */
+            continue;
+        }
+        double span = (pr->last_us - pr->first_us) * 1e-6;
+        if (fabs(span - run.step_time_s) > 0.01 * run.step_time_s) {
+            fail_msg("rank %d spans %.6f s, the step is %.6f s", pr->pid, span, run.step_time_s);
+        }
+        for (int k = 0; k < MOE_NUM_PHASES; k++) {
+            mean[k] += pr->phase_us[k] * 1e-6;
+        }
+        in_stage++;
+    }
+    assert_int_equal(in_stage, 2);
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        if (fabs(mean[k] / in_stage - tv[k]) > 1e-6 + 1e-6 * run.step_time_s) {
+            fail_msg("%s: trace %.6f s, time_s %.6f s", moe_phase_name((enum moe_phase)k),
+                     mean[k] / in_stage, tv[k]);
+        }
+    }
+    free(sum);
+    moe_run_fini(&run);
+    (void)unlink(path);
+    (void)unlink(trace);
 }
 
 /* Run plan for 2 steps under o, write run.json, and read it back on every rank. */
@@ -505,6 +606,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_offload_bit_identical),
         cmocka_unit_test(test_memory_vs_prediction),
         cmocka_unit_test(test_run_file_and_bytes),
+        cmocka_unit_test(test_trace_and_waits),
         cmocka_unit_test(test_buffers_detail_and_rows_factor),
         cmocka_unit_test(test_precision_recipes_train),
     };

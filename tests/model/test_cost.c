@@ -393,7 +393,7 @@ static void test_bubble_closed_form_and_simulation(void **state)
         fwd[i] = 1.0;
         bwd[i] = 2.0;
     }
-    struct moe_sched_input in = {4, 1, 8, fwd, bwd, 0.0};
+    struct moe_sched_input in = {4, 1, 8, fwd, bwd, 0.0, NULL};
     struct moe_sched_result cf;
     struct moe_sched_result sim;
     moe_sched_closed_form(&in, &cf);
@@ -407,7 +407,7 @@ static void test_bubble_closed_form_and_simulation(void **state)
         fwd[i] = 0.25;
         bwd[i] = 0.5;
     }
-    struct moe_sched_input iv = {4, 4, 8, fwd, bwd, 0.0};
+    struct moe_sched_input iv = {4, 4, 8, fwd, bwd, 0.0, NULL};
     moe_sched_closed_form(&iv, &cf);
     ASSERT_NEAR(cf.total_s, 8 * 3.0 + 3 * 3.0 / 4.0, 1e-12);
     assert_int_equal(moe_sched_simulate(&iv, ws, n, &sim), MOE_OK);
@@ -687,6 +687,161 @@ static void test_unresolved_layout_rejected(void **state)
     assert_non_null(strstr(d.message, "resolve"));
 }
 
+/* Phase values of t in enum moe_phase order. */
+static void phase_array(const struct moe_phase_times *t, double *v)
+{
+    const double a[MOE_NUM_PHASES] = {t->compute,   t->expert_gemm, t->dispatch,     t->combine,
+                                      t->tp_comm,   t->cp_comm,     t->pp_comm,      t->dp_comm,
+                                      t->pp_bubble, t->optimizer,   t->host_overhead};
+    memcpy(v, a, sizeof(a));
+}
+
+/* The timeline of PP2 x VPP2 with EP imbalance: per stage and track no two events overlap, each
+ * stage's events fill exactly its step window, every stage's phases add up to the step, and the
+ * critical stage's equal the prediction's phases and wait shares. */
+static void check_timeline(struct moe_layout *lay, struct moe_options *opt)
+{
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    test_model(&cfg);
+    test_cluster(&cl);
+    cl.overheads.step_fixed_ms = 2.0;
+    size_t n = moe_cost_workspace_bytes(lay, MOE_SCHED_SIMULATE);
+    size_t cap = moe_cost_timeline_max_events(lay);
+    void *ws = malloc(n);
+    struct moe_tl_event *ev = malloc(cap * sizeof(*ev));
+    double *sp = malloc((size_t)lay->pp * MOE_NUM_PHASES * sizeof(double));
+    assert_non_null(ws);
+    assert_non_null(ev);
+    assert_non_null(sp);
+    struct moe_prediction pred;
+    struct moe_diag d = {0};
+    size_t num = 0;
+    assert_int_equal(
+        moe_cost_timeline(&cfg, &cl, lay, opt, NULL, ws, n, ev, cap - 1, &num, sp, &pred, &d),
+        MOE_ERR_INVALID);
+    assert_int_equal(
+        moe_cost_timeline(&cfg, &cl, lay, opt, NULL, ws, n, ev, cap, &num, sp, &pred, &d), MOE_OK);
+    assert_true(num > (size_t)(2 * lay->num_chunks * lay->num_microbatches));
+    struct moe_prediction plain = predict(&cfg, &cl, lay, opt, MOE_SCHED_SIMULATE);
+    ASSERT_NEAR(pred.step_time_s, plain.step_time_s, 1e-12);
+    double T = pred.step_time_s;
+    for (int p = 0; p < lay->pp; p++) {
+        double lo = INFINITY;
+        double hi = -INFINITY;
+        double sum[MOE_NUM_PHASES] = {0};
+        for (size_t i = 0; i < num; i++) {
+            if (ev[i].stage != p) {
+                continue;
+            }
+            assert_true(ev[i].dur_s > 0.0);
+            assert_int_equal(ev[i].track, moe_tl_track_of((enum moe_phase)ev[i].phase));
+            lo = fmin(lo, ev[i].start_s);
+            hi = fmax(hi, ev[i].start_s + ev[i].dur_s);
+            sum[ev[i].phase] += ev[i].dur_s;
+            for (size_t j = i + 1; j < num; j++) { /* small timeline: quadratic is fine */
+                if (ev[j].stage == p && ev[j].track == ev[i].track) {
+                    double a0 = ev[i].start_s;
+                    double a1 = a0 + ev[i].dur_s;
+                    double b0 = ev[j].start_s;
+                    double b1 = b0 + ev[j].dur_s;
+                    assert_true(a1 <= b0 + 1e-12 * T || b1 <= a0 + 1e-12 * T);
+                }
+            }
+        }
+        ASSERT_NEAR(hi - lo, T, 1e-9 * T);
+        double row = 0.0;
+        for (int k = 0; k < MOE_NUM_PHASES; k++) {
+            ASSERT_NEAR(sum[k], sp[(size_t)p * MOE_NUM_PHASES + (size_t)k], 1e-9 * T);
+            row += sum[k];
+        }
+        ASSERT_NEAR(row, T, 1e-9 * T);
+    }
+    double want[MOE_NUM_PHASES];
+    phase_array(&pred.time, want);
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        ASSERT_NEAR(sp[(size_t)pred.critical_stage * MOE_NUM_PHASES + (size_t)k], want[k],
+                    1e-9 * T);
+    }
+    double wait_c = 0.0;
+    for (size_t i = 0; i < num; i++) {
+        if (ev[i].stage == pred.critical_stage && ev[i].is_wait &&
+            ev[i].phase == MOE_PHASE_COMBINE) {
+            wait_c += ev[i].dur_s;
+        }
+    }
+    ASSERT_NEAR(wait_c, pred.wait.combine, 1e-9 * T);
+    free(ws);
+    free(ev);
+    free(sp);
+}
+
+static void test_timeline(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 16, 1, 2, 2, 8);
+    opt.force_load_balancing = false;
+    opt.moe_imbalance = 1.4;
+    check_timeline(&lay, &opt);
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8); /* one stage: no bubble, no optimizer wait */
+    check_timeline(&lay, &opt);
+}
+
+/*
+ * EP imbalance is waiting, not work: the expert GEMMs are priced at the mean rows and the busiest
+ * rank's extra time is the wait share of forward combine and backward dispatch (the exchanges
+ * after the expert GEMMs); the step grows by it. Pipeline stages start their schedule after their
+ * own optimizer work: a stage with a lighter optimizer starts earlier and waits for the others in
+ * the gradient-norm all-reduce, which the optimizer's wait share holds; the step is never longer
+ * than with a barrier at the step's end (the closed form's assumption).
+ */
+static void test_ep_wait_and_stage_offsets(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    opt.force_load_balancing = false;
+    opt.moe_imbalance = 1.0;
+    struct moe_prediction a = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(a.wait.combine == 0.0 && a.wait.dispatch == 0.0);
+    opt.moe_imbalance = 1.5;
+    struct moe_prediction b = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    ASSERT_NEAR(b.time.expert_gemm, a.time.expert_gemm, 1e-12);
+    assert_true(b.wait.combine > 0.0 && b.wait.dispatch > 0.0);
+    /* The step grows by the EP phases only: the wait (the busiest rank's extra expert time, less
+     * than half the mean rank's expert time at 1.5 x the rows: the shared expert is balanced) and
+     * the busiest rank's larger share of the exchanged bytes. */
+    double extra = b.step_time_s - a.step_time_s;
+    double waits = b.wait.combine + b.wait.dispatch;
+    assert_true(waits > 0.0 && waits < extra);
+    assert_true(waits < 0.5 * b.time.expert_gemm);
+    ASSERT_NEAR(extra, b.time.ep_comm - a.time.ep_comm, 1e-9 * b.step_time_s);
+    ASSERT_NEAR(b.time.compute, a.time.compute, 1e-12);
+
+    setup(&cfg, &cl, &lay, &opt, 16, 1, 2, 1, 8);
+    struct moe_prediction s = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(s.step_time_s > 0.0);
+    assert_true(s.wait.optimizer >= 0.0);
+    assert_true(s.critical_stage >= 0 && s.critical_stage < 2);
+    double v[MOE_NUM_PHASES];
+    phase_array(&s.time, v);
+    double sum = 0.0;
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        sum += v[k];
+    }
+    ASSERT_NEAR(sum, s.step_time_s, 1e-9 * s.step_time_s);
+    /* The barrier form adds the longest optimizer after the slowest schedule: never shorter. */
+    struct moe_prediction c = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(s.step_time_s <= c.step_time_s * (1.0 + 1e-9) + s.time.pp_bubble);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -706,6 +861,8 @@ int main(void)
         cmocka_unit_test(test_workspace_reuse),
         cmocka_unit_test(test_mem_opt_key),
         cmocka_unit_test(test_pass_parts_price_offload),
+        cmocka_unit_test(test_timeline),
+        cmocka_unit_test(test_ep_wait_and_stage_offsets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,447 @@
+/*
+ * What the phase clock (engine/context.h) cannot see on one rank: how much of a collective phase
+ * was waiting for the slowest member of the group, and the traced step's intervals on a clock
+ * every rank shares. Definitions (run.json wait_s, README "Phases"):
+ *
+ * - Every collective of every group (not point-to-point) is logged as it runs (engine/comm.h's
+ *   arrival log): when this rank entered or posted it, when it began to block on it, when it
+ *   returned, and the phase it blocked in. The collective can start only when its last member has
+ *   arrived; the time a rank spent blocked before that moment is its wait share:
+ *       wait = clamp(latest arrival over the members - began to block, 0, returned - began to
+ * block) and the rest of its blocked time is the transfer. After each step (outside the step's
+ * timing) every group's members exchange their arrival times -- the k-th record of a group is the
+ * same call on every member -- so the step itself has no barrier and no extra collective. A
+ *   non-blocking call posted in one step and waited in the next is matched when it is posted and
+ *   counted when it completes.
+ * - Clocks: CLOCK_MONOTONIC is shared by the processes of one host; across hosts each rank's offset
+ *   to rank 0 is estimated once at creation by ping-pong with rank 0 (NTP's estimate from the
+ *   exchange with the shortest round trip), and every time is put on rank 0's clock.
+ * - The CUDA backend's collectives return before their transfers run (stream-ordered), so its
+ *   host arrival times say nothing about device waits: wait shares are measured on host-synchronous
+ *   backends only (run.json says which).
+ *
+ * The traced step (--trace-step K): every interval of the phase clock with its op (micro-batch,
+ * virtual stage, pass), the wait shares of its collectives cut out of them as their own intervals,
+ * written as Chrome trace events by rank 0 (moe_eng_write_trace) and kept for run.json's
+ * "timeline" (engine/report.c).
+ */
+#include "engine/check.h"
+#include "engine/internal.h"
+#include "topologies/trace_file.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The groups whose collectives are logged, in one order on every rank. */
+static int logged_groups(struct moe_eng *e, moe_comm_t **out)
+{
+    moe_comm_t *all[] = {e->ctx.world,      e->groups.tp,    e->groups.cp,    e->groups.dp,
+                         e->groups.dpcp,    e->groups.tpcp,  e->groups.ep,    e->groups.etp,
+                         e->groups.edp,     e->groups.stage, e->groups.embed, e->groups.ep_node,
+                         e->groups.ep_cross};
+    int n = 0;
+    for (size_t i = 0; i < MOE_ARRAY_LEN(all); i++) {
+        out[n++] = all[i];
+    }
+    return n;
+}
+
+enum { MAX_LOGGED = 14, PINGS = 8 };
+
+/* This rank's clock minus rank 0's (0 on rank 0), from the fastest of PINGS round trips. */
+static double clock_offset(moe_comm_t *world)
+{
+    int rank = moe_comm_rank(world);
+    int n = moe_comm_size(world);
+    double mine = 0.0;
+    for (int r = 1; r < n; r++) {
+        if (rank == 0) {
+            double best_rtt = INFINITY;
+            double off = 0.0;
+            for (int k = 0; k < PINGS; k++) {
+                double t0 = moe_eng_now();
+                double tr = 0.0;
+                moe_comm_send(world, &t0, 1, MOE_COMM_F64, r, 7);
+                moe_comm_recv(world, &tr, 1, MOE_COMM_F64, r, 8);
+                double t1 = moe_eng_now();
+                if (t1 - t0 < best_rtt) {
+                    best_rtt = t1 - t0;
+                    off = tr - 0.5 * (t0 + t1);
+                }
+            }
+            moe_comm_send(world, &off, 1, MOE_COMM_F64, r, 9);
+        } else if (rank == r) {
+            for (int k = 0; k < PINGS; k++) {
+                double t0 = 0.0;
+                moe_comm_recv(world, &t0, 1, MOE_COMM_F64, 0, 7);
+                double tr = moe_eng_now();
+                moe_comm_send(world, &tr, 1, MOE_COMM_F64, 0, 8);
+            }
+            moe_comm_recv(world, &mine, 1, MOE_COMM_F64, 0, 9);
+        }
+    }
+    return mine;
+}
+
+/* Collectives a step may issue (a generous bound: every layer's exchanges per micro-batch, twice
+ * for recompute, every bucket's reduction and gather, the optimizer's and the statistics'). */
+static int log_capacity(const struct moe_eng *e)
+{
+    long layers = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        layers += e->chunks[v].num_layers + 2;
+    }
+    long m = e->plan.layout.num_microbatches;
+    return (int)(64L * layers * m + 8L * e->cap_buckets + 256);
+}
+
+enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
+{
+    struct moe_eng_heap *h = &e->ctx.heap;
+    e->has_wait_log = !e->is_device || moe_eng_dev_is_emulated(e->ctx.dev);
+    e->step_wait = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
+    e->stats.wait_sum = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
+    if (e->step_wait == NULL || e->stats.wait_sum == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the phase timing");
+    }
+    memset(e->stats.wait_sum, 0, MOE_ENG_NUM_SLOTS * sizeof(double));
+    e->clock_offset = e->ctx.size > 1 ? clock_offset(e->ctx.world) : 0.0;
+    if (e->has_wait_log) {
+        int cap = log_capacity(e);
+        e->clog.calls = moe_eng_heap_alloc(h, (size_t)cap * sizeof(struct moe_comm_call));
+        e->match_scratch = moe_eng_heap_alloc(h, (size_t)cap * sizeof(double));
+        if (e->clog.calls == NULL || e->match_scratch == NULL) {
+            return moe_diag_set(diag, MOE_ERR_NOMEM,
+                                "out of memory for the collectives' arrival log (%d calls)", cap);
+        }
+        e->clog.cap = cap;
+        e->clog.slot_src = &e->ctx.timer.current_slot;
+        e->clog.clock_offset = e->clock_offset;
+        e->clog.is_on = true;
+        moe_comm_t *g[MAX_LOGGED];
+        int n = logged_groups(e, g);
+        for (int i = 0; i < n; i++) {
+            if (g[i] != NULL) {
+                moe_comm_set_log(g[i], &e->clog, i);
+            }
+        }
+    }
+    if (e->opts.trace_step > 0) {
+        int cap = e->clog.cap > 0 ? 4 * e->clog.cap : 4 * log_capacity(e);
+        e->tl.rec = moe_eng_heap_alloc(h, (size_t)cap * sizeof(struct moe_eng_tl_rec));
+        e->tl_waits.rec = moe_eng_heap_alloc(
+            h, (size_t)e->clog.cap * sizeof(struct moe_eng_tl_rec) + sizeof(struct moe_eng_tl_rec));
+        if (e->tl.rec == NULL || e->tl_waits.rec == NULL) {
+            return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the traced step");
+        }
+        e->tl.cap = cap;
+        e->tl_waits.cap = e->clog.cap;
+        e->ctx.timer.tl = &e->tl;
+    }
+    return MOE_OK;
+}
+
+void moe_eng_timing_destroy(struct moe_eng *e)
+{
+    struct moe_eng_heap *h = &e->ctx.heap;
+    moe_comm_t *g[MAX_LOGGED];
+    int n = logged_groups(e, g);
+    for (int i = 0; i < n; i++) {
+        if (g[i] != NULL) {
+            moe_comm_set_log(g[i], NULL, 0);
+        }
+    }
+    moe_eng_heap_free(h, e->clog.calls, (size_t)e->clog.cap * sizeof(struct moe_comm_call));
+    moe_eng_heap_free(h, e->match_scratch, (size_t)e->clog.cap * sizeof(double));
+    moe_eng_heap_free(h, e->tl.rec, (size_t)e->tl.cap * sizeof(struct moe_eng_tl_rec));
+    moe_eng_heap_free(h, e->tl_waits.rec,
+                      (size_t)e->clog.cap * sizeof(struct moe_eng_tl_rec) +
+                          sizeof(struct moe_eng_tl_rec));
+    moe_eng_heap_free(h, e->step_wait, MOE_ENG_NUM_SLOTS * sizeof(double));
+    moe_eng_heap_free(h, e->stats.wait_sum, MOE_ENG_NUM_SLOTS * sizeof(double));
+    e->ctx.timer.tl = NULL;
+}
+
+void moe_eng_timing_begin_step(struct moe_eng *e)
+{
+    memset(e->step_wait, 0, MOE_ENG_NUM_SLOTS * sizeof(double));
+    bool traced = e->opts.trace_step > 0 && e->step + 1 == e->opts.trace_step;
+    if (traced && e->tl.rec != NULL) {
+        e->tl.len = 0;
+        e->tl_waits.len = 0;
+        e->tl.is_on = true;
+        e->trace_t0 = moe_eng_now() - e->clock_offset;
+    }
+}
+
+/* Match this step's records of group gi (index in the logged list) with its members': t_last of
+ * each is the latest arrival. Collective over g. */
+static void match_group(struct moe_eng *e, moe_comm_t *g, int gi)
+{
+    struct moe_comm_log *log = &e->clog;
+    int mine = 0;
+    for (int i = 0; i < log->len; i++) {
+        mine += log->calls[i].group == gi && log->calls[i].t_last == 0.0;
+    }
+    int range[2] = {mine, -mine};
+    moe_comm_allreduce(g, range, range, 2, MOE_COMM_I32, MOE_COMM_MAX);
+    int size = moe_comm_size(g);
+    if (range[0] != -range[1]) {
+        /* A member lost records (a full log): no wait is measured for this group this step. */
+        e->has_wait_mismatch = true;
+        for (int i = 0; i < log->len; i++) {
+            if (log->calls[i].group == gi && log->calls[i].t_last == 0.0) {
+                log->calls[i].t_last = -1.0;
+            }
+        }
+        return;
+    }
+    int per = log->cap / (size + 1);
+    int next = 0; /* scan position in the log */
+    for (int done = 0; done < mine;) {
+        int k = mine - done < per ? mine - done : per;
+        double *posts = e->match_scratch;
+        double *all = posts + k;
+        int idx = next;
+        for (int j = 0; j < k; idx++) {
+            const struct moe_comm_call *c = &log->calls[idx];
+            if (c->group == gi && c->t_last == 0.0) {
+                posts[j++] = c->t_post;
+            }
+        }
+        moe_comm_allgather(g, posts, all, (size_t)k, MOE_COMM_F64);
+        for (int j = 0; j < k; next++) {
+            struct moe_comm_call *c = &log->calls[next];
+            if (c->group == gi && c->t_last == 0.0) {
+                double t = all[j];
+                for (int r = 1; r < size; r++) {
+                    t = fmax(t, all[(size_t)r * (size_t)k + (size_t)j]);
+                }
+                c->t_last = t;
+                j++;
+            }
+        }
+        done += k;
+    }
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+    const struct moe_eng_tl_rec *x = a;
+    const struct moe_eng_tl_rec *y = b;
+    return x->t0 < y->t0 ? -1 : (x->t0 > y->t0 ? 1 : 0);
+}
+
+void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
+{
+    bool traced = e->tl.is_on;
+    e->tl.is_on = false;
+    if (traced) {
+        e->trace_step_s = moe_eng_now() - e->clock_offset - e->trace_t0;
+    }
+    if (!e->has_wait_log) {
+        return;
+    }
+    struct moe_comm_log *log = &e->clog;
+    log->is_on = false; /* the matching's own collectives are neither logged nor counted */
+    log->is_bookkeeping = true;
+    if (log->has_overflowed) {
+        e->has_wait_mismatch = true;
+        log->has_overflowed = false;
+    }
+    moe_comm_t *g[MAX_LOGGED];
+    int n = logged_groups(e, g);
+    for (int i = 0; i < n; i++) {
+        if (g[i] != NULL && moe_comm_size(g[i]) > 1) {
+            match_group(e, g[i], i);
+        }
+    }
+    int kept = 0;
+    for (int i = 0; i < log->len; i++) {
+        struct moe_comm_call *c = &log->calls[i];
+        if (c->t_end == 0.0) {
+            log->calls[kept++] = *c; /* still pending: counted when it completes */
+            continue;
+        }
+        if (c->t_last <= 0.0) {
+            continue;
+        }
+        double w = fmin(fmax(c->t_last - c->t_block, 0.0), c->t_end - c->t_block);
+        e->step_wait[c->slot] += w;
+        if (traced && w > 0.0 && e->tl_waits.len < e->tl_waits.cap) {
+            e->tl_waits.rec[e->tl_waits.len++] =
+                (struct moe_eng_tl_rec){c->t_block, c->t_block + w, c->slot, MOE_ENG_NO_OP};
+        }
+    }
+    log->len = kept;
+    log->is_on = true;
+    log->is_bookkeeping = false;
+    if (traced) {
+        qsort(e->tl_waits.rec, (size_t)e->tl_waits.len, sizeof(struct moe_eng_tl_rec), rec_cmp);
+    }
+    if (is_measured) {
+        for (int s = 0; s < MOE_ENG_NUM_SLOTS; s++) {
+            e->stats.wait_sum[s] += e->step_wait[s];
+        }
+    }
+}
+
+/* ---- The traced step as events --------------------------------------------------------------- */
+
+/*
+ * The traced step's intervals on the reference clock, relative to origin (rank 0's start of the
+ * traced step), with its collectives' wait shares cut out as their own intervals (is_wait).
+ * Returns the count written to out[cap] (each record: t0, t1, slot, tag, is_wait as doubles).
+ */
+static int trace_records(const struct moe_eng *e, double origin, double *out, int cap)
+{
+    int n = 0;
+    int w = 0;
+    const struct moe_eng_tl_rec *wr = e->tl_waits.rec;
+    double off = e->clock_offset + origin; /* interval times are this rank's raw clock */
+    for (int i = 0; i < e->tl.len && n < cap; i++) {
+        const struct moe_eng_tl_rec *r = &e->tl.rec[i];
+        double t0 = r->t0 - off;
+        double t1 = r->t1 - off;
+        /* Wait shares are on the reference clock already. */
+        while (w < e->tl_waits.len && wr[w].t1 - origin <= t0) {
+            w++;
+        }
+        double t = t0;
+        for (int k = w; k < e->tl_waits.len && n + 2 < cap; k++) {
+            double a = wr[k].t0 - origin;
+            double b = wr[k].t1 - origin;
+            if (a >= t1) {
+                break;
+            }
+            if (wr[k].slot != r->slot) {
+                continue;
+            }
+            a = fmax(a, t);
+            b = fmin(b, t1);
+            if (b <= a) {
+                continue;
+            }
+            if (a > t) {
+                double *o = out + (size_t)n++ * MOE_TRACE_RECORD_FIELDS;
+                o[0] = t, o[1] = a, o[2] = r->slot, o[3] = r->tag, o[4] = 0.0;
+            }
+            double *o = out + (size_t)n++ * MOE_TRACE_RECORD_FIELDS;
+            o[0] = a, o[1] = b, o[2] = r->slot, o[3] = r->tag, o[4] = 1.0;
+            t = b;
+        }
+        if (t < t1 && n < cap) {
+            double *o = out + (size_t)n++ * MOE_TRACE_RECORD_FIELDS;
+            o[0] = t, o[1] = t1, o[2] = r->slot, o[3] = r->tag, o[4] = 0.0;
+        }
+    }
+    return n;
+}
+
+static int trace_capacity(const struct moe_eng *e)
+{
+    return e->tl.len + 2 * e->tl_waits.len + 1;
+}
+
+bool moe_eng_trace_gather(struct moe_eng *e, double **all, int **counts, double *step_s)
+{
+    /* Every rank's records to rank 0 (point-to-point in rank order; after training). */
+    int n = e->ctx.size;
+    int cap = trace_capacity(e);
+    struct moe_eng_heap *h = &e->ctx.heap;
+    double *mine = moe_eng_heap_alloc(h, (size_t)cap * MOE_TRACE_RECORD_FIELDS * sizeof(double));
+    if (mine == NULL) {
+        moe_eng_fatal(__FILE__, __LINE__, "out of memory for the trace");
+    }
+    double origin = e->trace_t0;
+    moe_comm_bcast(e->ctx.world, &origin, 1, MOE_COMM_F64, 0);
+    int len = trace_records(e, origin, mine, cap);
+    int *cnt = NULL;
+    double *buf = NULL;
+    int total = len;
+    moe_comm_allreduce(e->ctx.world, &total, &total, 1, MOE_COMM_I32, MOE_COMM_SUM);
+    double steps[2] = {e->trace_step_s, e->tl.has_overflowed ? 1.0 : 0.0};
+    /* The step: every rank's measured length of it (they agree but for noise); the largest. */
+    moe_comm_allreduce(e->ctx.world, steps, steps, 2, MOE_COMM_F64, MOE_COMM_MAX);
+    *step_s = steps[0];
+    if (e->ctx.rank == 0) {
+        cnt = calloc((size_t)n, sizeof(int));
+        buf = malloc(((size_t)total + 1) * MOE_TRACE_RECORD_FIELDS * sizeof(double));
+        if (cnt == NULL || buf == NULL) {
+            moe_eng_fatal(__FILE__, __LINE__, "out of memory for the trace");
+        }
+        cnt[0] = len;
+        memcpy(buf, mine, (size_t)len * MOE_TRACE_RECORD_FIELDS * sizeof(double));
+        size_t at = (size_t)len * MOE_TRACE_RECORD_FIELDS;
+        for (int r = 1; r < n; r++) {
+            moe_comm_recv(e->ctx.world, &cnt[r], 1, MOE_COMM_I32, r, 11);
+            if (cnt[r] > 0) {
+                moe_comm_recv(e->ctx.world, buf + at, (size_t)cnt[r] * MOE_TRACE_RECORD_FIELDS,
+                              MOE_COMM_F64, r, 12);
+            }
+            at += (size_t)cnt[r] * MOE_TRACE_RECORD_FIELDS;
+        }
+    } else {
+        moe_comm_send(e->ctx.world, &len, 1, MOE_COMM_I32, 0, 11);
+        if (len > 0) {
+            moe_comm_send(e->ctx.world, mine, (size_t)len * MOE_TRACE_RECORD_FIELDS, MOE_COMM_F64,
+                          0, 12);
+        }
+    }
+    moe_eng_heap_free(h, mine, (size_t)cap * MOE_TRACE_RECORD_FIELDS * sizeof(double));
+    *all = buf;
+    *counts = cnt;
+    return steps[1] == 0.0;
+}
+
+/* Stage of each world rank (the rank mapping of DESIGN.md: stage = rank / (TP CP DP)). */
+static int stage_of(const struct moe_eng *e, int rank)
+{
+    const struct moe_layout *l = &e->plan.layout;
+    return rank / (l->tp * l->cp * l->dp);
+}
+
+enum moe_status moe_eng_write_trace(moe_eng_t *e, const char *path, struct moe_diag *diag)
+{
+    double *all = NULL;
+    int *cnt = NULL;
+    double step_s = 0.0;
+    bool complete = moe_eng_trace_gather(e, &all, &cnt, &step_s);
+    enum moe_status st = MOE_OK;
+    if (e->ctx.rank == 0) {
+        if (e->tl.rec == NULL || step_s <= 0.0) {
+            st = moe_diag_set(diag, MOE_ERR_INVALID,
+                              "no step was traced: --trace-step %d is past the run's %d steps",
+                              e->opts.trace_step, e->step);
+        }
+        struct moe_trace_writer w;
+        moe_trace_init(&w);
+        size_t at = 0;
+        for (int r = 0; r < e->ctx.size && st == MOE_OK; r++) {
+            char name[64];
+            (void)snprintf(name, sizeof(name), "measured rank %d (stage %d)", r, stage_of(e, r));
+            moe_trace_records(&w, r, name, all + at * MOE_TRACE_RECORD_FIELDS, cnt[r], 0.0);
+            at += (size_t)cnt[r];
+        }
+        if (st == MOE_OK) {
+            st = moe_trace_write_file(&w, path, diag);
+        }
+        if (st == MOE_OK && !complete) {
+            moe_eng_log_info(&e->ctx.log,
+                             "trace: a rank's interval record was full; %s misses "
+                             "the step's last intervals",
+                             path);
+        }
+        moe_trace_fini(&w);
+    }
+    free(all);
+    free(cnt);
+    int v = -(int)st;
+    moe_comm_bcast(e->ctx.world, &v, 1, MOE_COMM_I32, 0);
+    if (v != 0 && st == MOE_OK) {
+        (void)moe_diag_set(diag, (enum moe_status)(-v), "rank 0 could not write %s", path);
+    }
+    return (enum moe_status)(-v);
+}
