@@ -177,6 +177,7 @@ void moe_mem_param_units(const struct moe_model_cfg *cfg,
     u->final_norm = h;
     u->last_is_moe =
         cfg->num_layers > 0 && (cfg->layer_flags[cfg->num_layers - 1] & MOE_LAYER_MOE) != 0;
+    u->is_tied = !cfg->is_untied_embeddings;
 }
 
 void moe_mem_gpu_params_from(const struct moe_param_units *u,
@@ -192,6 +193,11 @@ void moe_mem_gpu_params_from(const struct moe_param_units *u,
     double other = n_layers * u->attn_other + n_dense * u->dense_other + n_moe * u->moe_other +
                    sc->num_mtp * u->mtp_other + (sc->has_loss ? u->final_norm : 0.0);
     double embed = (sc->has_embedding ? u->embed : 0.0) + (sc->has_output_weight ? u->embed : 0.0);
+    /* MTP embeds the shifted tokens on its stage: an untied model keeps a copy of the embedding
+     * there when the embedding lives on another stage (a tied one uses its output copy). */
+    if (sc->num_mtp > 0 && !sc->has_embedding && !u->is_tied) {
+        embed += u->embed;
+    }
     out->expert = n_moe * u->experts_all;
     out->dense = gemm_dense + other + embed;
     out->gemm = gemm_dense + n_moe * u->experts_gemm;
@@ -280,6 +286,10 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
         double d = cfg->kv_channels;
         double g_loc = cfg->num_query_groups / tp;
         out->qkv += t * (a_loc + 2.0 * g_loc) * d * b;
+        if (cfg->has_qk_layernorm) {
+            /* Qwen3's q/k RMSNorm per head keeps its inputs (q and k before the norm) */
+            out->qkv += t * (a_loc + g_loc) * d * b;
+        }
         o_elems = t * a_loc * d;
     }
     out->core_attn = (rc & MOE_RC_CORE_ATTN) ? 0.0 : o_elems * b + lse;
@@ -298,7 +308,9 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
         double fe = (double)cfg->moe_ffn_hidden_size / lay->etp;
         double r = t_sp * k * lay->etp * load_factor; /* tokens this rank's experts process */
         out->router = ((rc & MOE_RC_LAYERNORM) ? 0.0 : t_sp * h * b) + t_sp * e * 9.0;
-        out->dispatch = t_sp * k * 8.0; /* routing map and probabilities */
+        /* routing map and probabilities, and the expert outputs back at their tokens: the combine
+         * (Megatron's unpermute with probs) keeps them for the probabilities' gradient */
+        out->dispatch = t_sp * k * 8.0 + t_sp * k * h * b;
         out->expert_fc1 = r * h * bq;
         out->moe_act = r * fe * mats_act * b;
         out->expert_fc2 = (rc & MOE_RC_MOE_ACT) ? 0.0 : r * fe * bq;
@@ -371,6 +383,14 @@ static void layer_bwd_working(const struct moe_model_cfg *cfg,
         double d = cfg->kv_channels;
         attn = t * (2.0 * a_loc + 2.0 * cfg->num_query_groups / tp) * d;
     }
+    if (opt->is_fp32_training) {
+        /* moefold's CPU attention materialises one sequence's scores and probabilities per call
+         * (2 q_len T floats; q_len = T / (2 CP) with CP), two such workspaces in backward (the
+         * core_attn recompute's and the backward's) */
+        double seq = lay->seq_length;
+        double q_len = lay->cp > 1 ? seq / (2.0 * lay->cp) : seq;
+        attn += 4.0 * q_len * seq;
+    }
     double f = cfg->ffn_hidden_size / tp;
     double dense = t * fmax((mats + 1.0) * f, mats * f + h);
     out[0] = b * fmax(attn, dense);
@@ -402,6 +422,19 @@ void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,
     }
     set->load_factor = load_factor;
     layer_bwd_working(cfg, lay, opt, load_factor, set->bwd_working);
+    /* MTP (Megatron's MultiTokenPredictionLayer): per depth the embedding of the shifted tokens
+     * (enorm's input), the concatenation [enorm(emb), hnorm(h)] (eh_proj's input, in the GEMM
+     * format), the transformer layer's output (the final norm's input) and the normed output (the
+     * shared output layer's input); the first depth also keeps the decoder's normed output
+     * (hnorm's input). moefold's engine (FP32 training) runs each head forward and backward at
+     * once and keeps the head's gradient of h instead of its logits. */
+    const double b = opt->is_fp32_training ? 4.0 : 2.0;
+    double bq = opt->is_fp32_training ? 4.0 : moe_mem_recipe_elem_bytes(opt->recipe);
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
+    double h = cfg->hidden_size;
+    set->mtp_extra = t_sp * h * (3.0 * b + 2.0 * bq + (opt->is_fp32_training ? b : 0.0));
+    set->mtp_input = t_sp * h * b;
 }
 
 /* Activation bytes of all layers of the stage for one micro-batch, and the offloaded share. */
@@ -449,8 +482,12 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     } else {
         saved = n_layers * per_layer_opt;
         if (opt->recompute == MOE_RECOMPUTE_SELECTIVE) {
-            *transient =
-                max_layer - (moe_opt->total < dense_opt->total ? moe_opt->total : dense_opt->total);
+            /* the tensors one layer recomputes, live during its backward: the largest of a
+             * layer kind's dropped share (was: the larger kind's full size less the smaller
+             * kind's kept size, which counted a dense-vs-MoE difference as recomputed) */
+            double drop_moe = n_moe > 0 ? moe_full->total - moe_opt->total : 0.0;
+            double drop_dense = n_dense > 0 ? dense_full->total - dense_opt->total : 0.0;
+            *transient = fmax(drop_moe, drop_dense);
         }
     }
     /* Whole-layer CPU offloading moves that many layers per chunk to host memory. */
@@ -466,6 +503,9 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     if (opt->fine_grained_offload && opt->recompute != MOE_RECOMPUTE_FULL) {
         host += n_moe * (moe_rc->total - moe_opt->total) +
                 n_dense * (dense_rc->total - dense_opt->total);
+    }
+    if (sc->num_mtp > 0) {
+        saved += sc->num_mtp * set->mtp_extra + set->mtp_input;
     }
     *gpu_bytes = saved;
     *host_bytes = host;
@@ -574,10 +614,18 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
         working = set->bwd_working[1];
     }
     double buffers = transient + working;
+    if (sc->num_mtp > 0) {
+        /* an MTP depth's backward holds the gradients of its hidden state (from its head and from
+         * the next depth) while its transformer layer runs backward */
+        buffers += 2.0 * set->mtp_input;
+    }
     if (sc->has_loss) {
         double vp = moe_cfg_padded_vocab(cfg, lay->tp);
         double logits = t * vp / lay->tp;
-        buffers += logits * (ab * (1.0 + sc->num_mtp) + 4.0);
+        /* Megatron keeps the MTP heads' logits too; moefold's engine (FP32 training) computes
+         * each head's logits, loss and gradient at once, one head at a time. */
+        double heads = opt->is_fp32_training ? 1.0 : 1.0 + sc->num_mtp;
+        buffers += logits * (ab * heads + 4.0);
     }
     if (sc->num_moe > 0 && lay->ep > 1) {
         if (flex_pool(cl, opt)) {

@@ -75,6 +75,7 @@ struct moe_param_units {
     double mtp_gemm, mtp_other;       /* per MTP layer: eh_proj; three norms */
     double final_norm;
     bool last_is_moe; /* MTP layers copy the last decoder layer's kind */
+    bool is_tied;     /* tied embeddings (the output copy doubles as MTP's embedding) */
 };
 
 void moe_mem_param_units(const struct moe_model_cfg *cfg,
@@ -132,6 +133,10 @@ struct moe_mem_layer_set {
     /* Backward working set of one layer (gradients live at once, freed after the layer's
      * backward): [0] dense layer, [1] MoE layer. */
     double bwd_working[2];
+    /* Per MTP layer, beyond its transformer layer: what the MTP block saves around it (bytes of one
+     * micro-batch); and once per stage with MTP layers, the final norm's output they start from. */
+    double mtp_extra;
+    double mtp_input;
 };
 
 void moe_mem_layer_set_init(const struct moe_model_cfg *cfg,

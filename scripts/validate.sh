@@ -5,6 +5,10 @@
 # --emit), trains it under mpirun with one rank per core (moefold-train --plan), and compares
 # (moefold compare). Prints one table and the median and maximum |error| of step time and of
 # memory. Targets (issue): step time median |error| <= 10%, maximum <= 25%; memory within 10%.
+# The suite also runs the presets' miniatures (tiny-<preset>, moefold models) whose architecture
+# terms the model prices: DeepSeek-V3's MLA latents and mla_up_proj recompute, its MTP layer on the
+# last pipeline stage, Qwen3's q/k norm under EP, GPT-OSS's windowed layers (with sinks and
+# biases) under CP. VALIDATE_PLANS=REGEX runs only the matching plans.
 # Plans with expert parallelism are compared at the expert load the run observed
 # (compare --observed-load): an untrained router's imbalance is a property of the data, not of the
 # system model under test.
@@ -23,7 +27,8 @@ np_max=$((cores < 2 ? cores : 2))
 # 1. Calibration: reuse a fresh one from this host, else measure.
 scripts/calibrate-host.sh "$build" "$cluster" "$np_max" || exit 1
 
-# 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan. Every timed
+# 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan [| preset,
+# default the validate-moe model file]. Every timed
 # run uses the rank count the calibration measured at (the ranks of a host share its caches and
 # memory bandwidth, and on SMT or shared virtual CPUs its cores, so a rank's rates depend on how
 # many run at once): the option variants run data-parallel on all of them.
@@ -42,6 +47,10 @@ suite=(
     "pp2|2||--pipeline-model-parallel-size 2"
     "etp2|2||--expert-tensor-parallel-size 2"
     "cp2|2||--context-parallel-size 2"
+    "dsv3-mla-rc|$n||--seq-length 256 --recompute-granularity selective --recompute-modules mla_up_proj|tiny-deepseek-v3"
+    "dsv3-pp2-mtp|2||--seq-length 256 --pipeline-model-parallel-size 2|tiny-deepseek-v3"
+    "qwen3-ep2|2||--seq-length 256 --expert-model-parallel-size 2|tiny-qwen3-30b-a3b"
+    "gptoss-cp2|2||--seq-length 256 --context-parallel-size 2|tiny-gpt-oss-120b"
 )
 
 printf '\n%-16s %5s %12s %12s %9s %9s  %s\n' "plan" "ranks" "pred_s" "meas_s" "step_err" "mem_err" \
@@ -51,7 +60,12 @@ mems=()
 cats=()
 fail=0
 for row in "${suite[@]}"; do
-    IFS='|' read -r name np train_flags plan_flags <<<"$row"
+    IFS='|' read -r name np train_flags plan_flags preset <<<"$row"
+    if [ -n "${VALIDATE_PLANS:-}" ] && ! [[ "$name" =~ $VALIDATE_PLANS ]]; then
+        continue
+    fi
+    model_arg=(--model-config "$model")
+    [ -n "$preset" ] && model_arg=(--model "$preset")
     if [ "$np" -gt "$np_max" ]; then
         printf '%-16s %5s  skipped: needs %d cores, this host has %d\n' "$name" "$np" "$np" "$cores"
         continue
@@ -59,7 +73,7 @@ for row in "${suite[@]}"; do
     plan="$out/$name.plan.json"
     run="$out/$name.run.json"
     # shellcheck disable=SC2086
-    if ! "$bin/moefold" predict --model-config "$model" --cluster "$cluster" --gpus "$np" \
+    if ! "$bin/moefold" predict "${model_arg[@]}" --cluster "$cluster" --gpus "$np" \
         --fp32-training $common $plan_flags --emit "$plan" >"$out/$name.predict.txt" 2>&1; then
         printf '%-16s %5s  predict failed: %s\n' "$name" "$np" "$(tail -1 "$out/$name.predict.txt")"
         fail=1
