@@ -35,6 +35,7 @@ struct compare_opts {
     const char *cluster;
     const char *plot;
     const char *trace;
+    int gantt; /* columns of the ASCII Gantt chart; 0 = none */
     bool json;
     bool observed_load;
 };
@@ -52,7 +53,10 @@ static int usage(FILE *out)
                  "  --observed-load  price the expert load the run observed, not the plan's\n"
                  "  --trace OUT      the predicted step and the run's traced step (moefold-train\n"
                  "                   --trace) in one Chrome trace, each aligned at its step's\n"
-                 "                   start (open it in ui.perfetto.dev or chrome://tracing)\n");
+                 "                   start (open it in ui.perfetto.dev or chrome://tracing)\n"
+                 "  --gantt COLS     the same two timelines as an ASCII Gantt chart, COLS\n"
+                 "                   characters wide (one row per predicted stage and measured\n"
+                 "                   rank; a letter per phase, capital while waiting)\n");
     return out == stdout ? 0 : 2;
 }
 
@@ -304,6 +308,137 @@ static enum moe_status stage_view_of(const struct moe_cli_problem *p,
     return MOE_OK;
 }
 
+/* ---- ASCII Gantt ----------------------------------------------------------------------------- */
+
+/* A phase's letter in the chart (capital: its wait share); slot MOE_NUM_PHASES is unattributed. */
+static char gantt_letter(int slot, bool is_wait)
+{
+    static const char letters[MOE_NUM_PHASES + 1] = {'c', 'e', 'd', 'm', 't', 'x',
+                                                     'p', 'g', '.', 'o', 'h', '?'};
+    char l = slot >= 0 && slot <= MOE_NUM_PHASES ? letters[slot] : '?';
+    return is_wait && l >= 'a' && l <= 'z' ? (char)(l - 'a' + 'A') : l;
+}
+
+/* One chart row: the letter covering most of each of cols cells of [0, width_s). */
+struct gantt_row {
+    double *cover; /* [cols * (2 * MOE_NUM_PHASES + 2)] seconds per cell and letter index */
+    int cols;
+    double width_s;
+};
+
+static void gantt_add(struct gantt_row *g, double t0, double t1, int slot, bool is_wait)
+{
+    int nl = 2 * MOE_NUM_PHASES + 2;
+    int k = (slot >= 0 && slot <= MOE_NUM_PHASES ? slot : MOE_NUM_PHASES) * 2 + (is_wait ? 1 : 0);
+    double dt = g->width_s / g->cols;
+    for (int c = (int)(t0 / dt); c < g->cols && c * dt < t1; c++) {
+        if (c < 0) {
+            continue;
+        }
+        double a = fmax(t0, c * dt);
+        double b = fmin(t1, (c + 1) * dt);
+        if (b > a) {
+            g->cover[(size_t)c * (size_t)nl + (size_t)k] += b - a;
+        }
+    }
+}
+
+static void gantt_print(const struct gantt_row *g, const char *label)
+{
+    int nl = 2 * MOE_NUM_PHASES + 2;
+    printf("%-22s|", label);
+    for (int c = 0; c < g->cols; c++) {
+        const double *cv = g->cover + (size_t)c * (size_t)nl;
+        int best = -1;
+        for (int k = 0; k < nl; k++) {
+            if (cv[k] > 0.0 && (best < 0 || cv[k] > cv[best])) {
+                best = k;
+            }
+        }
+        putchar(best < 0 ? ' ' : gantt_letter(best / 2, (best & 1) != 0));
+    }
+    printf("|\n");
+}
+
+/* The predicted stages and the measured ranks as rows of one chart, each aligned at its stage 0's
+ * step start, over the longer of the two steps. */
+static enum moe_status print_gantt(int cols,
+                                   const struct moe_cli_problem *p,
+                                   const struct moe_tl_event *ev,
+                                   size_t num,
+                                   const struct moe_run *run,
+                                   struct moe_diag *diag)
+{
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(run->timeline, "ranks");
+    if (!cJSON_IsArray(ranks)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "--gantt: the run file has no traced step; run moefold-train with "
+                            "--trace FILE (it adds \"timeline\" to run.json)");
+    }
+    double t0 = INFINITY;
+    double t1 = -INFINITY;
+    for (size_t i = 0; i < num; i++) {
+        t0 = ev[i].stage == 0 ? fmin(t0, ev[i].start_s) : t0;
+    }
+    for (size_t i = 0; i < num; i++) {
+        t1 = fmax(t1, ev[i].start_s + ev[i].dur_s - t0);
+    }
+    const cJSON *rk = NULL;
+    cJSON_ArrayForEach(rk, ranks)
+    {
+        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(rk, "records");
+        int n = cJSON_GetArraySize(rec);
+        for (int i = 1; i < n; i += MOE_TRACE_RECORD_FIELDS) {
+            const cJSON *x = cJSON_GetArrayItem(rec, i);
+            t1 = cJSON_IsNumber(x) ? fmax(t1, x->valuedouble) : t1;
+        }
+    }
+    int nl = 2 * MOE_NUM_PHASES + 2;
+    struct gantt_row g = {calloc((size_t)cols * (size_t)nl, sizeof(double)), cols, t1};
+    if (g.cover == NULL || !(t1 > 0.0)) {
+        free(g.cover);
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "--gantt: out of memory or an empty timeline");
+    }
+    printf("\n# predicted vs measured step, %.1f ms wide, %.2f ms per character; c compute, e "
+           "expert_gemm,\n# d dispatch, m combine, t tp_comm, x cp_comm, p pp_comm, g dp_comm, . "
+           "pp_bubble, o optimizer,\n# h host_overhead, ? unattributed; a capital letter: "
+           "waiting for a slower rank\n",
+           t1 * 1e3, t1 * 1e3 / cols);
+    for (int s = 0; s < p->lay.pp; s++) {
+        memset(g.cover, 0, (size_t)cols * (size_t)nl * sizeof(double));
+        for (size_t i = 0; i < num; i++) {
+            if (ev[i].stage == s) {
+                gantt_add(&g, ev[i].start_s - t0, ev[i].start_s + ev[i].dur_s - t0, ev[i].phase,
+                          ev[i].is_wait != 0);
+            }
+        }
+        char label[32];
+        (void)snprintf(label, sizeof(label), "predicted stage %d", s);
+        gantt_print(&g, label);
+    }
+    cJSON_ArrayForEach(rk, ranks)
+    {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(rk, "rank");
+        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(rk, "records");
+        int n = cJSON_GetArraySize(rec) / MOE_TRACE_RECORD_FIELDS;
+        memset(g.cover, 0, (size_t)cols * (size_t)nl * sizeof(double));
+        for (int i = 0; i < n; i++) {
+            double v[MOE_TRACE_RECORD_FIELDS];
+            for (int k = 0; k < MOE_TRACE_RECORD_FIELDS; k++) {
+                const cJSON *x = cJSON_GetArrayItem(rec, i * MOE_TRACE_RECORD_FIELDS + k);
+                v[k] = cJSON_IsNumber(x) ? x->valuedouble : 0.0;
+            }
+            gantt_add(&g, v[0], v[1], (int)v[2], v[4] != 0.0);
+        }
+        char label[32];
+        (void)snprintf(label, sizeof(label), "measured rank %d",
+                       cJSON_IsNumber(r) ? r->valueint : -1);
+        gantt_print(&g, label);
+    }
+    free(g.cover);
+    return MOE_OK;
+}
+
 /* --trace: the predicted timeline (processes 0 .. pp-1) and the run's traced step (1000 + rank),
  * each shifted so that its stage 0 starts its step at 0. */
 static enum moe_status write_both(const char *path,
@@ -413,18 +548,16 @@ static cJSON *compare_json(const struct moe_prediction *pr,
 
 static int parse_args(int argc, char **argv, struct compare_opts *o)
 {
-    static const struct option longs[] = {{"cluster", required_argument, NULL, 'c'},
-                                          {"plot", required_argument, NULL, 'p'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {"observed-load", no_argument, NULL, 'o'},
-                                          {"trace", required_argument, NULL, 't'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"plot", required_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},          {"observed-load", no_argument, NULL, 'o'},
+        {"trace", required_argument, NULL, 't'},   {"gantt", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof(*o));
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "c:p:jot:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:jot:g:h", longs, NULL)) != -1) {
         if (c == 'c') {
             o->cluster = optarg;
         } else if (c == 'p') {
@@ -435,6 +568,15 @@ static int parse_args(int argc, char **argv, struct compare_opts *o)
             o->observed_load = true;
         } else if (c == 't') {
             o->trace = optarg;
+        } else if (c == 'g') {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || v < 20 || v > 1000) {
+                fprintf(stderr, "moefold compare: --gantt %s: expected a width of 20 .. 1000\n",
+                        optarg);
+                return usage(stderr);
+            }
+            o->gantt = (int)v;
         } else if (c == 'h') {
             return usage(stdout) - 1; /* -1: printed help */
         } else {
@@ -493,6 +635,15 @@ int moe_cli_compare(int argc, char **argv)
     p->cfg = plan->model;
     p->lay = plan->layout;
     p->opt = plan->options;
+    if (run.ran != NULL) {
+        /* Price what ran: the plan's options with the engine's differences (plan_differences). */
+        struct moe_options ran;
+        if (moe_plan_options_from_json(run.ran, o.run_path, &ran, &diag) != MOE_OK) {
+            moe_cli_error("compare", &diag);
+            goto out_free;
+        }
+        p->opt = ran;
+    }
     p->num_gpus = plan->layout.num_gpus;
     p->imbalance_cv = MOE_IMBALANCE_DEFAULT_CV;
     if (o.observed_load) {
@@ -550,6 +701,11 @@ int moe_cli_compare(int argc, char **argv)
         double mv[MOE_NUM_PHASES];
         phase_values(&run.time, mv);
         rc = plot_phases(o.plot, sv.t, mv);
+    }
+    if (rc == 0 && o.gantt > 0 && !o.json &&
+        print_gantt(o.gantt, p, events, num_events, &run, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        rc = 1;
     }
     if (rc == 0 && o.trace != NULL) {
         if (write_both(o.trace, p, events, num_events, &run, &diag) != MOE_OK) {

@@ -799,6 +799,12 @@ static void sim_moe_fwd(const struct moe_eng *e, struct tsim *s)
 {
     const struct moe_eng_dims *d = &e->d;
     size_t C = (size_t)d->hidden;
+    if (e->plan.options.force_load_balancing || e->opts.router_skew != 0.0) {
+        /* moe_block.c random_logits, released at once */
+        size_t m0 = moe_eng_arena_mark(&s->a);
+        tf_(s, (size_t)d->tokens_sp * (size_t)d->experts);
+        rel_(s, m0);
+    }
     if (d->ag_group > 0) {
         size_t mark = moe_eng_arena_mark(&s->a);
         ti_(s, (size_t)d->experts);

@@ -339,6 +339,7 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     }
     e->ctx.heap = boot;
     e->plan = *plan;
+    e->planned = plan->options;
     e->plan.options.is_fp32_training = true; /* the engine stores everything in fp32 */
     e->opts = *opts;
     e->k = e->ctx.k;
@@ -383,6 +384,13 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     }
     if (e->chunks != NULL && e->chunks[0].graphs != NULL) {
         note_graphs(e);
+    }
+    struct moe_options ran;
+    char diffs[MOE_ENG_MAX_DIFFS][160];
+    int nd = 0;
+    moe_eng_ran_options(e, &ran, diffs, &nd);
+    for (int i = 0; i < nd; i++) {
+        moe_eng_log_info(&e->ctx.log, "runs otherwise than the plan: %s", diffs[i]);
     }
     if (opts->verbosity > 0) {
         const struct moe_rank_coords *c = &e->groups.me;

@@ -25,7 +25,10 @@
  * non-gated MLPs, the allgather dispatcher, optimizer CPU offload, reduced-precision optimizer
  * state. Options a plan sets are honoured: recompute (selective modules, full uniform/block),
  * activation offload, overlap of gradient reduce-scatter, parameter all-gather and the EP
- * all-to-all (--overlap-moe-expert-parallel-comm), capacity factor with token drop.
+ * all-to-all (--overlap-moe-expert-parallel-comm), capacity factor with token drop, forced load
+ * balancing (random router logits, as Megatron), grouped or per-expert expert GEMMs. The others
+ * run otherwise, and run.json says how ("ran": the options that ran; "plan_differences": a line
+ * each; engine/report.c moe_eng_ran_options).
  *
  * Objective and reductions: loss = sum of token cross-entropies / tokens in the global batch, plus
  * the router losses averaged over micro-batches; gradients are summed (not averaged) over ranks, so
@@ -90,6 +93,9 @@ struct moe_eng_run_opts {
     float z_loss_coeff;     /* router z-loss coefficient; 0 = off */
     float bias_update_rate; /* aux-loss-free expert-bias update rate (models with expert bias) */
     float topk_scaling;     /* routed scaling factor applied to top-k weights */
+    /* Measurement setting: random router logits (as forced load balancing) plus router_skew on
+     * the experts of EP rank 0, a known imbalance (0 = the plan's router). */
+    double router_skew;
 
     bool emulate_precision;       /* quantise->dequantise GEMM inputs per the plan's recipe */
     double moe_buffer_factor;     /* expert rows buffer = factor x mean load; 0 = worst case */

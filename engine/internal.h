@@ -400,7 +400,8 @@ struct moe_eng_stats {
 
 struct moe_eng {
     struct moe_eng_ctx ctx;
-    struct moe_plan plan; /* with the resolved layout */
+    struct moe_plan plan;       /* with the resolved layout */
+    struct moe_options planned; /* the plan's options as given (plan.options is what runs) */
     struct moe_eng_run_opts opts;
     struct moe_eng_groups groups;
     struct moe_eng_dims d;
@@ -520,6 +521,16 @@ MOE_NODISCARD enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_
 /* ---- activations.c: saved-activation layout, slots, recompute/offload placement ---------- */
 
 void moe_eng_acts_carve(struct moe_eng *e);
+/* ---- What ran (engine/report.c) -------------------------------------------------------------- */
+
+enum { MOE_ENG_MAX_DIFFS = 16 };
+/* The options the engine runs (*ran: the plan's with what it does otherwise) and one line per
+ * difference from the plan (diffs[*num], each a sentence naming the option). */
+void moe_eng_ran_options(const struct moe_eng *e,
+                         struct moe_options *ran,
+                         char diffs[MOE_ENG_MAX_DIFFS][160],
+                         int *num);
+
 /* ---- Phase timing (engine/timing.c) ---------------------------------------------------------- */
 
 /* The arrival log of every group (host backends), the clock offset to rank 0, the traced step's

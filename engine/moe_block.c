@@ -135,7 +135,20 @@ static void grouped_fwd(struct moe_eng *e,
     struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
-    e->k->grouped_linear_fwd(y, xq, wq, counts.dev, counts.host, el, in, out, e->kc);
+    if (e->plan.options.moe_grouped_gemm) {
+        e->k->grouped_linear_fwd(y, xq, wq, counts.dev, counts.host, el, in, out, e->kc);
+    } else {
+        /* Without --moe-grouped-gemm Megatron runs each local expert as its own GEMM. */
+        size_t row = 0;
+        size_t wsz = (size_t)out * (size_t)in;
+        for (int i = 0; i < el; i++) {
+            if (counts.host[i] > 0) {
+                e->k->linear_fwd(y + row * (size_t)out, xq + row * (size_t)in, wq + (size_t)i * wsz,
+                                 NULL, counts.host[i], in, out, e->kc);
+            }
+            row += (size_t)counts.host[i];
+        }
+    }
     if (bias != NULL) {
         grouped_bias_fwd(e, y, bias, counts.host, out);
     }
@@ -159,8 +172,24 @@ static void grouped_bwd(struct moe_eng *e,
     const float *dyq = qdq_rows(e, dy, counts.host, el, out, 2);
     const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);
-    e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, counts.host, el, in, out, false, e->kc);
-    e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, counts.host, el, in, out, e->kc);
+    if (e->plan.options.moe_grouped_gemm) {
+        e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, counts.host, el, in, out, false,
+                                      e->kc);
+        e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, counts.host, el, in, out, e->kc);
+    } else {
+        size_t row = 0;
+        size_t wsz = (size_t)out * (size_t)in;
+        for (int i = 0; i < el; i++) {
+            int n = counts.host[i];
+            if (n > 0) {
+                e->k->linear_bwd_data(dx + row * (size_t)in, dyq + row * (size_t)out,
+                                      wq + (size_t)i * wsz, n, in, out, false, e->kc);
+                e->k->linear_bwd_weight(dw + (size_t)i * wsz, NULL, dyq + row * (size_t)out,
+                                        xq + row * (size_t)in, n, in, out, e->kc);
+            }
+            row += (size_t)n;
+        }
+    }
     if (d_bias != NULL) {
         grouped_bias_bwd(e, d_bias, dy, counts.host, out);
     }
@@ -334,6 +363,34 @@ static void check_bound(const struct moe_eng *e, int rows, int bound, const char
     }
 }
 
+/*
+ * --moe-router-force-load-balancing (Megatron-Core's benchmark mode, router.py
+ * apply_random_logits): the router's logits are replaced by standard-normal draws, a
+ * straight-through estimator (the backward treats them as the logits), so each token's top-k
+ * experts are uniformly random and the expected load of every expert is the mean. The draws depend
+ * on the seed, the step, the layer, the micro-batch and chunk of the op (either pass: recompute
+ * draws the same) and this rank's tokens (its tp, cp, dp coordinates).
+ */
+static void random_logits(struct moe_eng *e, const struct moe_eng_layer_w *w, float *logits, int n)
+{
+    const struct moe_rank_coords *c = &e->groups.me;
+    const struct moe_layout *l = &e->plan.layout;
+    uint64_t op = (uint64_t)(unsigned)(e->ctx.timer.tag & ~(1 << 30));
+    uint64_t who = (uint64_t)(c->tp + l->tp * (c->cp + l->cp * c->dp));
+    uint64_t stream = moe_eng_hash3(moe_eng_hash3((uint64_t)e->step, (uint64_t)w->idx, op), who,
+                                    0x666f7263656c62ULL);
+    float *h = moe_eng_arena_floats(e->htemp, (size_t)n);
+    int E = e->d.experts;
+    int skewed = E / e->d.ep; /* the experts of EP rank 0 */
+    for (int i = 0; i < n; i++) {
+        double skew = i % E < skewed ? e->opts.router_skew : 0.0;
+        h[i] = (float)(moe_eng_normal_at(e->opts.seed, stream, (uint64_t)i) + skew);
+    }
+    if (h != logits) {
+        moe_eng_copy_from_host(e->ctx.dev, logits, h, (size_t)n * sizeof(float));
+    }
+}
+
 /* Routing: logits, scores, top-k, counts, router losses; fills the dispatch layout. */
 static void route(struct moe_eng *e,
                   const struct moe_eng_layer_w *w,
@@ -348,6 +405,11 @@ static void route(struct moe_eng *e,
     bool norm = sf == MOE_K_SCORE_SIGMOID && K > 1;
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMPUTE);
     e->k->linear_fwd(a->logits, h, w->router.w, w->router_bias.w, Ms, C, E, e->kc);
+    if (e->plan.options.force_load_balancing || e->opts.router_skew != 0.0) {
+        struct moe_eng_tmark rl = moe_eng_tmark_take(e);
+        random_logits(e, w, a->logits, Ms * E);
+        moe_eng_tmark_release(e, rl);
+    }
     int groups = m->moe_router_num_groups > 1 ? m->moe_router_num_groups : 0;
     e->k->router_fwd(a->topk_idx, a->topk_w, a->scores, a->logits, w->expert_bias, Ms, E, K, groups,
                      groups > 0 ? m->moe_router_group_topk : 0, sf, norm, e->opts.topk_scaling,

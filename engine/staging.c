@@ -156,6 +156,10 @@ size_t moe_eng_host_temp_bytes(const struct moe_eng *e)
     size_t ints = 4 * E + 2 * plan + 2 * (2 * E + 2 * nch) + El;
     ints += (size_t)d->num_layers_all * E; /* expert counts of the optimizer step */
     size_t floats = (size_t)d->tokens;     /* a micro-batch's token losses */
+    if (e->plan.options.force_load_balancing || e->opts.router_skew != 0.0) {
+        size_t logits = (size_t)d->tokens_sp * E; /* moe_block.c random_logits */
+        floats = logits > floats ? logits : floats;
+    }
     /* Twice the count (two nested users at most), plus the 64-byte rounding of 64 carves. */
     return 2 * (ints + floats) * sizeof(int) + 64 * MOE_ENG_HOST_ALIGN;
 }

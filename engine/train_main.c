@@ -69,6 +69,9 @@ static void usage(FILE *f)
         "  --z-loss-coeff X      router z-loss (default 0)\n"
         "  --bias-update-rate X  expert-bias update rate (default 1e-3)\n"
         "  --topk-scaling X      routed scaling factor on top-k weights (default 1)\n"
+        "  --moe-router-skew X   measurement setting: random router logits (as\n"
+        "                        --moe-router-force-load-balancing) with X added to the experts\n"
+        "                        of EP rank 0, a known imbalance (default 0: the plan's router)\n"
         "  --emulate-precision   quantise->dequantise GEMM inputs per the plan's recipe\n"
         "                        (default: plain fp32)\n"
         "  --moe-buffer-factor F expert rows buffer = F x mean load (default 0: worst case)\n"
@@ -139,6 +142,7 @@ enum {
     OPT_GRAPHS,
     OPT_TRACE,
     OPT_TRACE_STEP,
+    OPT_SKEW,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
@@ -220,6 +224,7 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         {"cuda-graphs", no_argument, NULL, OPT_GRAPHS},
         {"trace", required_argument, NULL, OPT_TRACE},
         {"trace-step", required_argument, NULL, OPT_TRACE_STEP},
+        {"moe-router-skew", required_argument, NULL, OPT_SKEW},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -340,6 +345,10 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
             break;
         case OPT_TRACE:
             a->trace = optarg;
+            break;
+        case OPT_SKEW:
+            rc = num_opt("moe-router-skew", optarg, -20.0, 20.0, &x, is_root);
+            a->run.router_skew = x;
             break;
         case OPT_TRACE_STEP:
             rc = int_opt("trace-step", optarg, 1, 100000000, &n, is_root);

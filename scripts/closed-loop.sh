@@ -2,7 +2,9 @@
 # The closed loop on this host, as `make demo` shows it: calibrate this host as a cluster (or reuse
 # a fresh calibration), let the planner pick the fastest plan for a small MoE on its cores
 # (moefold plan --emit), train under that plan with mpirun (moefold-train --plan) and print
-# predicted vs measured per phase (moefold compare). Usage: scripts/closed-loop.sh BUILD OUT_DIR.
+# predicted vs measured per phase (moefold compare), with the predicted and the measured last step
+# as one Chrome trace (OUT_DIR/local.trace.json) and an ASCII Gantt chart of both.
+# Usage: scripts/closed-loop.sh BUILD OUT_DIR.
 # `make validate` runs a fixed suite of plans the same way and prints the error statistics.
 set -euo pipefail
 build=${1:-build}
@@ -29,7 +31,8 @@ echo "# plan: the fastest layout for $(basename "$model") on $np rank(s) of this
 echo
 echo "# train: mpirun -np $np moefold-train --plan $out/local.plan.json --steps $steps"
 mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$out/local.plan.json" \
-    --steps "$steps" --synthetic --out "$out/local.run.json"
+    --steps "$steps" --synthetic --out "$out/local.run.json" \
+    --trace "$out/local.measured.trace.json"
 
 echo
 echo "# compare: predicted vs measured"
@@ -38,4 +41,8 @@ if grep -Eq '"ep":[[:space:]]*([2-9]|[1-9][0-9])' "$out/local.plan.json"; then
     flags=(--observed-load) # price the routing the untrained router produced
 fi
 "$bin/moefold" compare "$out/local.plan.json" "$out/local.run.json" --cluster "$cluster" \
-    "${flags[@]}"
+    "${flags[@]}" --trace "$out/local.trace.json" --gantt 100
+echo
+echo "# timelines: $out/local.trace.json (predicted and measured side by side) and"
+echo "# $out/local.measured.trace.json: open one in https://ui.perfetto.dev (Open trace file) or"
+echo "# chrome://tracing (Load); a process per pipeline stage (predicted) or rank (measured)"

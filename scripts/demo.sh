@@ -21,7 +21,10 @@ section "1. DeepSeek-V3 on 1024 H100s, the layout of the published Megatron-Brid
     --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --moe-grouped-gemm \
     --moe-router-force-load-balancing --moe-token-dispatcher-type flex \
     --moe-flex-dispatcher-backend hybridep --recompute-granularity selective \
-    --recompute-modules mla_up_proj mlp
+    --recompute-modules mla_up_proj mlp --trace "$out/dsv3-b5.trace.json"
+echo
+echo "# the simulated step: $out/dsv3-b5.trace.json -- open it in https://ui.perfetto.dev (Open trace"
+echo "# file) or chrome://tracing (Load): a process per pipeline stage, compute and stream tracks"
 
 if "$moefold" --help | grep -q '^  plan '; then
     section "2. Search: DeepSeek-V3 on 256 GB200 (NVL72), GBS 2048, seq 4096"

@@ -151,7 +151,7 @@ static cJSON *layout_to_json(const struct moe_layout *l)
     return o;
 }
 
-static cJSON *options_to_json(const struct moe_options *p)
+cJSON *moe_plan_options_to_json(const struct moe_options *p)
 {
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL && cJSON_AddStringToObject(o, "recipe", moe_recipe_name(p->recipe));
@@ -227,7 +227,7 @@ cJSON *moe_plan_to_json(const struct moe_plan *plan, const cJSON *prediction)
         cJSON_AddStringToObject(root, "cluster", cluster) &&
         add_int(root, "num_gpus", plan->layout.num_gpus) &&
         attach(root, "layout", layout_to_json(&plan->layout)) &&
-        attach(root, "options", options_to_json(&plan->options)) &&
+        attach(root, "options", moe_plan_options_to_json(&plan->options)) &&
         (prediction == NULL || attach(root, "prediction", cJSON_Duplicate(prediction, true))) &&
         add_megatron_args(root, plan);
     if (!ok) {
@@ -361,8 +361,10 @@ read_option_enums(const cJSON *o, const char *w, struct moe_options *opt, struct
     return MOE_OK;
 }
 
-static enum moe_status
-read_options(const cJSON *o, const char *src, struct moe_options *opt, struct moe_diag *diag)
+enum moe_status moe_plan_options_from_json(const cJSON *o,
+                                           const char *src,
+                                           struct moe_options *opt,
+                                           struct moe_diag *diag)
 {
     char w[192];
     (void)snprintf(w, sizeof(w), "%s: options", src);
@@ -552,8 +554,8 @@ enum moe_status moe_plan_from_json(const cJSON *root,
     moe_diag_source(diag, src);
     MOE_TRY(read_layout(cJSON_GetObjectItemCaseSensitive(root, "layout"), src, &plan->layout, &t,
                         diag));
-    MOE_TRY(
-        read_options(cJSON_GetObjectItemCaseSensitive(root, "options"), src, &plan->options, diag));
+    MOE_TRY(moe_plan_options_from_json(cJSON_GetObjectItemCaseSensitive(root, "options"), src,
+                                       &plan->options, diag));
     MOE_TRY(resolve_layout(src, cl, plan, &t, diag));
     if (plan->megatron_args[0] == '\0') {
         size_t needed = 0;

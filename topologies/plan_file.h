@@ -58,6 +58,15 @@ void moe_plan_init(struct moe_plan *plan);
  */
 cJSON *moe_plan_to_json(const struct moe_plan *plan, const cJSON *prediction);
 
+/* A plan's "options" object alone (run.json's "ran" uses it); NULL on allocation failure. */
+cJSON *moe_plan_options_to_json(const struct moe_options *opt);
+/* Read an "options" object (src names it in messages; every key optional, unknown keys are
+ * errors); *opt starts from moe_options_init. MOE_ERR_INVALID when absent or malformed. */
+MOE_NODISCARD enum moe_status moe_plan_options_from_json(const cJSON *o,
+                                                         const char *src,
+                                                         struct moe_options *opt,
+                                                         struct moe_diag *diag);
+
 /*
  * Read a plan from a parsed tree (source names it in messages) into *plan and resolve its layout
  * again with moe_layout_resolve (cl may be NULL: hardware rules are then skipped). *prediction

@@ -306,6 +306,17 @@ static void test_trace_and_differences(void **state)
     }
     assert_int_equal(measured, 2);
     free(sum);
+    /* The same two timelines as an ASCII Gantt chart: one row per predicted stage and measured
+     * rank, 60 cells wide; the measured ranks' compute (c) fills the start of their rows. */
+    (void)snprintf(args, sizeof(args), "compare %s %s --gantt 60 2>&1", f->plan, run);
+    assert_int_equal(run_cli(args, out), 0);
+    const char *row = strstr(out, "\nmeasured rank 1 ");
+    assert_non_null(row);
+    const char *bar = strchr(row, '|');
+    assert_non_null(bar);
+    assert_true(strlen(bar) > 62 && bar[61] == '|');
+    assert_true(bar[1] == 'c');
+    assert_non_null(strstr(out, "\npredicted stage 0 "));
     /* Without a traced step --trace says what to do. */
     (void)snprintf(args, sizeof(args), "compare %s %s --trace %s 2>&1", f->plan, f->run, trace);
     rc = run_cli(args, out);
