@@ -6,6 +6,7 @@
  */
 #include "cli/commands.h"
 #include "cli/fit.h"
+#include "cli/megatron_log.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -20,6 +21,8 @@ struct fit_args {
     const char *cluster;
     const char *runs[MAX_FILES];
     int num_runs;
+    const char *logs[MAX_FILES]; /* --megatron-log */
+    int num_logs;
     const char *out;
     bool json;
     struct moe_fit_options opt;
@@ -28,7 +31,8 @@ struct fit_args {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: moefold fit --cluster BASE --runs FILE [--runs FILE ...] [--out PROFILE]\n"
+            "usage: moefold fit --cluster BASE --runs FILE [--runs FILE ...]\n"
+            "                   [--megatron-log FILE ...] [--out PROFILE]\n"
             "                   [--json] [--no-loo] [--no-releases] [--incomplete-sd K]\n"
             "                   [--run-sd X] [--constrain R]\n"
             "Fits BASE's software figures (those with a \"prior\" in the cluster file: GEMM,\n"
@@ -38,6 +42,8 @@ static void usage(FILE *f)
             "its prior. Only figures the runs constrain are fitted; the rest keep the prior.\n"
             "  --cluster BASE        cluster name or file whose figures are fitted\n"
             "  --runs FILE           measured runs (the published-runs format; repeatable)\n"
+            "  --megatron-log FILE   a Megatron-LM training log as a measured run on BASE: its\n"
+            "                        arguments dump and steady-state step time (repeatable)\n"
             "  --out PROFILE         write the fitted profile (a cluster file) here\n"
             "  --json                print the fit as one JSON object\n"
             "  --no-loo              skip the leave-one-out refits\n"
@@ -53,6 +59,7 @@ static int parse(int argc, char **argv, struct fit_args *a)
 {
     static const struct option longs[] = {{"cluster", required_argument, NULL, 'c'},
                                           {"runs", required_argument, NULL, 'r'},
+                                          {"megatron-log", required_argument, NULL, 'm'},
                                           {"out", required_argument, NULL, 'o'},
                                           {"json", no_argument, NULL, 'j'},
                                           {"no-loo", no_argument, NULL, 'L'},
@@ -79,6 +86,13 @@ static int parse(int argc, char **argv, struct fit_args *a)
                 return 2;
             }
             a->runs[a->num_runs++] = optarg;
+            break;
+        case 'm':
+            if (a->num_logs >= MAX_FILES) {
+                fprintf(stderr, "moefold fit: at most %d --megatron-log files\n", MAX_FILES);
+                return 2;
+            }
+            a->logs[a->num_logs++] = optarg;
             break;
         case 'o':
             a->out = optarg;
@@ -132,8 +146,9 @@ static int parse(int argc, char **argv, struct fit_args *a)
         fprintf(stderr, "moefold fit: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (a->cluster == NULL || a->num_runs == 0) {
-        fprintf(stderr, "moefold fit: give --cluster BASE and at least one --runs FILE\n");
+    if (a->cluster == NULL || a->num_runs + a->num_logs == 0) {
+        fprintf(stderr, "moefold fit: give --cluster BASE and at least one --runs FILE or "
+                        "--megatron-log FILE\n");
         return 2;
     }
     return -1;
@@ -321,6 +336,55 @@ static void print_json(const struct moe_fit_result *res, const char *out)
     cJSON_Delete(o);
 }
 
+/* A Megatron-LM log as one measured run on cluster `cluster` (cli/megatron_log.h). */
+static enum moe_status
+log_run(const char *path, const char *cluster, struct moe_run_set *set, struct moe_diag *diag)
+{
+    struct moe_megatron_log log;
+    moe_mlog_init(&log);
+    enum moe_status st = moe_mlog_read_file(path, &log, diag);
+    struct moe_run *r = st == MOE_OK ? calloc(1, sizeof(*r)) : NULL;
+    if (st == MOE_OK && r == NULL) {
+        st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    if (st == MOE_OK) {
+        const char *base = strrchr(path, '/');
+        base = base != NULL ? base + 1 : path;
+        const char *dot = strrchr(base, '.');
+        int len = dot != NULL && dot != base ? (int)(dot - base) : (int)strlen(base);
+        (void)snprintf(r->id, sizeof(r->id), "%.*s", len, base); /* the file's name, less .log */
+        (void)snprintf(r->cluster, sizeof(r->cluster), "%s", cluster);
+        (void)snprintf(r->file, sizeof(r->file), "%s", path);
+        r->gpus = log.world_size;
+        r->metric = MOE_RUN_STEP_TIME_S;
+        r->measured = log.step_time_s;
+        r->memory_gib = log.has_memory ? log.max_reserved_bytes / 1073741824.0 : 0.0;
+        /* Arguments moefold does not read that may change what it prices: not fully stated. */
+        r->complete = log.num_unknown + log.num_unknown_more == 0;
+        (void)snprintf(r->note, sizeof(r->note),
+                       "Megatron-LM log %s: median of %d iteration lines (%d iterations)", path,
+                       log.iteration_lines_used, log.iterations_used);
+        size_t used = 0;
+        for (int i = 0; i < log.num_words && st == MOE_OK; i++) {
+            int w = snprintf(r->args + used, sizeof(r->args) - used, "%s'%s'", i ? " " : "",
+                             log.words[i]);
+            if (w < 0 || (size_t)w >= sizeof(r->args) - used ||
+                strchr(log.words[i], '\'') != NULL) {
+                st = moe_diag_set(diag, MOE_ERR_INVALID,
+                                  "%s: the arguments dump's flags do not fit in one run record",
+                                  path);
+            }
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    if (st == MOE_OK) {
+        st = moe_runs_add(set, r, diag);
+    }
+    free(r);
+    moe_mlog_fini(&log);
+    return st;
+}
+
 int moe_cli_fit(int argc, char **argv)
 {
     struct fit_args a;
@@ -340,6 +404,15 @@ int moe_cli_fit(int argc, char **argv)
             return 1;
         }
         int w = snprintf(desc + used, sizeof(desc) - used, "%s%s", i ? ", " : "", a.runs[i]);
+        used += w > 0 && (size_t)w < sizeof(desc) - used ? (size_t)w : 0;
+    }
+    for (int i = 0; i < a.num_logs; i++) {
+        if (log_run(a.logs[i], a.cluster, &set, &d) != MOE_OK) {
+            fprintf(stderr, "moefold fit: %s\n", d.message);
+            moe_runs_free(&set);
+            return 1;
+        }
+        int w = snprintf(desc + used, sizeof(desc) - used, "%s%s", used ? ", " : "", a.logs[i]);
         used += w > 0 && (size_t)w < sizeof(desc) - used ? (size_t)w : 0;
     }
     struct moe_fit_result res;

@@ -338,6 +338,29 @@ static void test_cli(void **state)
                    bin);
     assert_int_equal(moe_test_run_capture(cmd, out, OUT_LEN), 1);
     assert_non_null(strstr(out, "nonexistent"));
+
+    /* A Megatron-LM log is a measured run: its step time is the median iteration time. */
+    char log[1024];
+    moe_test_root_path("tests/data/megatron_logs/megatron-core_v0.12.0-mixtral.log", log,
+                       sizeof(log));
+    (void)snprintf(cmd, sizeof(cmd),
+                   "%s fit --cluster dgx-h100 --megatron-log %s --no-loo --json 2>&1", bin, log);
+    assert_int_equal(moe_test_run_capture(cmd, out, OUT_LEN), 0);
+    cJSON *root = cJSON_Parse(out);
+    assert_non_null(root);
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(root, "runs");
+    assert_int_equal(cJSON_GetArraySize(runs), 1);
+    const cJSON *run = cJSON_GetArrayItem(runs, 0);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(run, "id")->valuestring,
+                        "megatron-core_v0.12.0-mixtral");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(run, "used")));
+    assert_float_equal(cJSON_GetObjectItemCaseSensitive(run, "measured")->valuedouble, 3.652, 1e-9);
+    cJSON_Delete(root);
+    /* A file with no arguments dump is refused, naming what is missing. */
+    (void)snprintf(cmd, sizeof(cmd), "%s fit --cluster dgx-h100 --megatron-log %s 2>&1", bin,
+                   moe_test_root_path("README.md", log, sizeof(log)));
+    assert_int_equal(moe_test_run_capture(cmd, out, OUT_LEN), 1);
+    assert_non_null(strstr(out, "arguments"));
     free(out);
 }
 
