@@ -5,10 +5,18 @@
  * a plan file (--emit), Megatron-LM flags (--megatron-args) and a launch script (--launch-script).
  * Any Megatron layout or option flag on the command line fixes that dimension; --fix, --precision,
  * --dispatcher, --no-offload and --max-memory-gib constrain the rest. `plan --sweep` is `whatif`.
+ *
+ * With --train-tokens the listed plans are re-ranked by their whole run's --objective (time,
+ * GPU-hours, cost, energy; cli/train_eval.h) and those that miss --deadline-days are dropped, so
+ * plan 1 (the one --emit writes) is the best run within the deadline; --gpus-max searches the GPU
+ * count too (cli/plan_gpus.h) and then plans the best count.
  */
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/plan_gpus.h"
 #include "cli/runs.h"
+#include "cli/train_cost.h"
+#include "cli/train_eval.h"
 #include "cli/uncertainty.h"
 #include "planner/cliopt.h"
 #include "planner/emit.h"
@@ -29,6 +37,14 @@ static void usage(FILE *out)
                  "                    --global-batch-size B [--seq-length S] [Megatron flags]\n"
                  "                    [search and output options]\n\n");
     moe_plan_cli_help(out);
+    moe_train_flags_help(out, true);
+    fprintf(out,
+            "  --gpus-max N            search the GPU count too: multiples of --gpus-step from\n"
+            "                          --gpus-min up to N (instead of --gpus; needs\n"
+            "                          --train-tokens); the best count under the objective and\n"
+            "                          deadline is planned in full\n"
+            "  --gpus-min M            smallest count (default: --gpus-step)\n"
+            "  --gpus-step S           step between counts (default: the GPUs per node)\n\n");
     fprintf(
         out,
         "output:\n"
@@ -55,7 +71,9 @@ struct plan_flags {
     const char *emit;
     bool megatron_args;
     const char *launch;
-    const char *compare_to; /* --compare-to 'Megatron flags' */
+    const char *compare_to;            /* --compare-to 'Megatron flags' */
+    struct moe_train_flags train;      /* --train-tokens and the run flags */
+    int gpus_min, gpus_step, gpus_max; /* --gpus-min/step/max (0: not given) */
 };
 
 static int plan_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *diag)
@@ -65,7 +83,18 @@ static int plan_flag(void *ctx, int argc, char **argv, int i, struct moe_diag *d
     if (used != 0) {
         return used;
     }
+    if ((used = moe_train_flag(&f->train, argc, argv, i, diag)) != 0) {
+        return used;
+    }
     const char *v = NULL;
+    const char *gnames[3] = {"--gpus-max", "--gpus-min", "--gpus-step"};
+    int *gdst[3] = {&f->gpus_max, &f->gpus_min, &f->gpus_step};
+    for (int k = 0; k < 3; k++) {
+        if ((used = moe_plan_cli_value(argc, argv, i, gnames[k], &v, diag)) != 0) {
+            return used < 0 || !moe_plan_cli_int(gnames[k], v, 1, 1 << 24, gdst[k], diag) ? -1
+                                                                                          : used;
+        }
+    }
     if ((used = moe_plan_cli_value(argc, argv, i, "--top", &v, diag)) != 0) {
         return used < 0 || !moe_plan_cli_int("--top", v, 1, 1000, &f->top_k, diag) ? -1 : used;
     }
@@ -334,12 +363,75 @@ static enum moe_status write_outputs(const struct moe_cli_problem *p,
     return MOE_OK;
 }
 
+/* The whole-run side of a plan: each listed plan's run (--train-tokens), the GPU sweep. */
+struct plan_run {
+    const struct moe_train_flags *flags; /* NULL: no --train-tokens */
+    const struct moe_cluster_costs *costs;
+    struct moe_train_eval *evals; /* [num], in res->top's order */
+    int num;
+    struct moe_train_eval missed; /* the fastest plan's run when every plan missed the deadline */
+    bool deadline_missed;
+    bool has_sweep;
+    struct moe_plan_gpus sweep; /* --gpus-max */
+};
+
+static void plan_run_fini(struct plan_run *r)
+{
+    for (int i = 0; i < r->num; i++) {
+        moe_cli_train_eval_fini(&r->evals[i]);
+    }
+    free(r->evals);
+    moe_cli_train_eval_fini(&r->missed);
+    moe_cli_plan_gpus_free(&r->sweep);
+    memset(r, 0, sizeof(*r));
+}
+
+/* One line per listed plan: its run, by the objective's order. */
+static void print_runs(const struct plan_run *r, const struct moe_plan_result *res)
+{
+    const struct moe_train_flags *f = r->flags;
+    char tok[32];
+    moe_train_tokens_str(f->train_tokens, tok, sizeof(tok));
+    printf("\n# whole run of %s tokens per plan, ranked by %s", tok,
+           moe_train_objective_name(f->objective));
+    if (f->deadline_days > 0.0) {
+        printf(", within %.4g days", f->deadline_days);
+    }
+    printf("\n%5s %9s %15s %11s %10s %12s %10s %10s\n", "rank", "days", "80%_days", "GPU_hours",
+           "MWh", "cost_USD", "steps", "ramp_days");
+    for (int i = 0; i < r->num && i < res->num_top; i++) {
+        const struct moe_train_eval *e = &r->evals[i];
+        const struct moe_train_totals *t = &e->totals;
+        char iv[40] = "-";
+        char mwh[24] = "-";
+        char cost[24] = "-";
+        if (t->has_interval) {
+            (void)snprintf(iv, sizeof(iv), "%.1f-%.1f", t->days.lo, t->days.hi);
+        }
+        if (t->has_energy) {
+            (void)snprintf(mwh, sizeof(mwh), "%.0f", t->energy_mwh.value);
+        }
+        if (t->has_cost) {
+            (void)snprintf(cost, sizeof(cost), "%.4g", t->cost_usd.value);
+        }
+        printf("%5d %9.2f %15s %11.4g %10s %12s %10lld %10.2f\n", i + 1, t->days.value, iv,
+               t->gpu_hours.value, mwh, cost, e->sched.steps, e->ramp_s / 86400.0);
+    }
+    if (r->num > 0) {
+        struct moe_train_report rep;
+        moe_cli_train_report(&r->evals[0], f, r->costs, &rep);
+        rep.label = "plan 1";
+        moe_train_print(stdout, &rep);
+    }
+}
+
 static int print_json(const struct moe_plan_request *req,
                       const struct moe_plan_result *res,
                       int explain,
                       const char *megatron,
                       const struct moe_plan_trust *t,
-                      const struct compared *cp)
+                      const struct compared *cp,
+                      const struct plan_run *run)
 {
     cJSON *o = moe_plan_result_json_trusted(req, res, explain, t);
     if (o != NULL && megatron != NULL) {
@@ -347,6 +439,29 @@ static int print_json(const struct moe_plan_request *req,
     }
     if (o != NULL && cp != NULL) {
         cJSON_AddItemToObject(o, "compare_to", compared_json(cp, t->tie_band));
+    }
+    if (o != NULL && run->flags != NULL) {
+        cJSON *top = cJSON_GetObjectItemCaseSensitive(o, "top");
+        int i = 0;
+        cJSON *c = NULL;
+        cJSON_ArrayForEach(c, top)
+        {
+            if (i < run->num) {
+                struct moe_train_report rep;
+                moe_cli_train_report(&run->evals[i], run->flags, run->costs, &rep);
+                cJSON_AddItemToObject(c, "run", moe_train_json(&rep));
+            }
+            i++;
+        }
+        cJSON_AddStringToObject(o, "objective", moe_train_objective_name(run->flags->objective));
+        if (run->deadline_missed) {
+            struct moe_train_report rep;
+            moe_cli_train_report(&run->missed, run->flags, run->costs, &rep);
+            cJSON_AddItemToObject(o, "deadline_missed", moe_train_json(&rep));
+        }
+    }
+    if (o != NULL && run->has_sweep) {
+        cJSON_AddItemToObject(o, "gpus_sweep", moe_cli_plan_gpus_json(&run->sweep, run->flags));
     }
     char *s = o != NULL ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
@@ -359,6 +474,116 @@ static int print_json(const struct moe_plan_request *req,
     return 0;
 }
 
+/*
+ * Before the search: the run flags' consistency, the cluster's costs for the objective, and with
+ * --gpus-max the GPU-count sweep, which sets p->num_gpus to the best count (MOE_ERR_INFEASIBLE
+ * when no count qualifies: the sweep is still printed).
+ */
+static enum moe_status prepare_run(struct moe_cli_problem *p,
+                                   const struct plan_flags *f,
+                                   struct moe_cluster_costs *costs,
+                                   struct plan_run *run,
+                                   struct moe_diag *diag)
+{
+    memset(costs, 0, sizeof(*costs));
+    MOE_TRY(moe_train_flags_check(&f->train, true, diag));
+    if (f->gpus_max == 0 && (f->gpus_min > 0 || f->gpus_step > 0)) {
+        moe_diag_source(diag, f->gpus_min > 0 ? "--gpus-min" : "--gpus-step");
+        return moe_diag_set(diag, MOE_ERR_INVALID, "%s sets the range of --gpus-max: give it too",
+                            f->gpus_min > 0 ? "--gpus-min" : "--gpus-step");
+    }
+    if (!f->train.has_tokens) {
+        if (f->gpus_max > 0) {
+            moe_diag_source(diag, "--gpus-max");
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "--gpus-max compares GPU counts by a whole run: give "
+                                "--train-tokens N");
+        }
+        return MOE_OK;
+    }
+    if (!p->has_cluster) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "no cluster: give --cluster NAME (see `moefold clusters`)");
+    }
+    MOE_TRY(moe_cluster_costs_load(p->cluster_name, costs, diag));
+    MOE_TRY(moe_train_check_objective(&f->train, costs, p->cl.name, diag));
+    run->flags = &f->train;
+    run->costs = costs;
+    if (f->gpus_max == 0) {
+        return MOE_OK;
+    }
+    if (p->num_gpus > 0) {
+        moe_diag_source(diag, "--gpus-max");
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "give either --gpus N (one count) or --gpus-max N (search the count)");
+    }
+    if (!p->has_model) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "no model: give --model NAME (see `moefold models`), --model-config "
+                            "FILE, or Megatron model-shape flags");
+    }
+    int step = f->gpus_step > 0 ? f->gpus_step : p->cl.gpus_per_node;
+    int lo = f->gpus_min > 0 ? f->gpus_min : step;
+    MOE_TRY(moe_cli_plan_gpus(p, &f->search, &f->train, costs, lo, step, f->gpus_max, &run->sweep,
+                              diag));
+    run->has_sweep = true;
+    if (run->sweep.best < 0) {
+        const struct moe_plan_gpus *g = &run->sweep;
+        if (g->fastest < 0) {
+            return moe_diag_set(diag, MOE_ERR_INFEASIBLE,
+                                "no plan fits at any GPU count from %d to %d", lo, f->gpus_max);
+        }
+        const struct moe_train_totals *t = &g->points[g->fastest].totals;
+        char iv[64] = "";
+        if (t->has_interval) {
+            (void)snprintf(iv, sizeof(iv), " (80%% interval %.1f - %.1f)", t->days.lo, t->days.hi);
+        }
+        return moe_diag_set(diag, MOE_ERR_INFEASIBLE,
+                            "no GPU count up to %d finishes within %.4g days: the fastest run "
+                            "(%d GPUs) needs %.1f days%s, %.1f days (%.0f%%) over; raise "
+                            "--gpus-max or the deadline",
+                            f->gpus_max, f->train.deadline_days, g->points[g->fastest].num_gpus,
+                            t->days.value, iv, t->days.value - f->train.deadline_days,
+                            100.0 * (t->days.value - f->train.deadline_days) /
+                                f->train.deadline_days);
+    }
+    p->num_gpus = run->sweep.points[run->sweep.best].num_gpus;
+    return MOE_OK;
+}
+
+/* After the search: every listed plan's run, ranked by the objective, filtered by the deadline. */
+static enum moe_status rank_runs(const struct moe_cli_problem *p,
+                                 const struct plan_flags *f,
+                                 struct moe_plan_result *res,
+                                 struct plan_run *run,
+                                 struct moe_plan_trust *trust,
+                                 struct moe_diag *diag)
+{
+    if (run->flags == NULL || res->num_top == 0) {
+        return MOE_OK;
+    }
+    run->evals = calloc((size_t)res->num_top, sizeof(*run->evals));
+    if (run->evals == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    MOE_TRY(moe_cli_train_rank(p, &f->train, run->costs, res, run->evals, &run->num, &run->missed,
+                               diag));
+    run->deadline_missed = res->num_top == 0;
+    char tok[32];
+    moe_train_tokens_str(f->train.train_tokens, tok, sizeof(tok));
+    int n = snprintf(trust->ranking, sizeof(trust->ranking),
+                     "plans re-ranked by the %s of a whole run of %s tokens",
+                     f->train.objective == MOE_TRAIN_OBJ_TIME
+                         ? "wall-clock days"
+                         : moe_train_objective_name(f->train.objective),
+                     tok);
+    if (n > 0 && (size_t)n < sizeof(trust->ranking) && f->train.deadline_days > 0.0) {
+        (void)snprintf(trust->ranking + n, sizeof(trust->ranking) - (size_t)n,
+                       "; plans over %.4g days dropped", f->train.deadline_days);
+    }
+    return MOE_OK;
+}
+
 int moe_cli_plan(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -369,6 +594,7 @@ int moe_cli_plan(int argc, char **argv)
     struct plan_flags f;
     memset(&f, 0, sizeof(f));
     moe_plan_cli_opts_init(&f.search);
+    moe_train_flags_init(&f.train);
     f.top_k = 10;
     f.pareto_window = 1.5;
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
@@ -379,6 +605,9 @@ int moe_cli_plan(int argc, char **argv)
     memset(&res, 0, sizeof(res));
     struct moe_diag diag = {0};
     char *megatron = NULL;
+    struct plan_run run;
+    memset(&run, 0, sizeof(run));
+    struct moe_cluster_costs costs;
     int rc = 1;
     if (p == NULL || req == NULL) {
         fprintf(stderr, "moefold plan: out of memory\n");
@@ -394,6 +623,17 @@ int moe_cli_plan(int argc, char **argv)
         rc = 0;
         goto out_free;
     }
+    enum moe_status st = prepare_run(p, &f, &costs, &run, &diag);
+    if (st != MOE_OK) {
+        if (run.has_sweep && !p->json) {
+            moe_cli_plan_gpus_print(stdout, &run.sweep, &f.train);
+        } else if (run.has_sweep) {
+            (void)print_json(req, &res, 0, NULL, NULL, NULL, &run);
+        }
+        moe_cli_error("plan", &diag);
+        rc = st == MOE_ERR_INFEASIBLE ? 1 : 2;
+        goto out_free;
+    }
     struct moe_plan_trust trust;
     memset(&trust, 0, sizeof(trust));
     if (build_request(p, &f.search, req, &lc, &scratch, &trust.memory_margin, &diag) != MOE_OK) {
@@ -406,10 +646,28 @@ int moe_cli_plan(int argc, char **argv)
     moe_plan_progress_init(&prog, "plan", true);
     req->progress = moe_plan_progress_cb;
     req->progress_ctx = &prog;
-    enum moe_status st = moe_plan_search(req, &res, &diag);
+    st = moe_plan_search(req, &res, &diag);
     moe_plan_progress_done(&prog);
     if (st != MOE_OK) {
         moe_cli_error("plan", &diag);
+        goto out_free;
+    }
+    if (rank_runs(p, &f, &res, &run, &trust, &diag) != MOE_OK) {
+        moe_cli_error("plan", &diag);
+        goto out_free;
+    }
+    if (run.deadline_missed) {
+        char msg[512];
+        moe_cli_train_missed_str(&f.train, &run.missed, msg, sizeof(msg));
+        if (p->json) {
+            (void)print_json(req, &res, 0, NULL, &trust, NULL, &run);
+        } else if (run.has_sweep) {
+            moe_cli_plan_gpus_print(stdout, &run.sweep, &f.train);
+        }
+        fprintf(stderr,
+                "moefold plan: %s on %d GPUs; try more GPUs (--gpus-max) or a later "
+                "deadline\n",
+                msg, p->num_gpus);
         goto out_free;
     }
     if (write_outputs(p, &f, &res, &megatron, &diag) != MOE_OK) {
@@ -428,13 +686,20 @@ int moe_cli_plan(int argc, char **argv)
         goto out_free;
     }
     if (p->json) {
-        rc = print_json(req, &res, f.explain, megatron, &trust, f.compare_to ? &cp : NULL);
+        rc = print_json(req, &res, f.explain, megatron, &trust, f.compare_to ? &cp : NULL, &run);
         if (rc == 0 && res.num_top == 0) {
             rc = 1;
         }
         goto out_free;
     }
+    if (run.has_sweep) {
+        moe_cli_plan_gpus_print(stdout, &run.sweep, &f.train);
+        printf("\n");
+    }
     moe_plan_print_trusted(stdout, req, &res, f.explain, &trust);
+    if (run.flags != NULL && run.num > 0) {
+        print_runs(&run, &res);
+    }
     if (f.compare_to != NULL) {
         print_compared(&cp, res.num_top, trust.tie_band);
     }
@@ -449,6 +714,7 @@ int moe_cli_plan(int argc, char **argv)
     }
     rc = res.num_top > 0 ? 0 : 1;
 out_free:
+    plan_run_fini(&run);
     free(megatron);
     moe_plan_result_free(&res);
     moe_plan_load_cache_destroy(lc);

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/runs.h"
+#include "cli/train_eval.h"
 #include "cli/uncertainty.h"
 #include "topologies/trace_file.h"
 
@@ -18,9 +19,10 @@
 
 struct predict_flags {
     int help;
-    const char *emit;     /* --emit FILE: write the plan with its prediction */
-    const char *trace;    /* --trace FILE: the simulated step as a Chrome trace */
-    double memory_margin; /* --memory-margin F; < 0: the profile's default */
+    const char *emit;             /* --emit FILE: write the plan with its prediction */
+    const char *trace;            /* --trace FILE: the simulated step as a Chrome trace */
+    double memory_margin;         /* --memory-margin F; < 0: the profile's default */
+    struct moe_train_flags train; /* --train-tokens and the run flags */
 };
 
 /* How far to trust one prediction (cli/uncertainty.h). */
@@ -39,6 +41,10 @@ static int predict_flag(void *ctx, int argc, char **argv, int i, struct moe_diag
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
         f->help = 1;
         return 1;
+    }
+    int used = moe_train_flag(&f->train, argc, argv, i, diag);
+    if (used != 0) {
+        return used;
     }
     const char *names[2] = {"--emit", "--trace"};
     const char **dst[2] = {&f->emit, &f->trace};
@@ -92,6 +98,8 @@ static void usage(FILE *out)
         "  --memory-margin F       memory a plan must leave free to count as fitting, as a\n"
         "                          fraction of its predicted total (default: the upper end of\n"
         "                          the memory model's 80%% interval from the cluster profile)\n\n");
+    moe_train_flags_help(out, false);
+    fprintf(out, "\n");
     moe_cli_print_common_help(out);
 }
 
@@ -295,9 +303,35 @@ static void print_human(const struct moe_cli_problem *p,
     }
 }
 
+/* --train-tokens: the whole run of this layout (cli/train_eval.h). */
+static enum moe_status whole_run(const struct moe_cli_problem *p,
+                                 const struct moe_prediction *pred,
+                                 const struct moe_train_flags *f,
+                                 struct moe_cluster_costs *costs,
+                                 struct moe_train_eval *run,
+                                 struct moe_diag *diag)
+{
+    MOE_TRY(moe_cluster_costs_load(p->cluster_name, costs, diag));
+    struct moe_uncertainty *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    enum moe_status st = moe_unc_load(p->cluster_name, u, diag);
+    if (st == MOE_OK) {
+        st = moe_cli_train_eval(p, pred->step_time_s, f, costs, u, run, diag);
+    }
+    free(u);
+    return st;
+}
+
 int moe_cli_predict(int argc, char **argv)
 {
-    struct predict_flags flags = {0, NULL, NULL, -1.0};
+    struct predict_flags flags = {0, NULL, NULL, -1.0, {0}};
+    moe_train_flags_init(&flags.train);
+    struct moe_train_eval run;
+    memset(&run, 0, sizeof(run));
+    struct moe_cluster_costs costs;
+    memset(&costs, 0, sizeof(costs));
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         fprintf(stderr, "moefold predict: out of memory\n");
@@ -313,6 +347,11 @@ int moe_cli_predict(int argc, char **argv)
     if (flags.help) {
         usage(stdout);
         rc = 0;
+        goto out_free;
+    }
+    if (moe_train_flags_check(&flags.train, false, &diag) != MOE_OK) {
+        moe_cli_error("predict", &diag);
+        rc = 2;
         goto out_free;
     }
     if (moe_cli_resolve(p, &diag) != MOE_OK) {
@@ -344,11 +383,23 @@ int moe_cli_predict(int argc, char **argv)
         moe_cli_error("predict", &diag);
         goto out_free;
     }
+    if (flags.train.has_tokens &&
+        whole_run(p, &pred, &flags.train, &costs, &run, &diag) != MOE_OK) {
+        moe_cli_error("predict", &diag);
+        goto out_free;
+    }
+    struct moe_train_report rep;
+    moe_cli_train_report(&run, &flags.train, &costs, &rep);
     if (p->json) {
         cJSON *o = moe_cli_prediction_json(p, &pred);
         if (o != NULL) {
             cJSON_AddItemToObject(o, "uncertainty", trust_json(&pred, &t));
             cJSON_AddStringToObject(o, "software", p->cl.software);
+            if (flags.train.has_tokens) {
+                cJSON_AddItemToObject(o, "run", moe_train_json(&rep));
+            } else {
+                cJSON_AddNullToObject(o, "run");
+            }
         }
         char *s = o != NULL ? cJSON_Print(o) : NULL;
         if (s == NULL) {
@@ -361,9 +412,13 @@ int moe_cli_predict(int argc, char **argv)
         cJSON_Delete(o);
     } else {
         print_human(p, &pred, auto_load, &t);
+        if (flags.train.has_tokens) {
+            moe_train_print(stdout, &rep);
+        }
     }
     rc = 0;
 out_free:
+    moe_cli_train_eval_fini(&run);
     free(p);
     return rc;
 }

@@ -4,10 +4,13 @@
  * point (the planner's full search, top 1) as a table, CSV (--csv) or a gnuplot chart (--plot
  * FILE.svg|FILE.png; gnuplot runs through popen). GPU-count sweeps add strong scaling (same global
  * batch) and weak scaling (global batch grown with the GPUs) efficiency against the first point.
- * --zip pairs the two lists instead of crossing them ("256 GB200 vs 1024 H100").
+ * --zip pairs the two lists instead of crossing them ("256 GB200 vs 1024 H100"). With
+ * --train-tokens every point adds its best plan's whole run: days (with the 80% interval),
+ * GPU-hours, energy and cost from the point's cluster file (cli/train_eval.h).
  */
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/train_eval.h"
 #include "planner/cliopt.h"
 #include "planner/report.h"
 #include "planner/search.h"
@@ -53,6 +56,7 @@ struct whatif_flags {
     bool zip;
     bool csv;
     const char *plot;
+    struct moe_train_flags train; /* --train-tokens and the run flags */
 };
 
 static void usage(FILE *out)
@@ -70,6 +74,7 @@ static void usage(FILE *out)
         "  GPU sweeps report strong scaling (same global batch) and weak scaling (global batch\n"
         "  grown with the GPU count) against the first point.\n\n");
     moe_plan_cli_help(out);
+    moe_train_flags_help(out, false);
     fprintf(out, "\n");
     moe_cli_print_common_help(out);
 }
@@ -135,6 +140,9 @@ static int whatif_flag(void *ctx, int argc, char **argv, int i, struct moe_diag 
     if (used != 0) {
         return used;
     }
+    if ((used = moe_train_flag(&f->train, argc, argv, i, diag)) != 0) {
+        return used;
+    }
     const char *v = NULL;
     if ((used = moe_plan_cli_value(argc, argv, i, "--vary", &v, diag)) != 0 ||
         (used = moe_plan_cli_value(argc, argv, i, "--sweep", &v, diag)) != 0) {
@@ -173,6 +181,8 @@ struct point {
     double weak_step_s;
     double weak_gbs;
     double strong_eff, weak_eff;
+    bool has_run; /* --train-tokens: the best plan's whole run */
+    struct moe_train_totals run;
 };
 
 /* Apply value v of dimension d to a problem copy and the search options. */
@@ -264,6 +274,34 @@ out_free:
     return st;
 }
 
+/* The whole run of the point's best plan, with the point's cluster's power and price. */
+static enum moe_status point_run(struct moe_cli_problem *q,
+                                 const struct moe_train_flags *f,
+                                 struct point *pt,
+                                 struct moe_diag *diag)
+{
+    struct moe_cluster_costs costs;
+    MOE_TRY(moe_cluster_costs_load(q->cluster_name, &costs, diag));
+    struct moe_uncertainty *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    enum moe_status st = moe_unc_load(q->cluster_name, u, diag);
+    q->lay = pt->best.lay;
+    q->opt = pt->best.opt;
+    struct moe_train_eval e;
+    if (st == MOE_OK) {
+        st = moe_cli_train_eval(q, moe_plan_step_time(&pt->best), f, &costs, u, &e, diag);
+    }
+    if (st == MOE_OK) {
+        pt->has_run = true;
+        pt->run = e.totals;
+        moe_cli_train_eval_fini(&e);
+    }
+    free(u);
+    return st;
+}
+
 static int num_points(const struct whatif_flags *f)
 {
     if (f->num_axes == 1) {
@@ -319,6 +357,9 @@ static enum moe_status run_point(const struct moe_cli_problem *p,
     if (st == MOE_OK) {
         st = search_point(q, &o, pt, false, diag);
     }
+    if (st == MOE_OK && pt->fits && f->train.has_tokens) {
+        st = point_run(q, &f->train, pt, diag);
+    }
     /* GPU sweeps: weak scaling grows the global batch with the GPUs. */
     if (st == MOE_OK && f->axes[0].dim == DIM_GPUS && first != NULL && pt != first) {
         long n0 = strtol(first->value[0], NULL, 10);
@@ -356,6 +397,24 @@ static void scaling(const struct whatif_flags *f, struct point *pts, int n)
     }
 }
 
+/* days, interval, GPU-hours, MWh and cost of a point's run, for the table. */
+static void print_run_columns(const struct moe_train_totals *t)
+{
+    char iv[40] = "-";
+    char mwh[24] = "-";
+    char cost[24] = "-";
+    if (t->has_interval) {
+        (void)snprintf(iv, sizeof(iv), "%.1f-%.1f", t->days.lo, t->days.hi);
+    }
+    if (t->has_energy) {
+        (void)snprintf(mwh, sizeof(mwh), "%.0f", t->energy_mwh.value);
+    }
+    if (t->has_cost) {
+        (void)snprintf(cost, sizeof(cost), "%.4g", t->cost_usd.value);
+    }
+    printf(" %8.2f %13s %11.4g %8s %11s", t->days.value, iv, t->gpu_hours.value, mwh, cost);
+}
+
 static void print_table(const struct moe_cli_problem *p,
                         const struct whatif_flags *f,
                         const struct point *pts,
@@ -378,6 +437,9 @@ static void print_table(const struct moe_cli_problem *p,
            "bottleneck");
     if (gpus) {
         printf(" %7s %9s %7s", "strong%", "weak_s", "weak%");
+    }
+    if (f->train.has_tokens) {
+        printf(" %8s %13s %11s %8s %11s", "days", "80%_days", "GPU_hours", "MWh", "cost_USD");
     }
     printf(" layout | options\n");
     for (int i = 0; i < n; i++) {
@@ -406,7 +468,18 @@ static void print_table(const struct moe_cli_problem *p,
             printf(" %7.1f %9.3f %7.1f", 100.0 * pt->strong_eff,
                    pt->has_weak ? pt->weak_step_s : 0.0, 100.0 * pt->weak_eff);
         }
+        if (pt->has_run) {
+            print_run_columns(&pt->run);
+        }
         printf(" %s | %s\n", lay, opt);
+    }
+    if (f->train.has_tokens) {
+        char tok[32];
+        moe_train_tokens_str(f->train.train_tokens, tok, sizeof(tok));
+        printf("# days, GPU-hours, MWh (facility, GPUs at TDP, nodes at maximum power, x PUE) and "
+               "cost of a run of %s tokens on each point's best plan; '-': the cluster file has no "
+               "power data or price (--price-per-gpu-hour)\n",
+               tok);
     }
 }
 
@@ -433,6 +506,9 @@ static void print_csv(const struct whatif_flags *f, const struct point *pts, int
     if (gpus) {
         printf("strong_scaling_eff,weak_step_time_s,weak_scaling_eff,");
     }
+    if (f->train.has_tokens) {
+        printf("days,days_lo,days_hi,gpu_hours,energy_mwh,cost_usd,");
+    }
     printf("layout,options\n");
     for (int i = 0; i < n; i++) {
         const struct point *pt = &pts[i];
@@ -444,7 +520,9 @@ static void print_csv(const struct whatif_flags *f, const struct point *pts, int
         }
         if (!pt->fits) {
             printf("0,,,,,%.3f,,", pt->excess_gib);
-            printf(gpus ? ",,,,\n" : ",\n");
+            printf(gpus ? ",,," : "");
+            printf(f->train.has_tokens ? ",,,,,," : "");
+            printf(",\n");
             continue;
         }
         const struct moe_prediction *pr = pt->best.has_sim ? &pt->best.sim : &pt->best.pred;
@@ -453,6 +531,21 @@ static void print_csv(const struct whatif_flags *f, const struct point *pts, int
         if (gpus) {
             printf("%.5f,%.6f,%.5f,", pt->strong_eff, pt->has_weak ? pt->weak_step_s : 0.0,
                    pt->weak_eff);
+        }
+        if (pt->has_run) {
+            const struct moe_train_totals *t = &pt->run;
+            printf("%.4f,%.4f,%.4f,%.1f,", t->days.value, t->days.lo, t->days.hi,
+                   t->gpu_hours.value);
+            if (t->has_energy) {
+                printf("%.2f,", t->energy_mwh.value);
+            } else {
+                printf(",");
+            }
+            if (t->has_cost) {
+                printf("%.2f,", t->cost_usd.value);
+            } else {
+                printf(",");
+            }
         }
         char lay[320];
         char opt[400];
@@ -557,6 +650,7 @@ int moe_cli_whatif(int argc, char **argv)
     struct whatif_flags f;
     memset(&f, 0, sizeof(f));
     moe_plan_cli_opts_init(&f.search);
+    moe_train_flags_init(&f.train);
     struct moe_cli_problem *p = calloc(1, sizeof(*p));
     struct point *pts = NULL;
     struct moe_diag diag = {0};
@@ -573,6 +667,11 @@ int moe_cli_whatif(int argc, char **argv)
     if (f.search.help) {
         usage(stdout);
         rc = 0;
+        goto out_free;
+    }
+    if (moe_train_flags_check(&f.train, false, &diag) != MOE_OK) {
+        moe_cli_error("whatif", &diag);
+        rc = 2;
         goto out_free;
     }
     if (f.num_axes == 0) {

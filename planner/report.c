@@ -348,6 +348,9 @@ void moe_plan_print_trusted(FILE *out,
                 "capacity may not fit and is not ranked (--memory-margin 0 ranks it)\n",
                 100.0 * t->memory_margin, 1.0 + t->memory_margin, req->cl->gpu.hbm_gib);
     }
+    if (t != NULL && t->ranking[0] != '\0') {
+        fprintf(out, "# %s\n", t->ranking);
+    }
     if (res->num_top == 0) {
         fprintf(out, "\nno plan fits in %.1f GiB per GPU.\n", res->cap_bytes / GIB);
         if (res->has_closest) {
@@ -610,6 +613,9 @@ cJSON *moe_plan_result_json_trusted(const struct moe_plan_request *req,
         cJSON_AddNumberToObject(tr, "tie_band", exp(t->tie_band) - 1.0);
         cJSON_AddNumberToObject(tr, "memory_margin", t->memory_margin);
         cJSON_AddStringToObject(tr, "basis", t->basis);
+        if (t->ranking[0] != '\0') {
+            cJSON_AddStringToObject(o, "ranking", t->ranking);
+        }
     }
     cJSON *par = cJSON_AddArrayToObject(o, "pareto");
     for (int i = 0; par != NULL && i < res->num_pareto; i++) {

@@ -57,6 +57,8 @@ struct moe_plan_trust {
     double tie_band; /* step-time band (log units) within which plans tie with plan 1; 0: none */
     double memory_margin; /* fraction of predicted memory a plan had to leave free */
     char basis[320];      /* where the band comes from */
+    char ranking[256];    /* how the listed plans were re-ranked after the search ("" = by step
+                             time); printed as a '#' line, "ranking" in JSON */
 };
 
 /* moe_plan_print with ties marked "~" and the memory margin stated (t may be NULL). */

@@ -19,6 +19,7 @@
 #include "topologies/cluster_file.h"
 
 #include "model/layout.h"
+#include "topologies/cluster_costs.h"
 #include "topologies/json_util.h"
 
 #include <dirent.h>
@@ -205,11 +206,13 @@ check_known_keys(const cJSON *obj, enum field_section sec, const char *where, st
             names[num_names++] = cluster_fields[i].key;
         }
     }
-    if (sec == SEC_ROOT && num_names + 4 <= MOE_ARRAY_LEN(names)) {
+    if (sec == SEC_ROOT && num_names + 6 <= MOE_ARRAY_LEN(names)) {
         names[num_names++] = "format";
         names[num_names++] = "version";
         names[num_names++] = "software";    /* read by apply_release */
         names[num_names++] = "uncertainty"; /* read by the CLI (moe_cluster_read_json) */
+        names[num_names++] = "power";       /* optional: topologies/cluster_costs.h */
+        names[num_names++] = "price";       /* optional: topologies/cluster_costs.h */
     }
     for (const cJSON *it = obj->child; it != NULL; it = it->next) {
         const char *k = it->string != NULL ? it->string : "";
@@ -476,6 +479,12 @@ read_cluster(const cJSON *root, const char *release, struct moe_cluster *out, st
     struct moe_cluster cl;
     memset(&cl, 0, sizeof(cl));
     enum moe_status st = read_fields(root, SEC_ROOT, "cluster", (unsigned char *)&cl, diag);
+    if (st == MOE_OK) {
+        /* The optional power and price sections are not the cost model's, but a typo in them
+         * must fail every command that reads the file, not only the ones that use them. */
+        struct moe_cluster_costs costs;
+        st = moe_cluster_costs_from_json(root, &costs, diag);
+    }
     if (st == MOE_OK) {
         st = apply_release(root, release, &cl, diag);
     }

@@ -14,6 +14,11 @@
  * the extending file's folder. Chains up to 8 files; a cycle or a missing base is an error naming
  * the files.
  *
+ * Besides the cost model's figures a file may hold the optional sections "power" and "price"
+ * (topologies/cluster_costs.h: what a whole training run draws and costs), "uncertainty" (the
+ * profile's measured errors, cli/uncertainty.h) and "software" (fitted releases, below); they
+ * merge through "extends" like any section, and the loader checks power and price on every read.
+ *
  * Lookup of a cluster by name: $MOEFOLD_TOPOLOGIES if set, else the topologies/ folder found from
  * the running executable (<exe>/../../topologies, i.e. the source tree of build/bin/moefold), else
  * ./topologies. A name containing '/' or ending in ".json" is a path.
