@@ -89,9 +89,10 @@ static enum moe_status setup_hierarchical(struct moe_eng *e, struct moe_diag *di
 static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
 {
     const struct moe_options *o = &e->plan.options;
-    if (o->optimizer_cpu_offload) {
+    if (o->optimizer_cpu_offload && e->is_device) {
         return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "--optimizer-cpu-offload is not implemented by moefold-train");
+                            "--optimizer-cpu-offload is implemented on the CPU backend only (its "
+                            "AdamW runs on the host); use --backend cpu");
     }
     if (o->main_grads_dtype != MOE_DTYPE_FP32 || o->exp_avg_dtype != MOE_DTYPE_FP32 ||
         o->exp_avg_sq_dtype != MOE_DTYPE_FP32) {

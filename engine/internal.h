@@ -136,7 +136,10 @@ struct moe_eng_bucket {
     size_t padded;         /* numel rounded up to group size x 16 */
     size_t shard;          /* padded / group size (or padded when not distributed) */
     size_t shard_off;      /* offset of this rank's shard (0 when not distributed) */
-    float *master, *m, *v; /* [shard] fp32 master weights and Adam moments */
+    float *master, *m, *v; /* [shard] fp32 master weights and Adam moments (host pool with
+                              optimizer CPU offload) */
+    float *g_host;         /* [shard] optimizer CPU offload: the gradient shard copied to the host
+                              for AdamW there; NULL without offload */
     int first_param;
     int num_params;
     int layer;          /* -1 embedding/head */
@@ -359,7 +362,7 @@ enum moe_eng_mem_cat {
     MOE_ENG_MEM_OPTIMIZER = 2,
     MOE_ENG_MEM_ACTIVATIONS = 3,
     MOE_ENG_MEM_BUFFERS = 4,
-    MOE_ENG_MEM_HOST = 5,    /* activation offload pool */
+    MOE_ENG_MEM_HOST = 5,    /* activation offload pool (and the offloaded optimizer state) */
     MOE_ENG_MEM_STAGING = 6, /* CUDA: host copies of device data the engine reads or writes on the
                                 host (token ids, counts, losses) and host temporaries; empty on
                                 the CPU backend, where those are the engine memory itself */

@@ -302,10 +302,14 @@ static void bucket_close(struct moe_eng *e, int b)
     bk->shard_off = dist ? (size_t)moe_comm_rank(bk->group) * bk->shard : 0;
     bk->w = moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_WEIGHTS].arena, bk->padded);
     bk->g = moe_eng_arena_floats(&e->mem[MOE_ENG_MEM_GRADS].arena, bk->padded);
-    struct moe_eng_arena *opt = &e->mem[MOE_ENG_MEM_OPTIMIZER].arena;
+    /* --optimizer-cpu-offload: the master shard and the moments live in the host pool, with a
+     * host copy of the gradient shard for AdamW there (engine/optimizer.c). */
+    bool offload = e->plan.options.optimizer_cpu_offload;
+    struct moe_eng_arena *opt = &e->mem[offload ? MOE_ENG_MEM_HOST : MOE_ENG_MEM_OPTIMIZER].arena;
     bk->master = moe_eng_arena_floats(opt, bk->shard);
     bk->m = moe_eng_arena_floats(opt, bk->shard);
     bk->v = moe_eng_arena_floats(opt, bk->shard);
+    bk->g_host = offload ? moe_eng_arena_floats(opt, bk->shard) : NULL;
     size_t off = 0;
     for (int i = 0; i < bk->num_params; i++) {
         struct moe_eng_param *p = &e->params[bk->first_param + i];

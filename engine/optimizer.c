@@ -222,6 +222,14 @@ static double owned_sumsq(struct moe_eng *e, int *nonfinite, struct moe_diag *di
 
 static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr, float scale)
 {
+    /* Optimizer CPU offload: the gradient shard goes to the host, AdamW runs there on the
+     * offloaded state, and gather_params brings the updated shard back (as Megatron's
+     * HybridDeviceOptimizer: gradients down, parameters up). */
+    const float *g = bk->g; /* the reduced shard sits at the start (in-place reduce-scatter) */
+    if (bk->g_host != NULL) {
+        moe_eng_copy_to_host(e->ctx.dev, bk->g_host, g, bk->shard * sizeof(float));
+        g = bk->g_host;
+    }
     size_t off = 0;
     size_t lo = bk->shard_off;
     size_t hi = bk->shard_off + bk->shard;
@@ -232,9 +240,8 @@ static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr,
         if (a < z) {
             size_t s = a - lo;
             float wd = p->no_decay ? 0.0f : e->opts.weight_decay;
-            e->k->adamw_step(bk->master + s, bk->m + s, bk->v + s, bk->g + s, z - a, lr,
-                             e->opts.beta1, e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1,
-                             e->kc);
+            e->k->adamw_step(bk->master + s, bk->m + s, bk->v + s, g + s, z - a, lr, e->opts.beta1,
+                             e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1, e->kc);
         }
         off += p->numel;
     }
@@ -249,7 +256,12 @@ static void gather_params(struct moe_eng *e)
     enum moe_phase prev = moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_OPTIMIZER);
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        moe_eng_copy(e->ctx.dev, bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
+        if (bk->g_host != NULL) {
+            moe_eng_copy_from_host(e->ctx.dev, bk->w + bk->shard_off, bk->master,
+                                   bk->shard * sizeof(float));
+        } else {
+            moe_eng_copy(e->ctx.dev, bk->w + bk->shard_off, bk->master, bk->shard * sizeof(float));
+        }
     }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DP_COMM);
     for (int b = 0; b < e->num_buckets; b++) {

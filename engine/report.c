@@ -485,9 +485,10 @@ static void diff(char diffs[MOE_ENG_MAX_DIFFS][160], int *num, const char *fmt, 
 /*
  * What ran, option by option. The engine implements the layout, the dispatchers (flat,
  * hierarchical, allgather), capacity factors, forced load balancing (random router logits, as
- * Megatron), grouped or per-expert expert GEMMs, recompute, activation offload, the overlaps of
- * gradient reduction, parameter gathering and the EP all-to-all, and precision recipes by emulation
- * (--emulate-precision); everything else below runs otherwise, and says how.
+ * Megatron), grouped or per-expert expert GEMMs, recompute, activation offload, optimizer CPU
+ * offload (CPU backend), the overlaps of gradient reduction, parameter gathering and the EP
+ * all-to-all, and precision recipes by emulation (--emulate-precision); everything else below runs
+ * otherwise, and says how.
  */
 void moe_eng_ran_options(const struct moe_eng *e,
                          struct moe_options *ran,
@@ -525,6 +526,13 @@ void moe_eng_ran_options(const struct moe_eng *e,
     if (p->fp8_param_gather) {
         ran->fp8_param_gather = false;
         diff(diffs, num, "fp8_param_gather: the engine gathers fp32 parameters");
+    }
+    if (p->optimizer_cpu_offload && p->optimizer_offload_fraction > 0.0 &&
+        p->optimizer_offload_fraction < 1.0) {
+        ran->optimizer_offload_fraction = 1.0;
+        diff(diffs, num,
+             "optimizer_offload_fraction %.2f: the engine offloads all of the optimizer state",
+             p->optimizer_offload_fraction);
     }
     if (p->moe_hot_expert_replicas > 0) {
         ran->moe_hot_expert_replicas = 0;

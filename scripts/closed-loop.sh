@@ -22,10 +22,8 @@ scripts/calibrate-host.sh "$build" "$cluster" "$np"
 
 echo
 echo "# plan: the fastest layout for $(basename "$model") on $np rank(s) of this host"
-# moefold-train keeps the optimizer on its ranks: no optimizer offload (on a CPU host it would
-# only move the state between two places in the same memory).
 "$bin/moefold" plan --model-config "$model" --cluster "$cluster" --gpus "$np" \
-    --global-batch-size 8 --fp32-training --fix opt_offload=none --top 5 --pareto-window 0 \
+    --global-batch-size 8 --fp32-training --top 5 --pareto-window 0 \
     --emit "$out/local.plan.json"
 
 echo

@@ -25,9 +25,35 @@ cluster=topologies/local.json
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 
+# VALIDATE_QUIET_WAIT=S: before calibrating and before each timed run, wait up to S seconds for
+# the host to be idle (at least 90% idle over two 3-second samples in a row): on a shared machine
+# other work on the cores shows up as phase errors. The figures say whether the wait ran out.
+quiet_wait=${VALIDATE_QUIET_WAIT:-0}
+loaded=0
+wait_quiet() {
+    [ "$quiet_wait" -gt 0 ] || return 0
+    local t=0 ok=0 u n s i w x y z a b a2 b2 busy idle
+    while [ $t -lt "$quiet_wait" ]; do
+        read -r _ u n s i w x y z _ </proc/stat
+        a=$((u + n + s + w + x + y + z)) b=$i
+        sleep 3
+        read -r _ u n s i w x y z _ </proc/stat
+        busy=$((u + n + s + w + x + y + z - a)) idle=$((i - b))
+        if [ $((100 * idle / (busy + idle > 0 ? busy + idle : 1))) -ge 90 ]; then
+            ok=$((ok + 1))
+        else
+            ok=0
+        fi
+        [ $ok -ge 2 ] && return 0
+        t=$((t + 3))
+    done
+    loaded=$((loaded + 1))
+}
+
 cores=$(nproc)
 np_max=$((cores < 2 ? cores : 2))
 # 1. Calibration: reuse a fresh one from this host, else measure.
+wait_quiet
 scripts/calibrate-host.sh "$build" "$cluster" "$np_max" || exit 1
 
 # 2. The suite: name | ranks | extra moefold-train flags | Megatron flags of the plan [| preset,
@@ -89,6 +115,7 @@ for row in "${suite[@]}"; do
         fail=1
         continue
     fi
+    wait_quiet
     # shellcheck disable=SC2086
     if ! mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$plan" --steps "$steps" \
         --synthetic --out "$run" --trace "$out/$name.measured.trace.json" $train_flags \
@@ -138,5 +165,8 @@ echo "# step time |error|: median ${med}%, max ${max}% over ${#errs[@]} plans (t
 echo "# phases |error| (phases holding >= 10% of the measured step): median ${pmed}%, max ${pmax}% over ${#phases[@]} phases"
 echo "# memory |error| (peak total per rank): median ${mmed}%, max ${mmax}% (target 10%)"
 echo "# memory |error| (largest category holding >= 10% of the total): median ${cmed}%, max ${cmax}%"
-echo "# per-plan details: $out/<plan>.compare.txt"
+if [ "$quiet_wait" -gt 0 ]; then
+    echo "# VALIDATE_QUIET_WAIT=$quiet_wait: the host was not idle before $loaded of the timed steps"
+fi
+echo "# per-plan details: $out/<plan>.compare.txt, timelines: $out/<plan>.trace.json"
 exit $fail

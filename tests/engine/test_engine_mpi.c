@@ -542,8 +542,9 @@ static double mean_rank_load(const struct moe_run *r)
  * The engine runs what the plan says or records what it did not: forced load balancing (random
  * router logits, Megatron's benchmark mode) brings the busiest EP rank close to the mean where the
  * untrained router leaves it far above; per-expert GEMMs (no --moe-grouped-gemm) train to the same
- * losses as the grouped ones; options it does not implement appear in "ran" as what ran and in
- * plan_differences, one line each.
+ * losses as the grouped ones, and so does optimizer CPU offload (the state in the host pool);
+ * options it does not implement appear in "ran" as what ran and in plan_differences, one line
+ * each.
  */
 static void test_runs_the_plan(void **state)
 {
@@ -595,6 +596,18 @@ static void test_runs_the_plan(void **state)
     plan.options.moe_grouped_gemm = false;
     assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, per_expert), MOE_OK);
     assert_true(eng_test_max_rel(per_expert, grouped, 2) <= 1e-6);
+
+    /* Optimizer CPU offload: the state moves to the host pool, AdamW runs on the host copy of the
+     * gradient shard; the same update, bit for bit. */
+    double offloaded[2];
+    plan.options.optimizer_cpu_offload = true;
+    plan.options.optimizer_offload_fraction = 1.0;
+    plan.options.precision_aware_optimizer = true; /* Megatron requires it for the offload */
+    assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, offloaded), MOE_OK);
+    assert_true(offloaded[0] == per_expert[0] && offloaded[1] == per_expert[1]);
+    run_and_read(&plan, &o, &r);
+    assert_true(r.mem.optimizer == 0.0 && r.mem.host_offload > 0.0);
+    moe_run_fini(&r);
 }
 
 /* ||g_recipe - g_fp32|| / ||g_fp32|| over every rank's local gradients after one compute_grads. */
