@@ -115,6 +115,8 @@ static void predict_row(const struct moe_run *r,
     row->err_pct = 100.0 * (row->predicted / row->published - 1.0);
     row->step_time_s = pred.step_time_s;
     row->mem_gib = pred.mem.total / GIB;
+    row->mem_cap_gib = pred.mem.capacity / GIB;
+    row->mem_measured_gib = r->memory_gib;
     row->fits = pred.fits;
     row->ok = true;
     /* Cross-validated: by a fit without this run, or as predicted when the profile never saw it. */
@@ -291,8 +293,22 @@ void moe_accuracy_summarise(const struct moe_accuracy_row *rows,
         free(c);
         return;
     }
+    double *mem = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (mem == NULL) {
+        free(e);
+        free(c);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         const struct moe_accuracy_row *r = &rows[i];
+        /* memory: every run ran, complete or not, so each must be predicted to fit */
+        if (r->ok) {
+            out->ran++;
+            out->ran_fit += r->fits;
+            if (r->mem_measured_gib > 0.0) {
+                mem[out->mem_n++] = fabs(r->mem_gib / r->mem_measured_gib - 1.0);
+            }
+        }
         if (!counted(r)) {
             continue;
         }
@@ -321,6 +337,8 @@ void moe_accuracy_summarise(const struct moe_accuracy_row *rows,
     }
     median_max(e, out->n, &out->median_abs, &out->max_abs);
     median_max(c, out->cv_n, &out->cv_median_abs, &out->cv_max_abs);
+    median_max(mem, out->mem_n, &out->mem_median_abs, &out->mem_max_abs);
     free(e);
     free(c);
+    free(mem);
 }

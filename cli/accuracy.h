@@ -57,10 +57,12 @@ struct moe_accuracy_row {
     char note[512];
     char layout[160];
     double step_time_s;
-    double mem_gib;
-    bool fits;
-    bool ok;         /* predicted without error */
-    char error[640]; /* the diagnostic when !ok */
+    double mem_gib;          /* predicted peak per GPU (worst stage) */
+    double mem_cap_gib;      /* the GPU's capacity */
+    double mem_measured_gib; /* the run's measured peak, 0 = not given */
+    bool fits;               /* predicted to fit: the run ran, so anything else is a miss */
+    bool ok;                 /* predicted without error */
+    char error[640];         /* the diagnostic when !ok */
 };
 
 struct moe_accuracy_stats {
@@ -71,6 +73,9 @@ struct moe_accuracy_stats {
     double cv_median_abs, cv_max_abs;
     int pairs, concordant, in_sample_concordant;
     int covered, intervals; /* coverage of the cross-validated intervals */
+    int ran, ran_fit;       /* runs predicted (each of them ran) and those predicted to fit */
+    int mem_n;              /* runs with a measured peak memory */
+    double mem_median_abs, mem_max_abs;
 };
 
 /* Default runs file: <topologies>/../tests/data/published_runs.json, written into buf[len]. */

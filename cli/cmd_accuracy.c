@@ -37,6 +37,14 @@ static cJSON *stats_json(const struct moe_accuracy_stats *s)
     cJSON_AddNumberToObject(cov, "level", 0.8);
     cJSON_AddNumberToObject(cov, "covered", s->covered);
     cJSON_AddNumberToObject(cov, "n", s->intervals);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+    cJSON_AddNumberToObject(mem, "ran", s->ran);
+    cJSON_AddNumberToObject(mem, "predicted_to_fit", s->ran_fit);
+    cJSON_AddNumberToObject(mem, "measured", s->mem_n);
+    if (s->mem_n > 0) {
+        cJSON_AddNumberToObject(mem, "median_abs_err", s->mem_median_abs);
+        cJSON_AddNumberToObject(mem, "max_abs_err", s->mem_max_abs);
+    }
     return o;
 }
 
@@ -66,6 +74,11 @@ static cJSON *row_json(const struct moe_accuracy_row *r)
         }
         cJSON_AddNumberToObject(j, "step_time_s", r->step_time_s);
         cJSON_AddNumberToObject(j, "memory_gib", r->mem_gib);
+        cJSON_AddNumberToObject(j, "capacity_gib", r->mem_cap_gib);
+        cJSON_AddBoolToObject(j, "fits", r->fits);
+        if (r->mem_measured_gib > 0.0) {
+            cJSON_AddNumberToObject(j, "measured_memory_gib", r->mem_measured_gib);
+        }
         cJSON_AddStringToObject(j, "layout", r->layout);
     } else {
         cJSON_AddStringToObject(j, "error_message", r->error);
@@ -133,6 +146,20 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
            s.concordant, s.pairs, 100.0 * MOE_ACCURACY_RANK_GAP, s.in_sample_concordant);
     printf("# 80%% intervals cover %d of %d measurements (! marks a miss)\n", s.covered,
            s.intervals);
+    printf("# memory: %d of %d runs (each of which ran) predicted to fit", s.ran_fit, s.ran);
+    int over = 0;
+    for (int i = 0; i < n; i++) {
+        if (rows[i].ok && !rows[i].fits) {
+            printf("%s %s %.1f / %.1f GiB", over++ ? ";" : " (over:", rows[i].id, rows[i].mem_gib,
+                   rows[i].mem_cap_gib);
+        }
+    }
+    printf("%s", s.ran_fit < s.ran ? ")" : "");
+    if (s.mem_n > 0) {
+        printf("; measured peak |error| median %.1f%%, max %.1f%% (n %d)", 100.0 * s.mem_median_abs,
+               100.0 * s.mem_max_abs, s.mem_n);
+    }
+    printf("\n");
     for (int i = 0; i < n; i++) {
         if (rows[i].ok && rows[i].known_miss[0] != '\0') {
             printf("# %s known miss: %s\n", rows[i].id, rows[i].known_miss);

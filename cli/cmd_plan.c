@@ -142,10 +142,9 @@ struct compared {
     bool beyond_band;
 };
 
+/* Predict the user's configuration: before the search, so that bad flags fail at once. */
 static enum moe_status compare_to(const struct moe_cli_problem *p,
                                   const char *flags,
-                                  const struct moe_plan_result *res,
-                                  double band,
                                   struct compared *out,
                                   struct moe_diag *diag)
 {
@@ -195,21 +194,26 @@ static enum moe_status compare_to(const struct moe_cli_problem *p,
         out->c.pred = out->c.sim;
         out->c.has_sim = true;
         out->c.fits = out->c.sim.fits;
-        double t = out->c.sim.step_time_s;
-        for (int i = 0; i < res->num_top && out->rank == 0; i++) {
-            const struct moe_plan_candidate *c = &res->top[i];
-            if (t <= (c->has_sim ? c->sim.step_time_s : c->pred.step_time_s)) {
-                out->rank = i + 1;
-            }
-        }
-        double best = res->num_top > 0 ? (res->top[0].has_sim ? res->top[0].sim.step_time_s
-                                                              : res->top[0].pred.step_time_s)
-                                       : t;
-        out->gap = best / t - 1.0;
-        out->beyond_band = band > 0.0 && log(t / best) > band;
     }
     free(q);
     return st;
+}
+
+/* Where the user's configuration stands among the plans found. */
+static void place(const struct moe_plan_result *res, double band, struct compared *out)
+{
+    double t = out->c.sim.step_time_s;
+    for (int i = 0; i < res->num_top && out->rank == 0; i++) {
+        const struct moe_plan_candidate *c = &res->top[i];
+        if (t <= (c->has_sim ? c->sim.step_time_s : c->pred.step_time_s)) {
+            out->rank = i + 1;
+        }
+    }
+    double best = res->num_top > 0 ? (res->top[0].has_sim ? res->top[0].sim.step_time_s
+                                                          : res->top[0].pred.step_time_s)
+                                   : t;
+    out->gap = best / t - 1.0;
+    out->beyond_band = band > 0.0 && log(t / best) > band;
 }
 
 static void print_compared(const struct compared *cp, int num_top, double band)
@@ -642,6 +646,12 @@ int moe_cli_plan(int argc, char **argv)
     }
     req->top_k = f.top_k;
     req->pareto_window = f.pareto_window;
+    struct compared cp;
+    if (f.compare_to != NULL && compare_to(p, f.compare_to, &cp, &diag) != MOE_OK) {
+        fprintf(stderr, "moefold plan: --compare-to: %s\n", diag.message);
+        rc = 2;
+        goto out_free;
+    }
     struct moe_plan_progress prog;
     moe_plan_progress_init(&prog, "plan", true);
     req->progress = moe_plan_progress_cb;
@@ -678,12 +688,8 @@ int moe_cli_plan(int argc, char **argv)
         moe_cli_error("plan", &diag);
         goto out_free;
     }
-    struct compared cp;
-    if (f.compare_to != NULL &&
-        compare_to(p, f.compare_to, &res, trust.tie_band, &cp, &diag) != MOE_OK) {
-        moe_cli_error("plan", &diag);
-        rc = 2;
-        goto out_free;
+    if (f.compare_to != NULL) {
+        place(&res, trust.tie_band, &cp);
     }
     if (p->json) {
         rc = print_json(req, &res, f.explain, megatron, &trust, f.compare_to ? &cp : NULL, &run);

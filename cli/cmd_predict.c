@@ -274,8 +274,8 @@ static void print_human(const struct moe_cli_problem *p,
     printf("\nmemory per GPU (worst stage %d)  %.2f / %.2f GiB  %s\n", pr->worst_stage,
            pr->mem.total / GIB, pr->mem.capacity / GIB, fw);
     if (t->mem.ok) {
-        printf("  %.0f%% interval %.2f - %.2f GiB (%s)\n", 100.0 * t->mem.level, t->mem.lo / GIB,
-               t->mem.hi / GIB, t->mem.basis);
+        printf("  %.0f%% interval %.2f - %.2f GiB (memory model sd %.1f%%)\n", 100.0 * t->mem.level,
+               t->mem.lo / GIB, t->mem.hi / GIB, 100.0 * t->mem.rel_sd);
     }
     printf("  %-12s %9.2f GiB\n", "weights", pr->mem.weights / GIB);
     printf("  %-12s %9.2f GiB\n", "grads", pr->mem.grads / GIB);

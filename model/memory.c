@@ -308,9 +308,12 @@ void moe_mem_layer_activations(const struct moe_model_cfg *cfg,
         double fe = (double)cfg->moe_ffn_hidden_size / lay->etp;
         double r = t_sp * k * lay->etp * load_factor; /* tokens this rank's experts process */
         out->router = ((rc & MOE_RC_LAYERNORM) ? 0.0 : t_sp * h * b) + t_sp * e * 9.0;
-        /* routing map and probabilities, and the expert outputs back at their tokens: the combine
-         * (Megatron's unpermute with probs) keeps them for the probabilities' gradient */
-        out->dispatch = t_sp * k * 8.0 + t_sp * k * h * b;
+        /* routing map and probabilities. Megatron-Core (since merge request !2668, core 0.13)
+         * applies the probabilities in the expert activation (weighted SwiGLU), whose saved
+         * fc1 output already serves their gradient, and unpermutes without them. moefold's engine
+         * (FP32 training) weights the rows in the combine, as Megatron-Core did before, and keeps
+         * the expert outputs back at their tokens for the probabilities' gradient. */
+        out->dispatch = t_sp * k * 8.0 + (opt->is_fp32_training ? t_sp * k * h * b : 0.0);
         out->expert_fc1 = r * h * bq;
         out->moe_act = r * fe * mats_act * b;
         out->expert_fc2 = (rc & MOE_RC_MOE_ACT) ? 0.0 : r * fe * bq;

@@ -313,12 +313,17 @@ struct worker {
     struct search *s;
     struct moe_plan_valid_cache *vc;
     struct vmemo vm;
-    int gidx;                /* index of the current option group */
-    double leaf;             /* candidates one (recompute, offload) value pair stands for */
-    double xunit;            /* candidates one time-only value stands for */
-    double gsize;            /* candidates of one option group */
-    double fsize;            /* offload values other than the first (layer counts expanded) */
-    int group_ri, group_gi;  /* its recipe and grouped-GEMM indices */
+    int gidx;               /* index of the current option group */
+    double leaf;            /* candidates one (recompute, offload) value pair stands for */
+    double xunit;           /* candidates one time-only value stands for */
+    double gsize;           /* candidates of one option group */
+    double fsize;           /* offload values other than the first (layer counts expanded) */
+    int group_ri, group_gi; /* its recipe and grouped-GEMM indices */
+    /* The row whose block-recompute layer counts are being evaluated (eval_block_counts bounds
+     * each count from its dominator); blk_ri < 0: none */
+    const struct moe_plan_okey *blk_dom;
+    const struct moe_prediction *blk_pd;
+    int blk_ri;
     const struct node *node; /* node of the current layout */
     long layout_serial;      /* counts layouts searched (invalidates per-layout caches) */
     long view_serial;        /* counts changes of what the activation views read */
@@ -1136,6 +1141,11 @@ x_variants(struct worker *w, const struct moe_plan_okey *base, const struct moe_
 
 /* Evaluate candidate k (dominant X) with bound lb on its step time and its memory known:
  * predict it when it can matter, then its X variants. True (and *p) when predicted. */
+static bool eval_valid_candidate(struct worker *w,
+                                 const struct moe_plan_okey *k,
+                                 double lb,
+                                 const struct memo *mem,
+                                 struct moe_prediction *p);
 static bool eval_candidate(struct worker *w,
                            const struct moe_plan_okey *k,
                            double lb,
@@ -1150,6 +1160,16 @@ static bool eval_candidate(struct worker *w,
         w->c.invalid += w->leaf;
         return false;
     }
+    return eval_valid_candidate(w, k, lb, mem, p);
+}
+
+/* eval_candidate of a key already found valid and not pruned. */
+static bool eval_valid_candidate(struct worker *w,
+                                 const struct moe_plan_okey *k,
+                                 double lb,
+                                 const struct memo *mem,
+                                 struct moe_prediction *p)
+{
     struct moe_options opt;
     moe_plan_okey_apply(&w->s->sp, k, &opt);
     if (!predict(w, &opt, p)) {
@@ -1217,6 +1237,7 @@ static bool memo_better(const struct search *s, const struct memo *a, const stru
  * re-runs the least). Out: the prediction and memory of the least valid count when it was
  * evaluated -- a bound on every count, since re-running more layers never takes less time (the
  * caller bounds the row's offload variants with it); false otherwise. */
+static double block_count_bound(struct worker *w, int count);
 static bool eval_block_counts(struct worker *w,
                               const struct moe_plan_okey *k,
                               int n,
@@ -1227,19 +1248,55 @@ static bool eval_block_counts(struct worker *w,
     const struct moe_plan_space *sp = &w->s->sp;
     bool least = false;
     bool first = true;
-    for (int i = 1; i <= n; i++) {
+    double lb_i = lb; /* a count's step time bounds every larger count's */
+    /* and the largest count's memory every smaller count's: re-running more layers keeps less */
+    double m_min = -1.0;
+    for (int i = n; i >= 1 && m_min < 0.0; i--) {
         struct moe_plan_okey v = *k;
         v.rc_layers = (uint16_t)i;
+        if (valid(w, &v)) {
+            struct moe_options opt;
+            moe_plan_okey_apply(sp, &v, &opt);
+            struct memo m;
+            memory_of(w, &opt, &m);
+            m_min = m.total;
+        }
+    }
+    if (m_min < 0.0) {
+        w->c.invalid += w->leaf * n;
+        return false;
+    }
+    for (int i = 1; i <= n; i++) {
+        struct moe_plan_okey v = *k;
+        v.rc_layers = (uint16_t)i; /* sorts before every larger count */
+        if (prune(w, lb_i, m_min, &v)) {
+            w->c.pruned_time += w->leaf * (n - i + 1); /* and so is every larger count */
+            break;
+        }
+        /* the cheap tests first: this count's time bound, its memory, then its validity */
+        double lb_c = fmax(lb_i, block_count_bound(w, i));
+        struct memo m;
+        bool pruned = prune(w, lb_c, m_min, &v);
+        if (!pruned) {
+            struct moe_options opt;
+            moe_plan_okey_apply(sp, &v, &opt);
+            memory_of(w, &opt, &m);
+            pruned = prune(w, lb_c, m.total, &v);
+        }
+        if (pruned) {
+            w->c.pruned_time += w->leaf;
+            first = false;
+            continue;
+        }
         if (!valid(w, &v)) {
             w->c.invalid += w->leaf;
             continue;
         }
-        struct moe_options opt;
-        moe_plan_okey_apply(sp, &v, &opt);
-        struct memo m;
-        memory_of(w, &opt, &m);
         struct moe_prediction pi;
-        bool ok = eval_candidate(w, &v, lb, &m, &pi);
+        bool ok = eval_valid_candidate(w, &v, lb_c, &m, &pi);
+        if (ok) {
+            lb_i = fmax(lb_i, pi.step_time_s);
+        }
         if (first && ok) {
             *p = pi;
             *mem_out = m;
@@ -1620,7 +1677,12 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
             has_r[ri] = true;
             continue;
         }
-        if (eval_expanded(w, &k, lb_single, mst, &p, &m)) {
+        w->blk_dom = &dom;
+        w->blk_pd = &pd;
+        w->blk_ri = use_rc && ri > 0 ? ri : -1;
+        bool evaluated = eval_expanded(w, &k, lb_single, mst, &p, &m);
+        w->blk_ri = -1;
+        if (evaluated) {
             lb_r[ri] = fmax(lb_r[ri], p.step_time_s - dominance_slack(w, &k, &p, GROW_ALL));
             pr_r[ri] = p;
             has_r[ri] = true;
@@ -1844,6 +1906,61 @@ static double rc_bound(struct worker *w,
     double dp = pd->time.dp_comm > 0.0 ? pd->time.dp_comm : 0.0;
     double ov = cl->overheads.overlap_eff;
     double tail = exact ? fmin(dp, ov * (dom->ep_overlap ? 2.0 : 1.0) * rs->max) : dp;
+    return pd->step_time_s + grow - tail;
+}
+
+/*
+ * rc_bound (exact) of the row's block-recompute value for one layer count: every non-empty
+ * chunk re-runs min(its layers, count) layers, each at least the cheapest kind's recompute.
+ * -INFINITY when no row is set (the caller's bound stands alone).
+ */
+static double block_count_bound(struct worker *w, int count)
+{
+    if (w->blk_ri < 0) {
+        return -INFINITY;
+    }
+    const struct search *s = w->s;
+    const struct moe_layout *lay = &w->lay;
+    const struct moe_cluster *cl = s->req->cl;
+    const struct moe_plan_okey *dom = w->blk_dom;
+    const struct moe_prediction *pd = w->blk_pd;
+    int g = w->group_gi;
+    double r[MOE_PLAN_KINDS];
+    double r_min = INFINITY;
+    for (int k = 0; k < MOE_PLAN_KINDS; k++) {
+        r[k] = moe_plan_bound_rc_layer(&w->rc_terms[g], &s->sp.rcs[w->blk_ri], k);
+        if (s->bm.kinds_total[k >> 1][k & 1] > 0) {
+            r_min = fmin(r_min, r[k]);
+        }
+    }
+    if (!isfinite(r_min)) {
+        return -INFINITY;
+    }
+    int last = s->bm.last_moe * 2 + s->bm.last_win;
+    double sum = 0.0;
+    double lo = INFINITY;
+    double hi = 0.0;
+    for (int p = 0; p < lay->pp; p++) {
+        double low = 0.0;
+        for (int c = p; c < lay->num_chunks; c += lay->pp) {
+            int n = lay->chunks[c].num_layers;
+            low += (n < count ? n : count) * r_min;
+        }
+        double raw = w->mtp[p] * r[last]; /* every layer re-run: what the DP tail hides behind */
+        for (int k = 0; k < MOE_PLAN_KINDS; k++) {
+            raw += w->kinds[p][k] * r[k];
+        }
+        sum += low;
+        lo = fmin(lo, low);
+        hi = fmax(hi, raw);
+    }
+    double eo = cl->overheads.ep_overlap_eff;
+    double fac = dom->ep_overlap ? fmax(0.0, 1.0 - eo) : 1.0;
+    double m = lay->num_microbatches;
+    double grow = (m - 1.0 / lay->vpp) * (lo * fac) + (sum * fac) / lay->vpp;
+    double dp = pd->time.dp_comm > 0.0 ? pd->time.dp_comm : 0.0;
+    double ov = cl->overheads.overlap_eff;
+    double tail = fmin(dp, ov * (dom->ep_overlap ? 2.0 : 1.0) * hi);
     return pd->step_time_s + grow - tail;
 }
 
@@ -3441,6 +3558,7 @@ static struct worker *workers_create(struct search *s, int n)
         w->mems = calloc(MEM_SLOTS, sizeof(*w->mems));
         w->kterms = malloc(2 * sizeof(*w->kterms));
         w->rcb_stamp[0] = w->rcb_stamp[1] = 1;
+        w->blk_ri = -1;
         w->rc_key[0] = w->rc_key[1] = -1;
         w->psnap_version = -1;
         const struct moe_plan_space *sp = &s->sp;

@@ -91,6 +91,15 @@ static void test_published_runs(void **state)
     assert_true(s.concordant >= s.pairs - 1);
     assert_true(s.intervals == s.n);
     assert_true(s.covered >= (int)(0.7 * s.intervals));
+    /* Every published run ran, so the memory model must not refuse any of them. */
+    assert_true(s.ran >= s.n);
+    for (int i = 0; i < n; i++) {
+        if (rows[i].ok && !rows[i].fits) {
+            fail_msg("%s ran on its GPUs but is predicted to need %.1f of %.1f GiB", rows[i].id,
+                     rows[i].mem_gib, rows[i].mem_cap_gib);
+        }
+    }
+    assert_int_equal(s.ran_fit, s.ran);
     free(rows);
 }
 
