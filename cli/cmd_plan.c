@@ -375,6 +375,8 @@ struct plan_run {
     int num;
     struct moe_train_eval missed; /* the fastest plan's run when every plan missed the deadline */
     bool deadline_missed;
+    int num_skipped;   /* listed plans that cannot run the batch ramp */
+    char skipped[512]; /* the first one's reason */
     bool has_sweep;
     struct moe_plan_gpus sweep; /* --gpus-max */
 };
@@ -421,6 +423,10 @@ static void print_runs(const struct plan_run *r, const struct moe_plan_result *r
         printf("%5d %9.2f %15s %11.4g %10s %12s %10lld %10.2f\n", i + 1, t->days.value, iv,
                t->gpu_hours.value, mwh, cost, e->sched.steps, e->ramp_s / 86400.0);
     }
+    if (r->num_skipped > 0) {
+        printf("# %d listed plan%s cannot run the batch ramp and %s dropped (%s)\n", r->num_skipped,
+               r->num_skipped == 1 ? "" : "s", r->num_skipped == 1 ? "was" : "were", r->skipped);
+    }
     if (r->num > 0) {
         struct moe_train_report rep;
         moe_cli_train_report(&r->evals[0], f, r->costs, &rep);
@@ -458,6 +464,7 @@ static int print_json(const struct moe_plan_request *req,
             i++;
         }
         cJSON_AddStringToObject(o, "objective", moe_train_objective_name(run->flags->objective));
+        cJSON_AddNumberToObject(o, "ramp_unrunnable_plans", run->num_skipped);
         if (run->deadline_missed) {
             struct moe_train_report rep;
             moe_cli_train_report(&run->missed, run->flags, run->costs, &rep);
@@ -476,6 +483,24 @@ static int print_json(const struct moe_plan_request *req,
     puts(s);
     free(s);
     return 0;
+}
+
+/* --gpus-max --json when no count qualifies: the sweep and the reason, no plan. */
+static void print_sweep_json(const struct plan_run *run, const char *error)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o != NULL) {
+        cJSON_AddStringToObject(o, "format", "moefold-plan-search");
+        cJSON_AddNumberToObject(o, "version", 1);
+        cJSON_AddStringToObject(o, "error", error);
+        cJSON_AddItemToObject(o, "gpus_sweep", moe_cli_plan_gpus_json(&run->sweep, run->flags));
+    }
+    char *s = o != NULL ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (s != NULL) {
+        puts(s);
+    }
+    free(s);
 }
 
 /*
@@ -571,7 +596,7 @@ static enum moe_status rank_runs(const struct moe_cli_problem *p,
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
     }
     MOE_TRY(moe_cli_train_rank(p, &f->train, run->costs, res, run->evals, &run->num, &run->missed,
-                               diag));
+                               &run->num_skipped, run->skipped, sizeof(run->skipped), diag));
     run->deadline_missed = res->num_top == 0;
     char tok[32];
     moe_train_tokens_str(f->train.train_tokens, tok, sizeof(tok));
@@ -582,8 +607,13 @@ static enum moe_status rank_runs(const struct moe_cli_problem *p,
                          : moe_train_objective_name(f->train.objective),
                      tok);
     if (n > 0 && (size_t)n < sizeof(trust->ranking) && f->train.deadline_days > 0.0) {
+        n += snprintf(trust->ranking + n, sizeof(trust->ranking) - (size_t)n,
+                      "; plans over %.4g days dropped", f->train.deadline_days);
+    }
+    if (n > 0 && (size_t)n < sizeof(trust->ranking) && run->num_skipped > 0) {
         (void)snprintf(trust->ranking + n, sizeof(trust->ranking) - (size_t)n,
-                       "; plans over %.4g days dropped", f->train.deadline_days);
+                       "; %d plan%s dropped: cannot run the batch ramp", run->num_skipped,
+                       run->num_skipped == 1 ? "" : "s");
     }
     return MOE_OK;
 }
@@ -632,7 +662,7 @@ int moe_cli_plan(int argc, char **argv)
         if (run.has_sweep && !p->json) {
             moe_cli_plan_gpus_print(stdout, &run.sweep, &f.train);
         } else if (run.has_sweep) {
-            (void)print_json(req, &res, 0, NULL, NULL, NULL, &run);
+            print_sweep_json(&run, diag.message);
         }
         moe_cli_error("plan", &diag);
         rc = st == MOE_ERR_INFEASIBLE ? 1 : 2;

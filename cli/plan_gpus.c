@@ -5,7 +5,6 @@
 #include "cli/plan_gpus.h"
 
 #include "cli/train_eval.h"
-#include "cli/uncertainty.h"
 #include "planner/report.h"
 
 #include <math.h>
@@ -48,8 +47,8 @@ static enum moe_status check_range(const struct moe_cli_problem *p,
                             gpus_min, gpus_step, p->cl.name, node);
     }
     if (gpus_max < gpus_min) {
-        return moe_diag_set(diag, MOE_ERR_INVALID, "--gpus-max %d is below --gpus-min %d",
-                            gpus_max, gpus_min);
+        return moe_diag_set(diag, MOE_ERR_INVALID, "--gpus-max %d is below --gpus-min %d", gpus_max,
+                            gpus_min);
     }
     if (gpus_max > p->cl.max_gpus) {
         return moe_diag_set(diag, MOE_ERR_INVALID, "--gpus-max %d is over %s's %d GPUs", gpus_max,
@@ -66,12 +65,13 @@ static enum moe_status check_range(const struct moe_cli_problem *p,
     return MOE_OK;
 }
 
-/* Search one GPU count and evaluate its best plan's run into pt. */
+/* Search one GPU count and evaluate the runs of its MOE_PLAN_GPUS_TOP fastest plans into pt: the
+ * best by the objective among those that can run the batch ramp (at one count every objective
+ * orders plans as their run's days do, so no deadline filter is needed here). */
 static enum moe_status search_count(struct moe_cli_problem *q,
                                     const struct moe_plan_cli_opts *o,
                                     const struct moe_train_flags *f,
                                     const struct moe_cluster_costs *c,
-                                    const struct moe_uncertainty *u,
                                     struct moe_plan_gpus_point *pt,
                                     struct moe_diag *diag)
 {
@@ -80,10 +80,12 @@ static enum moe_status search_count(struct moe_cli_problem *q,
     struct moe_cli_problem *scratch = NULL;
     struct moe_plan_result res;
     memset(&res, 0, sizeof(res));
-    enum moe_status st =
-        req != NULL ? moe_cli_plan_request(q, o, req, &lc, &scratch, NULL, diag) : MOE_ERR_NOMEM;
+    struct moe_train_eval evals[MOE_PLAN_GPUS_TOP];
+    int num_evals = 0;
+    enum moe_status st = req != NULL ? moe_cli_plan_request(q, o, req, &lc, &scratch, NULL, diag)
+                                     : moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
     if (st == MOE_OK) {
-        req->top_k = 1;
+        req->top_k = MOE_PLAN_GPUS_TOP;
         req->pareto_window = 0.0;
         st = moe_plan_search(req, &res, diag);
     }
@@ -93,20 +95,27 @@ static enum moe_status search_count(struct moe_cli_problem *q,
     } else if (st == MOE_OK && res.num_top == 0) {
         pt->state = MOE_PG_NO_FIT;
     } else if (st == MOE_OK) {
-        pt->state = MOE_PG_SEARCHED;
-        pt->best = res.top[0];
-        q->lay = pt->best.lay;
-        q->opt = pt->best.opt;
-        struct moe_train_eval e;
-        st = moe_cli_train_eval(q, moe_plan_step_time(&pt->best), f, c, u, &e, diag);
-        if (st == MOE_OK) {
-            pt->totals = e.totals;
-            pt->meets_deadline = f->deadline_days <= 0.0 || e.totals.days.value <= f->deadline_days;
-            moe_cli_train_eval_fini(&e);
+        struct moe_train_flags any = *f;
+        any.deadline_days = 0.0;
+        struct moe_train_eval missed;
+        int skipped = 0;
+        st = moe_cli_train_rank(q, &any, c, &res, evals, &num_evals, &missed, &skipped, pt->reason,
+                                sizeof(pt->reason), diag);
+        moe_cli_train_eval_fini(&missed);
+        if (st == MOE_ERR_INFEASIBLE) { /* none of them can run the ramp */
+            pt->state = MOE_PG_RAMP;
+            (void)snprintf(pt->reason, sizeof(pt->reason), "%.199s", diag->message);
+            st = MOE_OK;
+        } else if (st == MOE_OK && num_evals > 0) {
+            pt->state = MOE_PG_SEARCHED;
+            pt->best = res.top[0];
+            pt->totals = evals[0].totals;
+            pt->meets_deadline =
+                f->deadline_days <= 0.0 || pt->totals.days.value <= f->deadline_days;
         }
     }
-    if (st == MOE_ERR_NOMEM && req == NULL) {
-        (void)moe_diag_set(diag, st, "out of memory");
+    for (int i = 0; i < num_evals; i++) {
+        moe_cli_train_eval_fini(&evals[i]);
     }
     moe_plan_result_free(&res);
     moe_plan_load_cache_destroy(lc);
@@ -149,9 +158,8 @@ enum moe_status moe_cli_plan_gpus(const struct moe_cli_problem *p,
     int n = (gpus_max - gpus_min) / gpus_step + 1;
     out->points = calloc((size_t)n, sizeof(*out->points));
     struct moe_cli_problem *q = malloc(sizeof(*q));
-    struct moe_uncertainty *u = calloc(1, sizeof(*u));
-    enum moe_status st = out->points != NULL && q != NULL && u != NULL
-                             ? moe_unc_load(p->cluster_name, u, diag)
+    enum moe_status st = out->points != NULL && q != NULL
+                             ? MOE_OK
                              : moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
     double flops_per_token = 0.0;
     double peak = peak_tflops(&p->cl) * 1e12;
@@ -160,8 +168,8 @@ enum moe_status moe_cli_plan_gpus(const struct moe_cli_problem *p,
         pt->num_gpus = gpus_min + (n - 1 - i) * gpus_step;
         out->num_points = i + 1;
         if (flops_per_token > 0.0 && peak > 0.0) {
-            pt->bound_days = f->train_tokens * flops_per_token / (pt->num_gpus * peak) /
-                             SECONDS_PER_DAY;
+            pt->bound_days =
+                f->train_tokens * flops_per_token / (pt->num_gpus * peak) / SECONDS_PER_DAY;
         }
         if (f->deadline_days > 0.0 && pt->bound_days > f->deadline_days) {
             pt->state = MOE_PG_BOUND;
@@ -169,7 +177,7 @@ enum moe_status moe_cli_plan_gpus(const struct moe_cli_problem *p,
         }
         *q = *p;
         q->num_gpus = pt->num_gpus;
-        st = search_count(q, o, f, c, u, pt, diag);
+        st = search_count(q, o, f, c, pt, diag);
         if (st != MOE_OK) {
             char msg[sizeof(diag->message)];
             (void)snprintf(msg, sizeof(msg), "%s", diag->message);
@@ -188,13 +196,12 @@ enum moe_status moe_cli_plan_gpus(const struct moe_cli_problem *p,
             pt->totals.days.value < out->points[out->fastest].totals.days.value) {
             out->fastest = i;
         }
-        if (pt->meets_deadline && (out->best < 0 || better(pt, &out->points[out->best],
-                                                           f->objective))) {
+        if (pt->meets_deadline &&
+            (out->best < 0 || better(pt, &out->points[out->best], f->objective))) {
             out->best = i;
         }
     }
     out->wall_s = now_s() - t0;
-    free(u);
     free(q);
     return st;
 }
@@ -205,7 +212,9 @@ void moe_cli_plan_gpus_free(struct moe_plan_gpus *g)
     memset(g, 0, sizeof(*g));
 }
 
-void moe_cli_plan_gpus_print(FILE *out, const struct moe_plan_gpus *g, const struct moe_train_flags *f)
+void moe_cli_plan_gpus_print(FILE *out,
+                             const struct moe_plan_gpus *g,
+                             const struct moe_train_flags *f)
 {
     char tok[32];
     moe_train_tokens_str(f->train_tokens, tok, sizeof(tok));
@@ -222,6 +231,11 @@ void moe_cli_plan_gpus_print(FILE *out, const struct moe_plan_gpus *g, const str
         char mark = i == g->best ? '*' : ' ';
         if (pt->state == MOE_PG_NO_FIT) {
             fprintf(out, "%5d%c  no plan fits\n", pt->num_gpus, mark);
+            continue;
+        }
+        if (pt->state == MOE_PG_RAMP) {
+            fprintf(out, "%5d%c  no fast plan can run the batch ramp: %s\n", pt->num_gpus, mark,
+                    pt->reason);
             continue;
         }
         if (pt->state == MOE_PG_BOUND) {
@@ -273,7 +287,7 @@ cJSON *moe_cli_plan_gpus_json(const struct moe_plan_gpus *g, const struct moe_tr
         cJSON_AddNullToObject(o, "best_num_gpus");
     }
     cJSON_AddNumberToObject(o, "wall_s", g->wall_s);
-    static const char *const states[] = {"searched", "no_fit", "deadline_bound"};
+    static const char *const states[] = {"searched", "no_fit", "deadline_bound", "ramp"};
     cJSON *pts = cJSON_AddArrayToObject(o, "points");
     for (int i = 0; pts != NULL && i < g->num_points; i++) {
         const struct moe_plan_gpus_point *pt = &g->points[i];
@@ -284,6 +298,9 @@ cJSON *moe_cli_plan_gpus_json(const struct moe_plan_gpus *g, const struct moe_tr
         cJSON_AddNumberToObject(j, "num_gpus", pt->num_gpus);
         cJSON_AddStringToObject(j, "state", states[pt->state]);
         cJSON_AddNumberToObject(j, "bound_days", pt->bound_days);
+        if (pt->state == MOE_PG_RAMP) {
+            cJSON_AddStringToObject(j, "reason", pt->reason);
+        }
         if (pt->state == MOE_PG_SEARCHED) {
             const struct moe_train_totals *t = &pt->totals;
             cJSON_AddNumberToObject(j, "step_time_s", moe_plan_step_time(&pt->best));

@@ -2,7 +2,8 @@
  * `moefold plan --gpus-max N`: the GPU count searched too. For a fixed count every objective
  * (time, GPU-hours, cost, energy) orders plans as the step time does (all of them are the step
  * time times a per-count constant, up to the batch ramp), so the planner's search runs unchanged
- * once per count and only its best plan's run is compared across counts:
+ * once per count and only the best run among its MOE_PLAN_GPUS_TOP fastest plans (those that can
+ * run the batch ramp) is compared across counts:
  *
  *   counts: gpus_min, gpus_min + step, ..., <= gpus_max (step: the cluster's GPUs per node unless
  *           --gpus-step), searched largest first;
@@ -32,11 +33,13 @@ extern "C" {
 #endif
 
 #define MOE_PLAN_GPUS_MAX_COUNTS 256 /* GPU counts one sweep searches at most */
+#define MOE_PLAN_GPUS_TOP        5   /* plans per count whose runs are compared */
 
 enum moe_plan_gpus_state {
     MOE_PG_SEARCHED = 0, /* a plan fits: best and totals hold it */
     MOE_PG_NO_FIT,       /* nothing fits in memory at this count */
     MOE_PG_BOUND,        /* cannot meet the deadline even at peak: not searched */
+    MOE_PG_RAMP,         /* none of the fastest plans can run the batch ramp (reason says why) */
 };
 
 struct moe_plan_gpus_point {
@@ -46,6 +49,7 @@ struct moe_plan_gpus_point {
     struct moe_plan_candidate best;
     struct moe_train_totals totals;
     bool meets_deadline;
+    char reason[200]; /* MOE_PG_RAMP: Megatron's objection to a ramp batch */
 };
 
 struct moe_plan_gpus {
@@ -75,7 +79,9 @@ MOE_NODISCARD enum moe_status moe_cli_plan_gpus(const struct moe_cli_problem *p,
 void moe_cli_plan_gpus_free(struct moe_plan_gpus *g);
 
 /* The sweep as a table ('#' header, one row per count). */
-void moe_cli_plan_gpus_print(FILE *out, const struct moe_plan_gpus *g, const struct moe_train_flags *f);
+void moe_cli_plan_gpus_print(FILE *out,
+                             const struct moe_plan_gpus *g,
+                             const struct moe_train_flags *f);
 
 /* The sweep as JSON: {"objective", "deadline_days", "best_num_gpus", "points": [...]}. */
 cJSON *moe_cli_plan_gpus_json(const struct moe_plan_gpus *g, const struct moe_train_flags *f);

@@ -196,10 +196,11 @@ void moe_train_flags_help(FILE *out, bool ranking)
             "  --price-per-gpu-hour X  USD per GPU-hour (default: the cluster file's price)\n"
             "  --pue X                 facility / IT power (default: the cluster file's PUE)\n");
     if (ranking) {
-        fprintf(out,
-                "  --objective O           rank plans by time, gpu-hours, cost or energy of the run\n"
-                "                          (default time)\n"
-                "  --deadline-days D       keep only plans that finish within D days\n");
+        fprintf(
+            out,
+            "  --objective O           rank plans by time, gpu-hours, cost or energy of the run\n"
+            "                          (default time)\n"
+            "  --deadline-days D       keep only plans that finish within D days\n");
     }
 }
 
@@ -272,7 +273,7 @@ static long long steps_at(const struct ramp *r, long long c, long long b, long l
     if (n < 1) {
         n = 1;
     }
-#define MOVED(m) (c + (m) * b > limit || nominal_batch(r, c + (m) * b) != cur)
+#define MOVED(m) (c + (m)*b > limit || nominal_batch(r, c + (m)*b) != cur)
     while (n > 1 && MOVED(n - 1)) {
         n--;
     }
@@ -320,20 +321,19 @@ static enum moe_status running_batch(const struct moe_train_flags *f,
         return MOE_OK;
     }
     if (b % mbs_dp != 0) {
-        return moe_diag_set(diag, MOE_ERR_INFEASIBLE,
-                            "ramp batch %lld is not a multiple of micro-batch x DP = %lld (Megatron "
-                            "asserts it): give START and INCR as multiples of %lld, or "
-                            "--decrease-batch-size-if-needed",
-                            b, mbs_dp, mbs_dp);
+        return moe_diag_set(
+            diag, MOE_ERR_INFEASIBLE,
+            "ramp batch %lld is not a multiple of micro-batch x DP = %lld (Megatron "
+            "asserts it): give START and INCR as multiples of %lld, or "
+            "--decrease-batch-size-if-needed",
+            b, mbs_dp, mbs_dp);
     }
     *out = b;
     return MOE_OK;
 }
 
-static enum moe_status ramp_of(const struct moe_train_flags *f,
-                               long long gbs,
-                               struct ramp *r,
-                               struct moe_diag *diag)
+static enum moe_status
+ramp_of(const struct moe_train_flags *f, long long gbs, struct ramp *r, struct moe_diag *diag)
 {
     moe_diag_source(diag, "--rampup-batch-size");
     if (f->ramp_start >= gbs) {
@@ -417,11 +417,11 @@ static enum moe_status ramp_phases(const struct moe_train_flags *f,
 }
 
 enum moe_status moe_train_schedule_make(const struct moe_train_flags *f,
-                                      long long gbs,
-                                      int seq_length,
-                                      long long mbs_dp,
-                                      struct moe_train_schedule *out,
-                                      struct moe_diag *diag)
+                                        long long gbs,
+                                        int seq_length,
+                                        long long mbs_dp,
+                                        struct moe_train_schedule *out,
+                                        struct moe_diag *diag)
 {
     memset(out, 0, sizeof(*out));
     if (!f->has_tokens || seq_length <= 0 || gbs <= 0 || mbs_dp <= 0) {
@@ -507,14 +507,14 @@ static double step_of(long long b, const long long *bs, const double *t, const b
 }
 
 enum moe_status moe_train_time(const struct moe_train_schedule *s,
-                             double full_step_s,
-                             moe_train_step_fn fn,
-                             void *ctx,
-                             double *time_s,
-                             double *ramp_s,
-                             int *predicted,
-                             int *batches,
-                             struct moe_diag *diag)
+                               double full_step_s,
+                               moe_train_step_fn fn,
+                               void *ctx,
+                               double *time_s,
+                               double *ramp_s,
+                               int *predicted,
+                               int *batches,
+                               struct moe_diag *diag)
 {
     long long *bs = NULL;
     int n = 0;
@@ -571,15 +571,15 @@ static struct moe_train_figure scaled(double v, double lo_ratio, double hi_ratio
 }
 
 void moe_train_totals_compute(double time_s,
-                            double tokens,
-                            int num_gpus,
-                            double lo_ratio,
-                            double hi_ratio,
-                            bool has_interval,
-                            double watts_per_gpu,
-                            double pue,
-                            double price_per_gpu_hour,
-                            struct moe_train_totals *out)
+                              double tokens,
+                              int num_gpus,
+                              double lo_ratio,
+                              double hi_ratio,
+                              bool has_interval,
+                              double watts_per_gpu,
+                              double pue,
+                              double price_per_gpu_hour,
+                              struct moe_train_totals *out)
 {
     memset(out, 0, sizeof(*out));
     if (!has_interval) {
@@ -624,13 +624,13 @@ double moe_train_objective_value(const struct moe_train_totals *t, enum moe_trai
 }
 
 void moe_train_inputs(const struct moe_train_flags *f,
-                    const struct moe_cluster_costs *c,
-                    double *watts,
-                    double *pue,
-                    double *price,
-                    char *missing_power,
-                    char *missing_price,
-                    size_t len)
+                      const struct moe_cluster_costs *c,
+                      double *watts,
+                      double *pue,
+                      double *price,
+                      char *missing_power,
+                      char *missing_price,
+                      size_t len)
 {
     bool complete = moe_cluster_costs_missing_power(c, f->pue >= 0.0, missing_power, len);
     *watts = complete ? c->gpu_tdp_w + c->node_overhead_w_per_gpu : 0.0;
@@ -641,9 +641,9 @@ void moe_train_inputs(const struct moe_train_flags *f,
 }
 
 enum moe_status moe_train_check_objective(const struct moe_train_flags *f,
-                                        const struct moe_cluster_costs *c,
-                                        const char *cluster,
-                                        struct moe_diag *diag)
+                                          const struct moe_cluster_costs *c,
+                                          const char *cluster,
+                                          struct moe_diag *diag)
 {
     double watts = 0.0;
     double pue = 0.0;
@@ -651,7 +651,7 @@ enum moe_status moe_train_check_objective(const struct moe_train_flags *f,
     char missing_power[128];
     char missing_price[128];
     moe_train_inputs(f, c, &watts, &pue, &price, missing_power, missing_price,
-                   sizeof(missing_power));
+                     sizeof(missing_power));
     moe_diag_source(diag, "--objective");
     if (f->objective == MOE_TRAIN_OBJ_COST && price <= 0.0) {
         return moe_diag_set(diag, MOE_ERR_INVALID,
@@ -737,8 +737,8 @@ void moe_train_print(FILE *out, const struct moe_train_report *r)
             r->label != NULL ? " (" : "", r->label != NULL ? r->label : "",
             r->label != NULL ? ")" : "", want, got, s->steps, s->gbs, r->seq_length);
     if (f->has_ramp) {
-        fprintf(out, ", %lld of them in the batch ramp %lld -> %lld over %lld samples", s->ramp_steps,
-                f->ramp_start, s->gbs, f->ramp_samples);
+        fprintf(out, ", %lld of them in the batch ramp %lld -> %lld over %lld samples",
+                s->ramp_steps, f->ramp_start, s->gbs, f->ramp_samples);
     }
     fprintf(out, ") on %d GPUs\n", t->num_gpus);
     print_figure(out, "wall clock", "", &t->days, "days", t->has_interval);
@@ -756,8 +756,9 @@ void moe_train_print(FILE *out, const struct moe_train_report *r)
         fprintf(out, "  %-12s unknown: no price (give --price-per-gpu-hour)\n", "cost");
     }
     if (f->has_ramp) {
-        fprintf(out, "# ramp: %.2f days at %d smaller batches (%d predicted, the rest "
-                     "interpolated in the batch)\n",
+        fprintf(out,
+                "# ramp: %.2f days at %d smaller batches (%d predicted, the rest "
+                "interpolated in the batch)\n",
                 r->ramp_s / SECONDS_PER_DAY, r->ramp_batches, r->ramp_predicted);
     }
     if (t->has_energy) {
@@ -845,9 +846,9 @@ cJSON *moe_train_json(const struct moe_train_report *r)
     if (t->has_cost) {
         add_figure(o, "cost_usd", &t->cost_usd, t->has_interval);
         cJSON_AddNumberToObject(o, "price_per_gpu_hour_usd", t->price_per_gpu_hour);
-        cJSON_AddStringToObject(o, "price_source", f->price_per_gpu_hour >= 0.0
-                                                       ? "--price-per-gpu-hour"
-                                                       : c->price_source);
+        cJSON_AddStringToObject(o, "price_source",
+                                f->price_per_gpu_hour >= 0.0 ? "--price-per-gpu-hour"
+                                                             : c->price_source);
         cJSON_AddStringToObject(o, "price_date", f->price_per_gpu_hour >= 0.0 ? "" : c->price_date);
     } else {
         cJSON_AddNullToObject(o, "cost_usd");

@@ -54,11 +54,11 @@
 extern "C" {
 #endif
 
-#define MOE_TRAIN_RAMP_POINTS     9         /* ramp batches predicted at most; others interpolated */
-#define MOE_TRAIN_MAX_TOKENS      1.0e16    /* --train-tokens above this is refused as absurd */
-#define MOE_TRAIN_MAX_INCREMENTS  1000000LL /* ramp increments accepted */
-#define MOE_TRAIN_MAX_DEADLINE    3650.0    /* days */
-#define MOE_TRAIN_MAX_PRICE       1000.0    /* USD per GPU-hour */
+#define MOE_TRAIN_RAMP_POINTS    9         /* ramp batches predicted at most; others interpolated */
+#define MOE_TRAIN_MAX_TOKENS     1.0e16    /* --train-tokens above this is refused as absurd */
+#define MOE_TRAIN_MAX_INCREMENTS 1000000LL /* ramp increments accepted */
+#define MOE_TRAIN_MAX_DEADLINE   3650.0    /* days */
+#define MOE_TRAIN_MAX_PRICE      1000.0    /* USD per GPU-hour */
 
 enum moe_train_objective {
     MOE_TRAIN_OBJ_TIME = 0,  /* wall-clock days */
@@ -69,18 +69,18 @@ enum moe_train_objective {
 
 /* The run flags, shared by predict, plan and whatif. */
 struct moe_train_flags {
-    bool has_tokens;             /* --train-tokens given */
-    double train_tokens;         /* tokens */
-    bool has_ramp;               /* --rampup-batch-size START INCR SAMPLES */
-    long long ramp_start;        /* sequences */
-    long long ramp_incr;         /* sequences */
-    long long ramp_samples;      /* sequences over which the batch ramps */
-    bool decrease_batch;         /* --decrease-batch-size-if-needed */
-    double price_per_gpu_hour;   /* --price-per-gpu-hour USD; < 0: the cluster file's */
-    double pue;                  /* --pue; < 0: the cluster file's */
-    bool has_objective;          /* --objective given */
+    bool has_tokens;           /* --train-tokens given */
+    double train_tokens;       /* tokens */
+    bool has_ramp;             /* --rampup-batch-size START INCR SAMPLES */
+    long long ramp_start;      /* sequences */
+    long long ramp_incr;       /* sequences */
+    long long ramp_samples;    /* sequences over which the batch ramps */
+    bool decrease_batch;       /* --decrease-batch-size-if-needed */
+    double price_per_gpu_hour; /* --price-per-gpu-hour USD; < 0: the cluster file's */
+    double pue;                /* --pue; < 0: the cluster file's */
+    bool has_objective;        /* --objective given */
     enum moe_train_objective objective;
-    double deadline_days;        /* --deadline-days; 0: none */
+    double deadline_days; /* --deadline-days; 0: none */
 };
 
 void moe_train_flags_init(struct moe_train_flags *f);
@@ -111,12 +111,12 @@ struct moe_train_phase {
 
 /* Megatron's steps for one layout (see the top of this file). */
 struct moe_train_schedule {
-    long long train_samples;      /* requested: floor(tokens / seq_length) */
-    long long steps;              /* Megatron's train_iters */
-    long long samples;            /* sequences trained: the sum of every step's batch */
-    long long ramp_steps;         /* steps at a batch below --global-batch-size */
-    long long gbs;                /* --global-batch-size */
-    int num_phases;               /* distinct consecutive batches, the last at gbs when reached */
+    long long train_samples;        /* requested: floor(tokens / seq_length) */
+    long long steps;                /* Megatron's train_iters */
+    long long samples;              /* sequences trained: the sum of every step's batch */
+    long long ramp_steps;           /* steps at a batch below --global-batch-size */
+    long long gbs;                  /* --global-batch-size */
+    int num_phases;                 /* distinct consecutive batches, the last at gbs when reached */
     struct moe_train_phase *phases; /* [num_phases], owned: moe_train_schedule_fini */
 };
 
@@ -128,18 +128,18 @@ struct moe_train_schedule {
  * decrease_batch) or below it (with). Messages name the flag and the batch.
  */
 MOE_NODISCARD enum moe_status moe_train_schedule_make(const struct moe_train_flags *f,
-                                                    long long gbs,
-                                                    int seq_length,
-                                                    long long mbs_dp,
-                                                    struct moe_train_schedule *out,
-                                                    struct moe_diag *diag);
+                                                      long long gbs,
+                                                      int seq_length,
+                                                      long long mbs_dp,
+                                                      struct moe_train_schedule *out,
+                                                      struct moe_diag *diag);
 void moe_train_schedule_fini(struct moe_train_schedule *s);
 
 /* Step time of the layout at a (ramp) batch of `batch` sequences. */
 typedef enum moe_status (*moe_train_step_fn)(void *ctx,
-                                           long long batch,
-                                           double *step_s,
-                                           struct moe_diag *diag);
+                                             long long batch,
+                                             double *step_s,
+                                             struct moe_diag *diag);
 
 /*
  * Wall-clock seconds of the schedule: phases at gbs take full_step_s, ramp phases the step time fn
@@ -148,14 +148,14 @@ typedef enum moe_status (*moe_train_step_fn)(void *ctx,
  * number of distinct ramp batches.
  */
 MOE_NODISCARD enum moe_status moe_train_time(const struct moe_train_schedule *s,
-                                           double full_step_s,
-                                           moe_train_step_fn fn,
-                                           void *ctx,
-                                           double *time_s,
-                                           double *ramp_s,
-                                           int *predicted,
-                                           int *batches,
-                                           struct moe_diag *diag);
+                                             double full_step_s,
+                                             moe_train_step_fn fn,
+                                             void *ctx,
+                                             double *time_s,
+                                             double *ramp_s,
+                                             int *predicted,
+                                             int *batches,
+                                             struct moe_diag *diag);
 
 /* A figure with its 80% interval (lo = hi = value when the prediction has none). */
 struct moe_train_figure {
@@ -166,14 +166,14 @@ struct moe_train_figure {
 struct moe_train_totals {
     int num_gpus;
     double tokens;                  /* tokens trained (samples x seq_length) */
-    struct moe_train_figure time_s;   /* wall clock */
-    struct moe_train_figure days;     /* time_s / 86400 */
+    struct moe_train_figure time_s; /* wall clock */
+    struct moe_train_figure days;   /* time_s / 86400 */
     struct moe_train_figure gpu_hours;
-    bool has_interval;              /* the step time had an interval */
+    bool has_interval; /* the step time had an interval */
     bool has_energy;
-    double watts_per_gpu;           /* gpu_tdp_w + node_overhead_w_per_gpu */
+    double watts_per_gpu; /* gpu_tdp_w + node_overhead_w_per_gpu */
     double pue;
-    struct moe_train_figure it_mwh;   /* GPUs and nodes */
+    struct moe_train_figure it_mwh;     /* GPUs and nodes */
     struct moe_train_figure energy_mwh; /* x PUE */
     bool has_cost;
     double price_per_gpu_hour;
@@ -186,15 +186,15 @@ struct moe_train_totals {
  * watts_per_gpu > 0 and pue >= 1, cost when price > 0. Pure arithmetic.
  */
 void moe_train_totals_compute(double time_s,
-                            double tokens,
-                            int num_gpus,
-                            double lo_ratio,
-                            double hi_ratio,
-                            bool has_interval,
-                            double watts_per_gpu,
-                            double pue,
-                            double price_per_gpu_hour,
-                            struct moe_train_totals *out);
+                              double tokens,
+                              int num_gpus,
+                              double lo_ratio,
+                              double hi_ratio,
+                              bool has_interval,
+                              double watts_per_gpu,
+                              double pue,
+                              double price_per_gpu_hour,
+                              struct moe_train_totals *out);
 
 /* The value of the objective of t (days, GPU-hours, USD, MWh); HUGE_VAL when t lacks it. */
 double moe_train_objective_value(const struct moe_train_totals *t, enum moe_train_objective o);
@@ -205,13 +205,13 @@ double moe_train_objective_value(const struct moe_train_totals *t, enum moe_trai
  * for each (missing_power[len], missing_price[len]: "" when complete, else the keys).
  */
 void moe_train_inputs(const struct moe_train_flags *f,
-                    const struct moe_cluster_costs *c,
-                    double *watts,
-                    double *pue,
-                    double *price,
-                    char *missing_power,
-                    char *missing_price,
-                    size_t len);
+                      const struct moe_cluster_costs *c,
+                      double *watts,
+                      double *pue,
+                      double *price,
+                      char *missing_power,
+                      char *missing_price,
+                      size_t len);
 
 /*
  * MOE_ERR_INVALID when the objective needs what the cluster lacks: cost without a price ("give
@@ -219,9 +219,9 @@ void moe_train_inputs(const struct moe_train_flags *f,
  * (naming each missing key).
  */
 MOE_NODISCARD enum moe_status moe_train_check_objective(const struct moe_train_flags *f,
-                                                      const struct moe_cluster_costs *c,
-                                                      const char *cluster,
-                                                      struct moe_diag *diag);
+                                                        const struct moe_cluster_costs *c,
+                                                        const char *cluster,
+                                                        struct moe_diag *diag);
 
 /* Everything one run says, for printing. */
 struct moe_train_report {

@@ -153,9 +153,16 @@ enum moe_status moe_cli_train_rank(const struct moe_cli_problem *p,
                                    struct moe_train_eval *evals,
                                    int *num_evals,
                                    struct moe_train_eval *missed,
+                                   int *num_skipped,
+                                   char *skipped,
+                                   size_t len,
                                    struct moe_diag *diag)
 {
     *num_evals = 0;
+    *num_skipped = 0;
+    if (len > 0) {
+        skipped[0] = '\0';
+    }
     memset(missed, 0, sizeof(*missed));
     int n = res->num_top;
     struct moe_uncertainty *u = calloc(1, sizeof(*u));
@@ -167,6 +174,10 @@ enum moe_status moe_cli_train_rank(const struct moe_cli_problem *p,
                              ? moe_unc_load(p->cluster_name, u, diag)
                              : moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
     int done = 0;
+    bool *runnable = calloc((size_t)n + 1, sizeof(*runnable));
+    if (st == MOE_OK && runnable == NULL) {
+        st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
     for (; st == MOE_OK && done < n; done++) {
         *q = *p;
         q->lay = res->top[done].lay;
@@ -174,12 +185,31 @@ enum moe_status moe_cli_train_rank(const struct moe_cli_problem *p,
         st = moe_cli_train_eval(q, moe_plan_step_time(&res->top[done]), f, c, u, &all[done], diag);
         order[done].idx = done;
         order[done].value = moe_train_objective_value(&all[done].totals, f->objective);
+        runnable[done] = st == MOE_OK;
+        if (st == MOE_ERR_INFEASIBLE || st == MOE_ERR_INVALID) { /* this layout and the ramp */
+            if (*num_skipped == 0 && len > 0) {
+                (void)snprintf(skipped, len, "plan %d: %s", done + 1, diag->message);
+            }
+            (*num_skipped)++;
+            order[done].value = HUGE_VAL;
+            st = MOE_OK;
+        }
+    }
+    if (st == MOE_OK && n > 0 && *num_skipped == n) {
+        st = moe_diag_set(diag, MOE_ERR_INFEASIBLE,
+                          "none of the %d listed plans can run the batch ramp (%s); give "
+                          "--decrease-batch-size-if-needed, or START and INCR that are multiples "
+                          "of micro-batch x DP x PP",
+                          n, skipped);
     }
     if (st == MOE_OK) {
         qsort(order, (size_t)n, sizeof(*order), compare_ranked);
         int fastest = -1;
         for (int i = 0; i < n; i++) {
             int k = order[i].idx;
+            if (!runnable[k]) {
+                continue;
+            }
             if (fastest < 0 || all[k].totals.days.value < all[fastest].totals.days.value) {
                 fastest = k;
             }
@@ -201,6 +231,7 @@ enum moe_status moe_cli_train_rank(const struct moe_cli_problem *p,
     for (int i = 0; i < done; i++) {
         moe_cli_train_eval_fini(&all[i]);
     }
+    free(runnable);
     free(top);
     free(order);
     free(all);
@@ -215,12 +246,11 @@ void moe_cli_train_missed_str(const struct moe_train_flags *f,
                               size_t len)
 {
     const struct moe_train_figure *d = &missed->totals.days;
-    int used = snprintf(buf, len,
-                        "no plan finishes within %.4g days: the fastest needs %.1f days", f->deadline_days,
-                        d->value);
+    int used = snprintf(buf, len, "no plan finishes within %.4g days: the fastest needs %.1f days",
+                        f->deadline_days, d->value);
     if (used > 0 && (size_t)used < len && missed->totals.has_interval) {
-        used += snprintf(buf + used, len - (size_t)used, " (80%% interval %.1f - %.1f)", d->lo,
-                         d->hi);
+        used +=
+            snprintf(buf + used, len - (size_t)used, " (80%% interval %.1f - %.1f)", d->lo, d->hi);
     }
     if (used > 0 && (size_t)used < len) {
         (void)snprintf(buf + used, len - (size_t)used, ", %.1f days (%.0f%%) over%s",

@@ -55,7 +55,9 @@ void moe_cli_train_report(const struct moe_train_eval *e,
  * f->deadline_days. evals[res->num_top on entry] receives each kept plan's run, in the new order
  * (the caller finis them, *num_evals of them). When every plan misses the deadline, *missed gets
  * the fastest one's run (days and interval, in missed->totals) and res->num_top becomes 0; else
- * missed->totals.days.value is 0.
+ * missed->totals.days.value is 0. A plan that cannot run the batch ramp (a ramp batch Megatron
+ * refuses for its layout) is dropped too: *num_skipped counts them and skipped[len] holds the
+ * first one's reason; when no plan can run it, that reason is the error (MOE_ERR_INFEASIBLE).
  */
 MOE_NODISCARD enum moe_status moe_cli_train_rank(const struct moe_cli_problem *p,
                                                  const struct moe_train_flags *f,
@@ -64,6 +66,9 @@ MOE_NODISCARD enum moe_status moe_cli_train_rank(const struct moe_cli_problem *p
                                                  struct moe_train_eval *evals,
                                                  int *num_evals,
                                                  struct moe_train_eval *missed,
+                                                 int *num_skipped,
+                                                 char *skipped,
+                                                 size_t len,
                                                  struct moe_diag *diag);
 
 /* "no plan finishes within D days: the fastest needs X days (80% interval a - b), Y days (Z%)

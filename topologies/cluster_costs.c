@@ -72,8 +72,8 @@ read_power(const cJSON *sec, struct moe_cluster_costs *c, struct moe_diag *diag)
     MOE_TRY(read_figure(sec, "gpu_tdp_w", TDP_MIN_W, TDP_MAX_W, where, &c->has_gpu_tdp,
                         &c->gpu_tdp_w, c->gpu_tdp_source, diag));
     MOE_TRY(read_figure(sec, "node_overhead_w_per_gpu", 0.0, OVERHEAD_MAX_W, where,
-                        &c->has_node_overhead, &c->node_overhead_w_per_gpu,
-                        c->node_overhead_source, diag));
+                        &c->has_node_overhead, &c->node_overhead_w_per_gpu, c->node_overhead_source,
+                        diag));
     return read_figure(sec, "pue", PUE_MIN, PUE_MAX, where, &c->has_pue, &c->pue, c->pue_source,
                        diag);
 }
@@ -89,8 +89,8 @@ read_price(const cJSON *sec, struct moe_cluster_costs *c, struct moe_diag *diag)
     MOE_TRY(moe_json_check_keys(sec, keys, MOE_ARRAY_LEN(keys), where, diag));
     MOE_TRY(read_figure(sec, "per_gpu_hour_usd", 0.0, PRICE_MAX_USD, where, &c->has_price,
                         &c->price_per_gpu_hour_usd, c->price_source, diag));
-    MOE_TRY(moe_json_get_string(sec, "date", false, c->price_date, sizeof(c->price_date), where,
-                                diag));
+    MOE_TRY(
+        moe_json_get_string(sec, "date", false, c->price_date, sizeof(c->price_date), where, diag));
     if (c->has_price && c->price_date[0] == '\0') {
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "%s: a price needs its \"date\" (YYYY-MM-DD): prices change", where);

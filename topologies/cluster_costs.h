@@ -54,8 +54,9 @@ struct moe_cluster_costs {
  * 1-5000 W, overhead 0-10000 W, PUE 1-3, price 0-1000 USD) or a date not of the form YYYY-MM[-DD]
  * is MOE_ERR_INVALID naming cluster.power.<key> or cluster.price.<key>.
  */
-MOE_NODISCARD enum moe_status
-moe_cluster_costs_from_json(const cJSON *root, struct moe_cluster_costs *out, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_cluster_costs_from_json(const cJSON *root,
+                                                          struct moe_cluster_costs *out,
+                                                          struct moe_diag *diag);
 
 /* The same for a cluster by name or path (looked up as moe_cluster_load does). */
 MOE_NODISCARD enum moe_status moe_cluster_costs_load(const char *name_or_path,

@@ -41,11 +41,8 @@
     "--expert-model-parallel-size 4 --moe-router-force-load-balancing --sequence-parallel "        \
     "--use-distributed-optimizer"
 
-static void flags_with_ramp(struct moe_train_flags *f,
-                            double tokens,
-                            long long start,
-                            long long incr,
-                            long long samples)
+static void flags_with_ramp(
+    struct moe_train_flags *f, double tokens, long long start, long long incr, long long samples)
 {
     moe_train_flags_init(f);
     f->has_tokens = true;
@@ -191,9 +188,8 @@ static void test_ramp_time(void **state)
         exact += (double)s.phases[i].steps * (2.0 + 0.5 * x);
     }
     struct fake_step lin = {2.0, 0.5, 0.0, 0};
-    assert_int_equal(moe_train_time(&s, 2.0 + 0.5 * 21, fake_fn, &lin, &t, NULL, NULL, &batches,
-                                    &d),
-                     MOE_OK);
+    assert_int_equal(
+        moe_train_time(&s, 2.0 + 0.5 * 21, fake_fn, &lin, &t, NULL, NULL, &batches, &d), MOE_OK);
     assert_int_equal(lin.calls, MOE_TRAIN_RAMP_POINTS);
     assert_int_equal(batches, 20);
     assert_true(fabs(t - exact) < 1e-9 * exact);
@@ -203,8 +199,8 @@ static void test_ramp_time(void **state)
         double x = (double)s.phases[i].batch;
         exact_q += (double)s.phases[i].steps * (2.0 + 0.1 * x * x);
     }
-    assert_int_equal(
-        moe_train_time(&s, 2.0 + 0.1 * 441, fake_fn, &quad, &t, NULL, NULL, NULL, &d), MOE_OK);
+    assert_int_equal(moe_train_time(&s, 2.0 + 0.1 * 441, fake_fn, &quad, &t, NULL, NULL, NULL, &d),
+                     MOE_OK);
     assert_true(t > exact_q && t < 1.01 * exact_q); /* chords lie above a convex curve */
     moe_train_schedule_fini(&s);
 }
@@ -441,10 +437,8 @@ static void test_plan_gpus_max(void **state)
     assert_true(best_n > 0);
     assert_int_equal((int)num(sw, "best_num_gpus"), best_n);
     assert_int_equal((int)num(j, "num_gpus"), best_n);
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
-                                                          cJSON_GetObjectItemCaseSensitive(j, "top"),
-                                                          0),
-                                                      "run");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "top"), 0), "run");
     assert_true(close_to(num(r, "gpu_hours"), best));
     cJSON_Delete(j);
 }
@@ -509,8 +503,9 @@ static void test_bad_input(void **state)
     assert_true(write(fd, printed, strlen(printed)) == (ssize_t)strlen(printed));
     (void)close(fd);
     /* And one whose power section has a typo. */
-    cJSON_AddItemToObject(root, "power", cJSON_Parse("{\"gpu_tdp\": {\"value\": 700, "
-                                                     "\"source\": \"x\"}}"));
+    cJSON_AddItemToObject(root, "power",
+                          cJSON_Parse("{\"gpu_tdp\": {\"value\": 700, "
+                                      "\"source\": \"x\"}}"));
     free(printed);
     printed = cJSON_Print(root);
     char typo[] = "/tmp/moefold_typo_XXXXXX";
