@@ -268,6 +268,8 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
     size_t ne = 0;
     double adam_best = 0.0;
     double adam_bytes = 0.0;
+    double step_best = 0.0;
+    double step_bytes = 0.0;
     const cJSON *it = NULL;
     /* Streaming bandwidth: the copy with the largest working set (past the caches). */
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "memory"))
@@ -286,7 +288,13 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
                 adam_bytes = b;
                 adam_best = g;
             }
+        } else if (strcmp(k->valuestring, "optimizer") == 0) {
+            if (b >= step_bytes) {
+                step_bytes = b;
+                step_best = g;
+            }
         } else if (strcmp(k->valuestring, "axpy") != 0 && ne < MAX_POINTS) {
+            /* the remaining elementwise kernels (norm, activation, rope) */
             elem[ne] = g;
             elem_bytes[ne] = b;
             ne++;
@@ -297,9 +305,11 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
                             "calibrate: the bench needs memory 'copy' and elementwise points");
     }
     fit->mem_gbps = copy_best;
-    /* The optimizer pass (AdamW) at the largest working set; an older bench without it: the
-     * streaming copy's rate. */
-    fit->optimizer_eff = adam_best > 0.0 ? fmin(adam_best / copy_best, 1.5) : 1.0;
+    /* The optimizer step as the engine runs it (gradient sum of squares, AdamW, master copied into
+     * the weights, gradients zeroed: the bytes model/cost.c counts) at the largest working set;
+     * an older bench without it: AdamW alone, else the streaming copy's rate. */
+    double opt_rate = step_best > 0.0 ? step_best : adam_best;
+    fit->optimizer_eff = opt_rate > 0.0 ? fmin(opt_rate / copy_best, 1.5) : 1.0;
     /* Elementwise efficiency: kernels at working sets past the caches, as the copy. */
     double r[MAX_POINTS];
     size_t n = 0;

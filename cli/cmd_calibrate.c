@@ -204,8 +204,9 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
            f->mem_gbps);
     printf("%-26s %14.3f  median elementwise kernel rate / copy\n", "elementwise efficiency",
            f->elem_eff);
-    printf("%-26s %14.3f  AdamW update rate / copy, largest working set\n", "optimizer efficiency",
-           f->optimizer_eff);
+    printf(
+        "%-26s %14.3f  optimizer step rate / copy (sum of squares, AdamW, weight copy, zeroing)\n",
+        "optimizer efficiency", f->optimizer_eff);
     if (f->has_attention) {
         printf("%-26s %14.3f / %.3f  of the GEMM peak x the head-dim tile term (fwd / bwd)\n",
                "attention efficiency", f->attn_fwd_eff, f->attn_bwd_eff);

@@ -217,11 +217,15 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         pos[i] = i;
     }
     int which = -1;
-    const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope", "adamw"};
+    const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope", "adamw", "optimizer"};
     /* floats moved per float of n; AdamW updates n/2 parameters: reads weight, m, v and the
-     * gradient, writes weight, m and v (7 floats each) */
-    const double moved[] = {2.0, 3.0, 2.0, 1.5, 2.0, 3.5};
-    for (int i = 0; i < 6; i++) {
+     * gradient, writes weight, m and v (7 floats each). "optimizer" is what the engine's step does
+     * to n/2 parameters (engine/optimizer.c), and what the cost model counts for it
+     * (model/cost.c stage_tail): the gradient's sum of squares (1 float read), AdamW (7), the
+     * master copied into the weights (2), the gradients zeroed for the next step (1): 11 floats
+     * per parameter. */
+    const double moved[] = {2.0, 3.0, 2.0, 1.5, 2.0, 3.5, 5.5};
+    for (int i = 0; i < 7; i++) {
         if (strcmp(name, names[i]) == 0) {
             which = i;
         }
@@ -233,7 +237,7 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         moe_eng_heap_free(&heap, pos, (size_t)rows * sizeof(int));
         return MOE_ERR_INVALID;
     }
-    if (which == 5) {
+    if (which >= 5) {
         for (size_t i = 0; i < n / 2; i++) {
             b[i] *= b[i]; /* Adam's second moment is never negative */
         }
@@ -263,10 +267,21 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         case 4:
             k->rope_fwd(b, a, pos, rows, C / 64, 64, 0, 64, 10000.0f, false, kc);
             break;
-        default:
+        case 5:
             k->adamw_step(a, a + n / 2, b, b + n / 2, n / 2, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
                           it + cfg->warmup + 1, kc);
             break;
+        default: {
+            /* master a[0, n/2), m a[n/2, n), v b[0, n/2), gradient b[n/2, n), weights a + n */
+            size_t np = n / 2;
+            float ss = 0.0f;
+            k->sum_squares(&ss, b + np, np, kc);
+            k->adamw_step(a, a + np, b, b + np, np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+                          it + cfg->warmup + 1, kc);
+            memcpy(a + n, a, np * sizeof(float));
+            memset(b + np, 0, np * sizeof(float));
+            break;
+        }
         }
     }
     out->name = names[which];
@@ -278,6 +293,9 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         out->is_ok = memcmp(a, b, n * sizeof(float)) == 0;
     } else if (which == 5) {
         out->is_ok = isfinite(a[0]) && isfinite(a[n / 2 - 1]);
+    } else if (which == 6) {
+        out->is_ok =
+            isfinite(a[0]) && memcmp(a + n, a, n / 2 * sizeof(float)) == 0 && b[n / 2] == 0.0f;
     } else if (which == 2 || which == 4) {
         /* RMSNorm: mean square of a row is 1; RoPE: rotations keep the row's norm. */
         double ss = 0.0;

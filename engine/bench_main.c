@@ -337,7 +337,8 @@ static int bench_mem(moe_comm_t *w,
                      const struct bench_args *a,
                      cJSON *js)
 {
-    static const char *const names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope", "adamw"};
+    static const char *const names[] = {"copy", "axpy",  "rmsnorm",  "swiglu",
+                                        "rope", "adamw", "optimizer"};
     static const size_t sizes[] = {1u << 20, 16u << 20, 128u << 20};
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "memory") : NULL;
