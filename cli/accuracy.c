@@ -250,10 +250,14 @@ enum moe_status moe_accuracy_run(
     *n = 0;
     struct moe_run_set set;
     memset(&set, 0, sizeof(set));
-    MOE_TRY(moe_runs_read(path, &set, diag));
+    enum moe_status st = moe_runs_read(path, &set, diag);
+    if (st != MOE_OK) {
+        moe_runs_free(&set); /* a file refused after some runs were read keeps their array */
+        return st;
+    }
     struct moe_accuracy_options o;
     moe_accuracy_options_init(&o);
-    enum moe_status st = moe_accuracy_run_set(&set, &o, rows, max, n, diag);
+    st = moe_accuracy_run_set(&set, &o, rows, max, n, diag);
     moe_runs_free(&set);
     return st;
 }
