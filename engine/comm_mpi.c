@@ -209,6 +209,76 @@ static void mpi_reducescatter(void *h,
                                            mpi_type(dtype), mpi_op(op), comm_of(h)));
 }
 
+/*
+ * The pairwise exchange of rs_pairwise_f32 with a block of counts[r] floats per rank r (Open MPI's
+ * MPI_Reduce_scatter has the slowness of MPI_Reduce_scatter_block; the ETP reduce of expert rows
+ * is this). The sum builds in the rank's own block and lands at the start of recv (in place: moved
+ * there at the end, once every block has been sent). Same fixed summation order.
+ */
+static void rsv_pairwise_f32(MPI_Comm c, const float *send, float *recv, const int *counts)
+{
+    int rank = 0;
+    int n = 1;
+    MOE_CHECK_MPI(MPI_Comm_rank(c, &rank));
+    MOE_CHECK_MPI(MPI_Comm_size(c, &n));
+    size_t mine = (size_t)counts[rank];
+    size_t at = 0;
+    for (int r = 0; r < rank; r++) {
+        at += (size_t)counts[r];
+    }
+    bool in_place = (const float *)recv == send;
+    float *acc = in_place ? recv + at : recv;
+    if (!in_place && mine > 0) {
+        memcpy(recv, send + at, mine * sizeof(float));
+    }
+    size_t chunk = mine < RS_CHUNK ? mine : RS_CHUNK;
+    float *tmp = malloc((chunk > 0 ? chunk : 1) * sizeof(float));
+    if (tmp == NULL) {
+        moe_eng_fatal(__FILE__, __LINE__, "out of memory for a reduce-scatter chunk of %zu floats",
+                      chunk);
+    }
+    for (int i = 1; i < n; i++) {
+        int to = (rank + i) % n;
+        int from = (rank - i + n) % n;
+        size_t to_at = 0;
+        for (int r = 0; r < to; r++) {
+            to_at += (size_t)counts[r];
+        }
+        size_t to_len = (size_t)counts[to];
+        /* The pair (this rank -> to) exchanges ceil(to_len / chunk) messages and (from -> this
+         * rank) ceil(mine / chunk): each side counts the same. Sends are non-blocking, so a cycle
+         * of ranks with more to send than to receive cannot block on each other. */
+        size_t step = RS_CHUNK;
+        size_t nsend = (to_len + step - 1) / step;
+        size_t nrecv = (mine + step - 1) / step;
+        size_t rounds = nsend > nrecv ? nsend : nrecv;
+        for (size_t k = 0; k < rounds; k++) {
+            size_t off = k * step;
+            MPI_Request sreq = MPI_REQUEST_NULL;
+            if (k < nsend) {
+                size_t slen = to_len - off < step ? to_len - off : step;
+                MOE_CHECK_MPI(
+                    MPI_Isend(send + to_at + off, icount(slen), MPI_FLOAT, to, i, c, &sreq));
+            }
+            if (k < nrecv) {
+                size_t rlen = mine - off < step ? mine - off : step;
+                MOE_CHECK_MPI(
+                    MPI_Recv(tmp, icount(rlen), MPI_FLOAT, from, i, c, MPI_STATUS_IGNORE));
+                float *d = acc + off;
+#pragma omp simd
+                for (size_t j = 0; j < rlen; j++) {
+                    d[j] += tmp[j];
+                }
+            }
+            MOE_CHECK_MPI(MPI_Wait(&sreq, MPI_STATUS_IGNORE));
+        }
+    }
+    if (in_place && acc != recv && mine > 0) {
+        memmove(recv, acc, mine * sizeof(float));
+    }
+    free(tmp);
+}
+
 static void mpi_reducescatterv(void *h,
                                const void *send,
                                void *recv,
@@ -216,6 +286,10 @@ static void mpi_reducescatterv(void *h,
                                enum moe_comm_dtype dtype,
                                enum moe_comm_redop op)
 {
+    if (dtype == MOE_COMM_F32 && op == MOE_COMM_SUM) {
+        rsv_pairwise_f32(comm_of(h), send, recv, counts);
+        return;
+    }
     MOE_CHECK_MPI(MPI_Reduce_scatter(send == recv ? MPI_IN_PLACE : send, recv, counts,
                                      mpi_type(dtype), mpi_op(op), comm_of(h)));
 }

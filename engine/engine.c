@@ -104,7 +104,12 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
     bool hier = e->opts.has_dispatcher_override ? e->opts.is_hierarchical
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
-    e->is_hierarchical = hier && e->d.experts > 0;
+    e->is_hierarchical = hier && e->d.experts > 0 && e->d.ep > 1; /* EP1: nothing to dispatch */
+    if (e->is_hierarchical && (e->d.etp > 1 || e->is_device)) {
+        /* Not implemented there: the flat all-to-all runs instead, and run.json says so. */
+        e->is_hierarchical = false;
+        e->fallbacks |= e->is_device ? MOE_ENG_FB_HIER_DEVICE : MOE_ENG_FB_HIER_ETP;
+    }
     e->is_allgather = o->dispatcher == MOE_DISPATCH_ALLGATHER && e->d.experts > 0 &&
                       !e->opts.has_dispatcher_override;
     if (e->is_allgather) {
@@ -115,20 +120,15 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
         }
         e->d.ag_group = e->d.etp * e->d.ep;
     }
-    if (e->is_hierarchical && e->is_device) {
-        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "the hierarchical dispatcher is not implemented on the CUDA backend "
-                            "(its per-token routing bookkeeping runs on the host); use "
-                            "--dispatcher flat, or --backend cpu");
-    }
     if (o->overlap_moe_ep_comm && e->d.experts > 0) {
-        if (e->is_hierarchical || e->d.etp > 1 || e->d.capacity > 0) {
-            return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                                "moefold-train overlaps the EP all-to-all only with the flat "
-                                "dispatcher, etp=1 and dropless routing");
+        if (e->is_hierarchical || e->is_allgather || e->d.etp > 1 || e->d.capacity > 0) {
+            /* The overlap is implemented for the flat dispatcher, etp = 1, dropless: without it
+             * otherwise, and run.json says so. */
+            e->fallbacks |= MOE_ENG_FB_EP_OVERLAP;
+        } else {
+            e->is_ep_overlap = true;
+            e->d.ep_overlap = true;
         }
-        e->is_ep_overlap = true;
-        e->d.ep_overlap = true;
     }
     return e->is_hierarchical ? setup_hierarchical(e, diag) : MOE_OK;
 }

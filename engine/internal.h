@@ -405,6 +405,7 @@ struct moe_eng {
     struct moe_eng_ctx ctx;
     struct moe_plan plan;       /* with the resolved layout */
     struct moe_options planned; /* the plan's options as given (plan.options is what runs) */
+    unsigned fallbacks;         /* MOE_ENG_FB_*: plan options run otherwise (run.json says how) */
     struct moe_eng_run_opts opts;
     struct moe_eng_groups groups;
     struct moe_eng_dims d;
@@ -527,6 +528,13 @@ void moe_eng_acts_carve(struct moe_eng *e);
 /* ---- What ran (engine/report.c) -------------------------------------------------------------- */
 
 enum { MOE_ENG_MAX_DIFFS = 16 };
+/* Plan options the engine runs otherwise where it lacks them (moe_eng_ran_options says how). */
+enum {
+    MOE_ENG_FB_HIER_ETP = 1u << 0,    /* hierarchical dispatcher with etp > 1: flat all-to-all */
+    MOE_ENG_FB_HIER_DEVICE = 1u << 1, /* hierarchical dispatcher on CUDA: flat all-to-all */
+    MOE_ENG_FB_EP_OVERLAP = 1u << 2,  /* EP overlap beside hierarchical, allgather, etp > 1 or a
+                                         capacity factor: not overlapped */
+};
 /* The options the engine runs (*ran: the plan's with what it does otherwise) and one line per
  * difference from the plan (diffs[*num], each a sentence naming the option). */
 void moe_eng_ran_options(const struct moe_eng *e,

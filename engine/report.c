@@ -519,7 +519,7 @@ void moe_eng_ran_options(const struct moe_eng *e,
         ran->tp_comm_overlap = false;
         diff(diffs, num, "tp_comm_overlap: the engine's TP collectives block (no overlap)");
     }
-    if (p->delay_wgrad_compute) {
+    if (p->delay_wgrad_compute && !(e->fallbacks & MOE_ENG_FB_EP_OVERLAP)) {
         ran->delay_wgrad_compute = false;
         diff(diffs, num, "delay_wgrad_compute: weight gradients run with the data gradients");
     }
@@ -547,6 +547,21 @@ void moe_eng_ran_options(const struct moe_eng *e,
              e->is_device ? "not asked for (--cuda-graphs)" : "none on the CPU backend");
     } else if (p->cuda_graph_impl != MOE_CG_NONE) {
         diff(diffs, num, "cuda graphs: dense layers' forwards only; MoE layers run eagerly");
+    }
+    if (e->fallbacks & (MOE_ENG_FB_HIER_ETP | MOE_ENG_FB_HIER_DEVICE)) {
+        ran->dispatcher = MOE_DISPATCH_ALLTOALL;
+        diff(diffs, num,
+             "dispatcher %s: the hierarchical dispatcher runs %s; ran the flat all-to-all",
+             moe_dispatcher_name(p->dispatcher),
+             (e->fallbacks & MOE_ENG_FB_HIER_DEVICE) ? "on the CPU backend only"
+                                                     : "with etp = 1 only");
+    }
+    if (e->fallbacks & MOE_ENG_FB_EP_OVERLAP) {
+        ran->overlap_moe_ep_comm = false;
+        ran->delay_wgrad_compute = false;
+        diff(diffs, num,
+             "overlap_moe_ep_comm: implemented for the flat dispatcher, etp = 1 and dropless "
+             "routing; ran without it");
     }
     if (e->d.experts > 0 && e->opts.has_dispatcher_override) {
         bool plan_hier =

@@ -112,6 +112,30 @@ static void test_reducescatter_alltoall(void **state)
     for (int i = 0; i <= r; i++) {
         assert_true(out[i] == 4.0f);
     }
+    /* Blocks over several exchange chunks, one empty, out of place and in place (the sum then
+     * lands at the start): element j of block q is (rank + 1) * (j % 7 + q) on each rank. */
+    int big[N] = {70000, 0, 140000, 3};
+    size_t total = 70000 + 140000 + 3;
+    float *vb = malloc(total * sizeof(float));
+    float *ob = malloc(140000 * sizeof(float));
+    assert_non_null(vb);
+    assert_non_null(ob);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t at = 0;
+        for (int q = 0; q < N; q++) {
+            for (int j = 0; j < big[q]; j++) {
+                vb[at + (size_t)j] = (float)((r + 1) * (j % 7 + q));
+            }
+            at += (size_t)big[q];
+        }
+        float *res = pass == 0 ? ob : vb;
+        moe_comm_reducescatterv(w, vb, res, big, MOE_COMM_F32, MOE_COMM_SUM);
+        for (int j = 0; j < big[r]; j++) {
+            assert_true(res[j] == (float)(10 * (j % 7 + r))); /* 1 + 2 + 3 + 4 = 10 */
+        }
+    }
+    free(vb);
+    free(ob);
     /* alltoall: element j of rank r goes to rank j as element r. */
     int a[N], b[N];
     for (int j = 0; j < N; j++) {

@@ -608,6 +608,27 @@ static void test_runs_the_plan(void **state)
     run_and_read(&plan, &o, &r);
     assert_true(r.mem.optimizer == 0.0 && r.mem.host_offload > 0.0);
     moe_run_fini(&r);
+
+    /* What the engine lacks falls back and says so: the hierarchical dispatcher with ETP2 runs
+     * the flat all-to-all, the EP overlap beside ETP2 runs without overlap. */
+    const struct eng_test_layout l2 = {"EP2 ETP2", 1, 1, 1, 1, 2, 2, true, 4};
+    eng_test_plan(&plan, "tiny-moe", &l2);
+    plan.options.dispatcher = MOE_DISPATCH_DEEPEP;
+    plan.options.overlap_moe_ep_comm = true;
+    o.num_steps = 1;
+    run_and_read(&plan, &o, &r);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(r.ran, "overlap_moe_ep_comm")->type,
+                     cJSON_False);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(r.ran, "dispatcher")->valuestring,
+                        moe_dispatcher_name(MOE_DISPATCH_ALLTOALL));
+    named = 0;
+    cJSON_ArrayForEach(it, r.plan_differences)
+    {
+        named += strstr(it->valuestring, "flat all-to-all") != NULL ||
+                 strstr(it->valuestring, "ran without it") != NULL;
+    }
+    assert_int_equal(named, 2);
+    moe_run_fini(&r);
 }
 
 /* ||g_recipe - g_fp32|| / ||g_fp32|| over every rank's local gradients after one compute_grads. */
