@@ -1233,6 +1233,21 @@ static bool memo_better(const struct search *s, const struct memo *a, const stru
  * Block recompute re-runs only the first `count` layers of each chunk: each count is its own
  * time/memory trade-off and is evaluated (eval_block_counts).
  */
+/* Recompute time of layers [lo, lo + m) of the decoder: each layer at its kind's per-layer bound
+ * r[] (dense/MoE x full/windowed attention, the prefix counts of bound.h). */
+static double first_layers_rc(const struct moe_plan_bound_model *bm, int lo, int m, const double *r)
+{
+    int hi = lo + m < MOE_MAX_LAYERS ? lo + m : MOE_MAX_LAYERS;
+    if (hi <= lo) {
+        return 0.0;
+    }
+    int moe = bm->prefix_moe[hi] - bm->prefix_moe[lo];
+    int win = bm->prefix_win[hi] - bm->prefix_win[lo];
+    int both = bm->prefix_both[hi] - bm->prefix_both[lo];
+    return both * r[3] + (moe - both) * r[2] + (win - both) * r[1] +
+           ((hi - lo) - moe - win + both) * r[0];
+}
+
 /* Every valid layer count of block recompute value k (bound lb holds for all: the least count
  * re-runs the least). Out: the prediction and memory of the least valid count when it was
  * evaluated -- a bound on every count, since re-running more layers never takes less time (the
@@ -1890,7 +1905,8 @@ static double rc_bound(struct worker *w,
                 low = 0.0;
                 for (int c = p; c < lay->num_chunks; c += lay->pp) {
                     int n = lay->chunks[c].num_layers;
-                    low += (n < least ? n : least) * (isfinite(r_min) ? r_min : 0.0);
+                    low += first_layers_rc(&s->bm, lay->chunks[c].first_layer,
+                                           n < least ? n : least, r);
                 }
             }
             rs->sum += low;
@@ -1944,7 +1960,7 @@ static double block_count_bound(struct worker *w, int count)
         double low = 0.0;
         for (int c = p; c < lay->num_chunks; c += lay->pp) {
             int n = lay->chunks[c].num_layers;
-            low += (n < count ? n : count) * r_min;
+            low += first_layers_rc(&s->bm, lay->chunks[c].first_layer, n < count ? n : count, r);
         }
         double raw = w->mtp[p] * r[last]; /* every layer re-run: what the DP tail hides behind */
         for (int k = 0; k < MOE_PLAN_KINDS; k++) {
