@@ -545,6 +545,11 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     cl->nvlink.latency_us = ag->latency_us;
     cl->nvlink.has_nvls = false;
     cl->nvlink.nvls_busbw_gbps = 0.0;
+    /* The reducing collectives add in the cores between the copies: each at its own fitted bus
+     * bandwidth (the engine's reduce-scatter is a pairwise exchange, its all-reduce MPI's). */
+    const struct moe_calib_line *rsl = &fit->coll[MOE_CALIB_REDUCESCATTER];
+    cl->nvlink.allreduce_gbps = ar->points >= 2 ? ar->busbw_gbps : 0.0;
+    cl->nvlink.reducescatter_gbps = rsl->points >= 2 ? rsl->busbw_gbps : 0.0;
     /* One host: the "network" is the same shared memory (multi-host calibration: README). */
     cl->net.nic_gbps = ag->busbw_gbps;
     cl->net.eff = 1.0;
@@ -560,6 +565,5 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     cl->dispatch.deepep_sms = 0;
     cl->dispatch.hybridep_sms = 0;
     cl->dispatch.permute_bytes_eff = 1.0; /* permutes are row copies at streaming bandwidth */
-    (void)ar;
     return moe_cluster_validate(cl, diag);
 }

@@ -137,6 +137,8 @@ static enum moe_status validate_links(const struct moe_cluster *cl, struct moe_d
         {"nvlink.eff", nv->eff, 0.0, true, fmax, "fraction of nvlink.gbps"},
         {"nvlink.latency_us", nv->latency_us, 0.0, false, big, "microseconds"},
         {"nvlink.nvls_busbw_gbps", nv->nvls_busbw_gbps, 0.0, false, big, "GB/s, 0 = none"},
+        {"nvlink.allreduce_gbps", nv->allreduce_gbps, 0.0, false, big, "GB/s, 0 = as gbps"},
+        {"nvlink.reducescatter_gbps", nv->reducescatter_gbps, 0.0, false, big, "GB/s, 0 = as gbps"},
         {"scaleout.nic_gbps", cl->net.nic_gbps, 0.0, true, big, "GB/s per GPU per direction"},
         {"scaleout.eff", cl->net.eff, 0.0, true, fmax, "fraction of nic_gbps"},
         {"scaleout.a2a_eff", cl->net.a2a_eff, 0.0, true, fmax, "fraction of nic_gbps"},

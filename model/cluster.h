@@ -82,6 +82,11 @@ struct moe_nvlink {
     double latency_us;      /* per collective step */
     bool has_nvls;          /* NVLink SHARP in-switch reduction for all-reduce/reduce-scatter */
     double nvls_busbw_gbps; /* achieved all-reduce bus bandwidth with NVLS; 0 = none */
+    /* Achieved bus bandwidth of the reducing collectives where it differs from the all-gather's
+     * (gbps x eff): a CPU host adds the sums in its cores between the copies; 0 = as gbps x eff
+     * (NCCL's rings reduce at the bus bandwidth). */
+    double allreduce_gbps;
+    double reducescatter_gbps;
 };
 
 struct moe_scaleout {

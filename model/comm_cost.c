@@ -73,6 +73,8 @@ moe_comm_allreduce_s(const struct moe_cluster *cl, const struct moe_group_place 
     if (g->num_domains == 1 && cl->nvlink.has_nvls && cl->nvlink.nvls_busbw_gbps > 0.0 &&
         g->size > 2) {
         busbw = cl->nvlink.nvls_busbw_gbps * GBPS;
+    } else if (g->num_domains == 1 && cl->nvlink.allreduce_gbps > 0.0) {
+        busbw = cl->nvlink.allreduce_gbps * GBPS; /* measured for this collective (calibrate) */
     }
     return 2.0 * latency_s(cl, g) + bytes * 2.0 * (n - 1.0) / n / busbw;
 }
@@ -91,7 +93,15 @@ double moe_comm_reducescatter_s(const struct moe_cluster *cl,
                                 const struct moe_group_place *g,
                                 double bytes)
 {
-    return moe_comm_allgather_s(cl, g, bytes);
+    if (g->size <= 1 || bytes <= 0.0) {
+        return 0.0;
+    }
+    double n = (double)g->size;
+    double busbw = moe_comm_ring_busbw(cl, g);
+    if (g->num_domains == 1 && cl->nvlink.reducescatter_gbps > 0.0) {
+        busbw = cl->nvlink.reducescatter_gbps * GBPS; /* measured for this collective */
+    }
+    return latency_s(cl, g) + bytes * (n - 1.0) / n / busbw;
 }
 
 double

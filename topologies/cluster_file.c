@@ -149,6 +149,8 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_NVLINK, "latency_us", nvlink.latency_us, 0, US_MAX),
     FLAG(SEC_NVLINK, "has_nvls", nvlink.has_nvls),
     FIG_REAL(SEC_NVLINK, "nvls_busbw_gbps", nvlink.nvls_busbw_gbps, 0, BW_MAX),
+    FIG_REAL(SEC_NVLINK, "allreduce_gbps", nvlink.allreduce_gbps, 0, BW_MAX),
+    FIG_REAL(SEC_NVLINK, "reducescatter_gbps", nvlink.reducescatter_gbps, 0, BW_MAX),
 
     FIG_REAL(SEC_SCALEOUT, "nic_gbps", net.nic_gbps, 0, BW_MAX),
     FIG_REAL(SEC_SCALEOUT, "eff", net.eff, 0, FRAC_MAX),

@@ -54,6 +54,14 @@ static void test_real_host_fit(void **state)
 
     struct moe_cluster cl;
     assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    /* The reducing collectives keep their own fitted bus bandwidths (the host adds in its cores).
+     */
+    if (fit.coll[MOE_CALIB_REDUCESCATTER].points >= 2) {
+        assert_true(cl.nvlink.reducescatter_gbps == fit.coll[MOE_CALIB_REDUCESCATTER].busbw_gbps);
+    }
+    if (fit.coll[MOE_CALIB_ALLREDUCE].points >= 2) {
+        assert_true(cl.nvlink.allreduce_gbps == fit.coll[MOE_CALIB_ALLREDUCE].busbw_gbps);
+    }
     const cJSON *it = NULL;
     int points = 0;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "gemm"))

@@ -155,6 +155,13 @@ static void test_bandwidths_and_peaks(void **state)
     cl = h100_cluster();
     cl.gpu.num_sms = 0;
     expect_invalid(&cl, "gpu.num_sms = 0");
+    cl = h100_cluster();
+    cl.nvlink.reducescatter_gbps = -3.0;
+    expect_invalid(&cl, "nvlink.reducescatter_gbps = -3");
+    cl = h100_cluster();
+    cl.nvlink.allreduce_gbps = 2.5; /* a measured CPU-host figure: accepted */
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_cluster_validate(&cl, &diag), MOE_OK);
 }
 
 static void test_fractions(void **state)

@@ -184,6 +184,19 @@ static void test_busbw_factors(void **state)
     ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, s), 7.0 / 8.0 * s / 400e9, 1e-12);
     /* All-to-all inside a domain: 7/8 of the buffer over NVLink. */
     ASSERT_NEAR(moe_comm_alltoall_s(&cl, &g, s), 7.0 / 8.0 * s / 400e9, 1e-12);
+    /* A measured bus bandwidth of the reducing collectives (calibrate on a CPU host) replaces
+     * the all-gather's for them only, inside one domain; 0 keeps the ring rate. */
+    cl.nvlink.allreduce_gbps = 100.0;
+    cl.nvlink.reducescatter_gbps = 200.0;
+    ASSERT_NEAR(moe_comm_allreduce_s(&cl, &g, s), 2.0 * 7.0 / 8.0 * s / 100e9, 1e-12);
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, s), 7.0 / 8.0 * s / 200e9, 1e-12);
+    ASSERT_NEAR(moe_comm_allgather_s(&cl, &g, s), 7.0 / 8.0 * s / 400e9, 1e-12);
+    struct moe_group_place g2;
+    moe_comm_group_place(16, 1, 8, &g2); /* two domains: the ring over the network */
+    double rs_ring = moe_comm_reducescatter_s(&cl, &g2, s);
+    cl.nvlink.reducescatter_gbps = 0.0;
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g2, s), rs_ring, 1e-12);
+    cl.nvlink.allreduce_gbps = 0.0;
     /* Doubling bandwidth halves the bandwidth term (latency is 0 here). */
     double t1 = moe_comm_allgather_s(&cl, &g, s);
     cl.nvlink.gbps *= 2.0;
