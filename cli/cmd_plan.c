@@ -674,7 +674,9 @@ int moe_cli_plan(int argc, char **argv)
         moe_cli_error("plan", &diag);
         goto out_free;
     }
-    req->top_k = f.top_k;
+    /* A whole run ranks at least the plans --gpus-max compared, so a fast plan that cannot run
+     * the batch ramp leaves others to rank; the list is cut back to --top after ranking. */
+    req->top_k = run.flags != NULL && f.top_k < MOE_PLAN_GPUS_TOP ? MOE_PLAN_GPUS_TOP : f.top_k;
     req->pareto_window = f.pareto_window;
     struct compared cp;
     if (f.compare_to != NULL && compare_to(p, f.compare_to, &cp, &diag) != MOE_OK) {
@@ -695,6 +697,12 @@ int moe_cli_plan(int argc, char **argv)
     if (rank_runs(p, &f, &res, &run, &trust, &diag) != MOE_OK) {
         moe_cli_error("plan", &diag);
         goto out_free;
+    }
+    if (res.num_top > f.top_k) {
+        res.num_top = f.top_k;
+    }
+    while (run.num > res.num_top && run.num > 0) {
+        moe_cli_train_eval_fini(&run.evals[--run.num]);
     }
     if (run.deadline_missed) {
         char msg[512];
