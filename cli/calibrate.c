@@ -9,8 +9,10 @@
  * - Collectives: t = latency + bus_bytes / busbw by linear least squares (GSL gsl_fit_linear) on
  *   the sizes above the small-message regime, bus bytes per nccl-tests (the bench reports busbw
  *   and time for each size; bus_bytes = busbw x time).
- * - Grouped GEMM factor, elementwise efficiency, attention efficiency and quantiser cost are
- * medians of measured ratios.
+ * - Attention: efficiency and narrow-head term by weighted linear least squares in 1/head_dim
+ *   (fit_attention below).
+ * - Grouped GEMM factor, elementwise efficiency and quantiser cost are medians of measured
+ *   ratios.
  */
 #include "cli/calibrate.h"
 
@@ -330,8 +332,41 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
     return MOE_OK;
 }
 
+/*
+ * Attention: t = F / (peak x eff) x (1 + half_dim / d) over the bench's shapes, F the model's
+ * causal FLOPs and d the head dimension (model/compute.c's attention core). Per FLOP, peak / rate
+ * = 1/eff + (half_dim/eff) / d is linear in 1/d: weighted least squares (weights 1/y^2, relative
+ * residuals) gives eff and half_dim, forward and backward apart. The d-independent part is the
+ * softmax's per-score work (exp, scale, mask, the score rows' traffic) against the products' 4 d
+ * FLOPs per score, so narrow heads run far below wide ones. With fewer than two head dimensions
+ * (or a fit out of range) the efficiency is the median at the GEMM curve's own half_dim.
+ */
+static void fit_attention_dir(
+    const double *x, const double *y, size_t n, double half_gemm, double *eff, double *half)
+{
+    double w[MAX_POINTS];
+    double ymed[MAX_POINTS];
+    bool varied = false;
+    for (size_t i = 0; i < n; i++) {
+        w[i] = 1.0 / (y[i] * y[i]);
+        varied = varied || fabs(x[i] - x[0]) > 1e-12;
+        ymed[i] = (1.0 + half_gemm * x[i]) / y[i]; /* eff at the GEMM's half_dim */
+    }
+    double a = 0.0, b = 0.0, c00 = 0.0, c01 = 0.0, c11 = 0.0, chisq = 0.0;
+    if (varied && n >= 2 &&
+        gsl_fit_wlinear(x, 1, w, 1, y, 1, n, &a, &b, &c00, &c01, &c11, &chisq) == 0 && a > 0.0 &&
+        b >= 0.0 && 1.0 / a <= 1.0) {
+        *eff = 1.0 / a;
+        *half = b / a;
+        return;
+    }
+    *eff = fmin(1.0, median(ymed, n));
+    *half = half_gemm;
+}
+
 static void fit_attention(const cJSON *bench, struct moe_calib_fit *fit)
 {
+    double x[MAX_POINTS];
     double fw[MAX_POINTS];
     double bw[MAX_POINTS];
     size_t n = 0;
@@ -340,20 +375,20 @@ static void fit_attention(const cJSON *bench, struct moe_calib_fit *fit)
     {
         double f = num_of(it, "fwd_gflops");
         double b = num_of(it, "bwd_gflops");
-        /* Relative to the GEMM curve's narrow-dimension term at the head dimension, as
-         * model/compute.c applies it. */
         double dn = fmin(num_of(it, "head_dim"), num_of(it, "seq"));
-        double tile = dn > 0.0 ? dn / (dn + fit->gemm_half_dim) : 1.0;
-        if (ok_of(it) && f > 0.0 && b > 0.0 && n < MAX_POINTS) {
-            fw[n] = f / (fit->gemm_peak_gflops * tile);
-            bw[n] = b / (fit->gemm_peak_gflops * tile);
+        if (ok_of(it) && f > 0.0 && b > 0.0 && dn > 0.0 && n < MAX_POINTS) {
+            x[n] = 1.0 / dn;
+            fw[n] = fit->gemm_peak_gflops / f;
+            bw[n] = fit->gemm_peak_gflops / b;
             n++;
         }
     }
     fit->has_attention = n > 0;
     if (n > 0) {
-        fit->attn_fwd_eff = fmin(1.0, median(fw, n));
-        fit->attn_bwd_eff = fmin(1.0, median(bw, n));
+        fit_attention_dir(x, fw, n, fit->gemm_half_dim, &fit->attn_fwd_eff,
+                          &fit->attn_fwd_half_dim);
+        fit_attention_dir(x, bw, n, fit->gemm_half_dim, &fit->attn_bwd_eff,
+                          &fit->attn_bwd_half_dim);
     }
 }
 
@@ -528,6 +563,8 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     }
     g->attn_fwd_eff = fit->has_attention ? fit->attn_fwd_eff : fit->gemm_max_eff;
     g->attn_bwd_eff = fit->has_attention ? fit->attn_bwd_eff : fit->gemm_max_eff;
+    g->attn_fwd_half_dim = fit->has_attention ? fit->attn_fwd_half_dim : fit->gemm_half_dim;
+    g->attn_bwd_half_dim = fit->has_attention ? fit->attn_bwd_half_dim : fit->gemm_half_dim;
     g->hbm_eff = 1.0; /* mem_gbps is the measured streaming rate itself */
     g->elem_eff = fit->elem_eff;
     g->optimizer_eff = fit->optimizer_eff;

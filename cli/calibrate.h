@@ -53,8 +53,10 @@ struct moe_calib_fit {
     double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
     double optimizer_eff; /* AdamW's rate / copy bandwidth, largest working set */
     bool has_attention;
-    double attn_fwd_eff; /* attention FLOPs (model convention) / time / peak */
+    double attn_fwd_eff; /* attention FLOPs (model convention) / time / peak, wide heads */
     double attn_bwd_eff;
+    double attn_fwd_half_dim; /* x d / (d + half_dim) at head dimension d (softmax per score) */
+    double attn_bwd_half_dim;
     bool has_quant;
     double quant_bytes_per_elem; /* quantise->dequantise time per element x bandwidth */
     struct moe_calib_line coll[MOE_CALIB_NUM_COLL];

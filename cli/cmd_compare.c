@@ -280,6 +280,74 @@ static void print_differences(const struct moe_run *run)
     }
 }
 
+/* One kernel op of a phase in run.json "kernel_s". */
+struct kop {
+    const char *name;
+    double s, calls;
+};
+
+static int kop_cmp(const void *a, const void *b)
+{
+    double x = ((const struct kop *)a)->s;
+    double y = ((const struct kop *)b)->s;
+    return (x < y) - (x > y);
+}
+
+/*
+ * The run's kernel profile (moefold-train --profile-kernels): per phase, its ops by time per step
+ * with calls and time per call, ops under 1% of the phase folded into one line, and the phase's
+ * time between its ops (loops, copies outside the kernel table, communication calls).
+ */
+static void print_kernels(const struct moe_run *run)
+{
+    if (run->kernel_s == NULL) {
+        return;
+    }
+    double mv[MOE_NUM_PHASES];
+    phase_values(&run->time, mv);
+    printf("\nkernels (measured per step, critical stage's ranks; --profile-kernels)\n");
+    printf("%-14s %-26s %10s %8s %9s %7s\n", "phase", "op", "ms", "calls", "us/call", "share");
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(run->kernel_s, phase_keys[i]);
+        int n = ph != NULL ? cJSON_GetArraySize(ph) : 0;
+        struct kop *ops = n > 0 ? calloc((size_t)n, sizeof(*ops)) : NULL;
+        if (ops == NULL) {
+            continue;
+        }
+        int k = 0;
+        const cJSON *it = NULL;
+        cJSON_ArrayForEach(it, ph)
+        {
+            const cJSON *sv = cJSON_GetObjectItemCaseSensitive(it, "s");
+            const cJSON *cv = cJSON_GetObjectItemCaseSensitive(it, "calls");
+            if (cJSON_IsNumber(sv) && cJSON_IsNumber(cv) && k < n) {
+                ops[k++] = (struct kop){it->string, sv->valuedouble, cv->valuedouble};
+            }
+        }
+        qsort(ops, (size_t)k, sizeof(*ops), kop_cmp);
+        double tot = 0.0, small = 0.0, small_calls = 0.0;
+        double share = mv[i] > 0.0 ? 100.0 / mv[i] : 0.0;
+        for (int j = 0; j < k; j++) {
+            tot += ops[j].s;
+            if (ops[j].s < 0.01 * mv[i]) {
+                small += ops[j].s;
+                small_calls += ops[j].calls;
+                continue;
+            }
+            printf("%-14s %-26s %10.3f %8.1f %9.1f %6.1f%%\n", phase_keys[i], ops[j].name,
+                   ops[j].s * 1e3, ops[j].calls,
+                   ops[j].calls > 0 ? ops[j].s / ops[j].calls * 1e6 : 0, ops[j].s * share);
+        }
+        if (small > 0.0) {
+            printf("%-14s %-26s %10.3f %8.1f %9s %6.1f%%\n", phase_keys[i], "(ops under 1% each)",
+                   small * 1e3, small_calls, "", small * share);
+        }
+        printf("%-14s %-26s %10.3f %8s %9s %6.1f%%\n", phase_keys[i], "(between ops)",
+               (mv[i] - tot) * 1e3, "", "", (mv[i] - tot) * share);
+        free(ops);
+    }
+}
+
 /* The prediction's phases of the run's critical stage (the model's own when the run names none):
  * the stage's row of the simulated timeline, wait shares from its wait events. */
 static enum moe_status stage_view_of(const struct moe_cli_problem *p,
@@ -695,6 +763,7 @@ int moe_cli_compare(int argc, char **argv)
     } else {
         print_table(p, &pred, &sv, &run, mem_load);
         print_differences(&run);
+        print_kernels(&run);
     }
     rc = 0;
     if (o.plot != NULL) {

@@ -114,6 +114,10 @@ struct moe_eng_run_opts {
      * equal the plain CPU backend's. */
     bool is_device_emulated;
 
+    /* Time every kernel op by phase (kernels/profile.h) and report the per-step means in run.json
+     * "kernel_s"; host-synchronous backends only (CPU, emulated device), refused on CUDA. */
+    bool profile_kernels;
+
     int trace_step; /* record this step's intervals for moe_eng_write_trace (1-based; 0 = none) */
 
     const char *save_dir; /* checkpoint directory written after the run (and every save_every) */

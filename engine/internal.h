@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/groups.h"
 #include "kernels/kernels.h"
+#include "kernels/profile.h"
 #include "model/config.h"
 #include "model/layout.h"
 
@@ -399,6 +400,10 @@ struct moe_eng_stats {
     int cap_ep_rows;      /* steps x micro-batches */
     double bytes_dropped; /* token copies dropped by the capacity factor (slots) */
     double offload_s;     /* time spent copying to/from the host pool */
+    /* --profile-kernels (engine/engine.c): kernel ops' wall time and calls by phase slot,
+     * [MOE_ENG_NUM_SLOTS][MOE_K_NUM_OPS], summed over measured steps; NULL when off. */
+    double *kernel_s;
+    long *kernel_calls;
 };
 
 struct moe_eng {
@@ -409,8 +414,9 @@ struct moe_eng {
     struct moe_eng_run_opts opts;
     struct moe_eng_groups groups;
     struct moe_eng_dims d;
-    const struct moe_k_ops *k;
+    const struct moe_k_ops *k; /* the kernel table (the profiling one with --profile-kernels) */
     moe_k_ctx_t *kc;
+    struct moe_k_profile *kprof; /* --profile-kernels: the wrapping table and this step's sums */
 
     struct moe_eng_pool mem[MOE_ENG_NUM_MEM];
     struct moe_eng_arena temp; /* per-op temporaries (in buffers), reset per step */

@@ -20,6 +20,10 @@
  *   records matched.
  * - phase_definitions: what each phase holds, as phase_how below says it (also printed with
  *   --verbose).
+ * - kernel_s (with --profile-kernels): per phase, every kernel op that ran in it with its mean
+ *   wall seconds ("s") and calls per measured step, averaged over the critical stage's ranks
+ *   (kernels/profile.h). A phase's time minus its ops' seconds is what ran between the ops: loop
+ *   and bookkeeping code, copies done outside the kernel table, communication calls.
  * - timeline (with --trace-step): the traced step's intervals per rank (see moe_eng_write_trace):
  *   "fields" names the numbers of each record.
  * - bytes_sent: per rank per step, mean over ranks, keyed "<group>.<collective>" (nccl-tests'
@@ -211,6 +215,47 @@ static void add_phases(cJSON *o, const double *ph, const double *w)
     for (int p = 0; p < MOE_NUM_PHASES; p++) {
         cJSON_AddNumberToObject(j, moe_phase_name((enum moe_phase)p), w[p]);
     }
+}
+
+/*
+ * run.json "kernel_s" (--profile-kernels): per phase, each kernel op's mean wall seconds and calls
+ * per measured step, averaged over the ranks of the critical stage (as time_s), ops that never ran
+ * left out. Collective over the world (every rank calls it, with the same options).
+ */
+static enum moe_status add_kernel_profile(struct moe_eng *e, cJSON *o, int crit_stage)
+{
+    size_t n = (size_t)MOE_ENG_NUM_SLOTS * MOE_K_NUM_OPS;
+    double *v = moe_eng_heap_alloc(&e->ctx.heap, (2 * n + 1) * sizeof(double));
+    if (v == NULL) {
+        return MOE_ERR_NOMEM;
+    }
+    const struct moe_eng_stats *st = &e->stats;
+    bool mine = e->groups.me.stage == crit_stage;
+    double steps = st->num_measured > 0 ? (double)st->num_measured : 1.0;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = mine ? st->kernel_s[i] / steps : 0.0;
+        v[n + i] = mine ? (double)st->kernel_calls[i] / steps : 0.0;
+    }
+    v[2 * n] = mine ? 1.0 : 0.0;
+    moe_comm_allreduce(e->ctx.world, v, v, 2 * n + 1, MOE_COMM_F64, MOE_COMM_SUM);
+    double ranks = v[2 * n] > 0.0 ? v[2 * n] : 1.0;
+    cJSON *k = o != NULL ? cJSON_AddObjectToObject(o, "kernel_s") : NULL;
+    for (int p = 0; k != NULL && p < MOE_ENG_NUM_SLOTS; p++) {
+        const char *name = p < MOE_NUM_PHASES ? moe_phase_name((enum moe_phase)p) : "unattributed";
+        cJSON *ph = NULL;
+        for (int op = 0; op < MOE_K_NUM_OPS; op++) {
+            size_t i = (size_t)p * MOE_K_NUM_OPS + (size_t)op;
+            if (v[n + i] <= 0.0) {
+                continue;
+            }
+            ph = ph != NULL ? ph : cJSON_AddObjectToObject(k, name);
+            cJSON *x = cJSON_AddObjectToObject(ph, moe_k_op_name((enum moe_k_op)op));
+            cJSON_AddNumberToObject(x, "s", v[i] / ranks);
+            cJSON_AddNumberToObject(x, "calls", v[n + i] / ranks);
+        }
+    }
+    moe_eng_heap_free(&e->ctx.heap, v, (2 * n + 1) * sizeof(double));
+    return MOE_OK;
 }
 
 /* Mean over the ranks of each stage of the summaries in all; the critical stage (the most time
@@ -680,6 +725,9 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         add_timeline(e, o);
     }
     enum moe_status st = MOE_OK;
+    if (e->stats.kernel_s != NULL && add_kernel_profile(e, o, crit_stage) != MOE_OK) {
+        st = moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the kernel profile's report");
+    }
     if (o != NULL) {
         if (plan_json != NULL) {
             cJSON *p = cJSON_Parse(plan_json);
@@ -687,7 +735,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
                 cJSON_AddItemToObject(o, "plan", p);
             }
         }
-        st = moe_json_write_file(path, o, diag);
+        st = st == MOE_OK ? moe_json_write_file(path, o, diag) : st;
         cJSON_Delete(o);
         for (int p = 0; p < MOE_NUM_PHASES && st == MOE_OK; p++) {
             moe_eng_log_debug(&e->ctx.log, "phase %-13s %8.3f ms: %s",

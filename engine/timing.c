@@ -20,6 +20,11 @@
  *   host arrival times say nothing about device waits: wait shares are measured on host-synchronous
  *   backends only (run.json says which).
  *
+ * Kernel profile (--profile-kernels): every kernel op runs through kernels/profile.h's wrapping
+ * table, which adds its wall time and one call to the phase slot current when it ran; the sums of
+ * measured steps are reported per step (run.json "kernel_s"), so a phase's time splits into the ops
+ * it ran and the time between them (the phase minus its ops: loops, copies, communication calls).
+ *
  * The traced step (--trace-step K): every interval of the phase clock with its op (micro-batch,
  * virtual stage, pass), the wait shares of its collectives cut out of them as their own intervals,
  * written as Chrome trace events by rank 0 (moe_eng_write_trace) and kept for run.json's
@@ -49,6 +54,9 @@ static int logged_groups(struct moe_eng *e, moe_comm_t **out)
 }
 
 enum { MAX_LOGGED = 14, PINGS = 8 };
+
+/* Entries of a kernel profile: every op in every phase slot. */
+#define KPROF_N ((size_t)MOE_ENG_NUM_SLOTS * (size_t)MOE_K_NUM_OPS)
 
 /* This rank's clock minus rank 0's (0 on rank 0), from the fastest of PINGS round trips. */
 static double clock_offset(moe_comm_t *world)
@@ -97,9 +105,70 @@ static int log_capacity(const struct moe_eng *e)
     return (int)(64L * layers * m + 8L * e->cap_buckets + 256);
 }
 
+/* --profile-kernels: the profiling table in front of the backend's, adding this step's op times
+ * by the phase clock's current slot (kernels/profile.h); the step's sums go into the stats when
+ * the step is measured. Host-synchronous backends only: a CUDA op returns before it runs. */
+static enum moe_status kernel_profile_create(struct moe_eng *e, struct moe_diag *diag)
+{
+    if (e->is_device && !moe_eng_dev_is_emulated(e->ctx.dev)) {
+        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
+                            "--profile-kernels times ops on the host clock: the CUDA backend's ops "
+                            "return before they run (use the CPU backend)");
+    }
+    struct moe_eng_heap *h = &e->ctx.heap;
+    size_t n = KPROF_N;
+    e->kprof = moe_eng_heap_alloc(h, sizeof(*e->kprof));
+    double *step_s = moe_eng_heap_alloc(h, n * sizeof(double));
+    long *step_calls = moe_eng_heap_alloc(h, n * sizeof(long));
+    e->stats.kernel_s = moe_eng_heap_alloc(h, n * sizeof(double));
+    e->stats.kernel_calls = moe_eng_heap_alloc(h, n * sizeof(long));
+    if (e->kprof == NULL || step_s == NULL || step_calls == NULL || e->stats.kernel_s == NULL ||
+        e->stats.kernel_calls == NULL) {
+        moe_eng_heap_free(h, e->kprof, sizeof(*e->kprof));
+        moe_eng_heap_free(h, step_s, n * sizeof(double));
+        moe_eng_heap_free(h, step_calls, n * sizeof(long));
+        e->kprof = NULL;
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the kernel profile");
+    }
+    memset(e->stats.kernel_s, 0, n * sizeof(double));
+    memset(e->stats.kernel_calls, 0, n * sizeof(long));
+    enum moe_status st = moe_k_profile_init(e->kprof, e->k, &e->ctx.timer.current_slot,
+                                            MOE_ENG_NUM_SLOTS, step_s, step_calls);
+    if (st != MOE_OK) {
+        return moe_diag_set(diag, st, "cannot set up the kernel profile");
+    }
+    moe_k_ctx_set_profile(e->kc, e->kprof);
+    e->k = &e->kprof->ops;
+    return MOE_OK;
+}
+
+static void kernel_profile_destroy(struct moe_eng *e)
+{
+    struct moe_eng_heap *h = &e->ctx.heap;
+    size_t n = KPROF_N;
+    if (e->kprof != NULL) {
+        moe_k_ctx_set_profile(e->kc, NULL);
+        e->k = e->kprof->inner;
+        moe_eng_heap_free(h, e->kprof->seconds, n * sizeof(double));
+        moe_eng_heap_free(h, e->kprof->calls, n * sizeof(long));
+        moe_eng_heap_free(h, e->kprof, sizeof(*e->kprof));
+        e->kprof = NULL;
+    }
+    moe_eng_heap_free(h, e->stats.kernel_s, n * sizeof(double));
+    moe_eng_heap_free(h, e->stats.kernel_calls, n * sizeof(long));
+    e->stats.kernel_s = NULL;
+    e->stats.kernel_calls = NULL;
+}
+
 enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
 {
     struct moe_eng_heap *h = &e->ctx.heap;
+    if (e->opts.profile_kernels) {
+        enum moe_status st = kernel_profile_create(e, diag);
+        if (st != MOE_OK) {
+            return st;
+        }
+    }
     e->has_wait_log = !e->is_device || moe_eng_dev_is_emulated(e->ctx.dev);
     e->step_wait = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
     e->stats.wait_sum = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
@@ -146,6 +215,7 @@ enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
 void moe_eng_timing_destroy(struct moe_eng *e)
 {
     struct moe_eng_heap *h = &e->ctx.heap;
+    kernel_profile_destroy(e);
     moe_comm_t *g[MAX_LOGGED];
     int n = logged_groups(e, g);
     for (int i = 0; i < n; i++) {
@@ -167,6 +237,10 @@ void moe_eng_timing_destroy(struct moe_eng *e)
 void moe_eng_timing_begin_step(struct moe_eng *e)
 {
     memset(e->step_wait, 0, MOE_ENG_NUM_SLOTS * sizeof(double));
+    if (e->kprof != NULL) {
+        memset(e->kprof->seconds, 0, KPROF_N * sizeof(double));
+        memset(e->kprof->calls, 0, KPROF_N * sizeof(long));
+    }
     bool traced = e->opts.trace_step > 0 && e->step + 1 == e->opts.trace_step;
     if (traced && e->tl.rec != NULL) {
         e->tl.len = 0;
@@ -240,6 +314,12 @@ void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
     e->tl.is_on = false;
     if (traced) {
         e->trace_step_s = moe_eng_now() - e->clock_offset - e->trace_t0;
+    }
+    if (e->kprof != NULL && is_measured) {
+        for (size_t i = 0; i < KPROF_N; i++) {
+            e->stats.kernel_s[i] += e->kprof->seconds[i];
+            e->stats.kernel_calls[i] += e->kprof->calls[i];
+        }
     }
     if (!e->has_wait_log) {
         return;

@@ -92,6 +92,9 @@ static void usage(FILE *f)
         "                        collectives' waits for the slowest rank as their own events;\n"
         "                        run.json then also holds it (\"timeline\") for compare --trace\n"
         "  --trace-step K        the step to trace (default: the last)\n"
+        "  --profile-kernels     time every kernel op (CPU backend): run.json \"kernel_s\"\n"
+        "                        holds each phase's ops, seconds and calls per step;\n"
+        "                        moefold compare prints them beside the model's prices\n"
         "  --verbose             details, and every rank may print\n"
         "  --version, --help\n";
     /* clang-format on */
@@ -143,6 +146,7 @@ enum {
     OPT_TRACE,
     OPT_TRACE_STEP,
     OPT_SKEW,
+    OPT_PROFILE_KERNELS,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
@@ -225,6 +229,7 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         {"trace", required_argument, NULL, OPT_TRACE},
         {"trace-step", required_argument, NULL, OPT_TRACE_STEP},
         {"moe-router-skew", required_argument, NULL, OPT_SKEW},
+        {"profile-kernels", no_argument, NULL, OPT_PROFILE_KERNELS},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -349,6 +354,9 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         case OPT_SKEW:
             rc = num_opt("moe-router-skew", optarg, -20.0, 20.0, &x, is_root);
             a->run.router_skew = x;
+            break;
+        case OPT_PROFILE_KERNELS:
+            a->run.profile_kernels = true;
             break;
         case OPT_TRACE_STEP:
             rc = int_opt("trace-step", optarg, 1, 100000000, &n, is_root);

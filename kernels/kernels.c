@@ -10,13 +10,16 @@
  */
 #include "kernels/kernels.h"
 
+#include "kernels/profile.h"
+
 #include <math.h>
 #include <stdlib.h>
 
 struct moe_k_ctx {
-    struct moe_k_ctx_desc desc;  /* as created, with defaults filled in */
-    const struct moe_k_ops *ops; /* the backend's table */
-    void *backend_state;         /* owned by the backend's ctx_init / ctx_fini */
+    struct moe_k_ctx_desc desc;    /* as created, with defaults filled in */
+    const struct moe_k_ops *ops;   /* the backend's table */
+    void *backend_state;           /* owned by the backend's ctx_init / ctx_fini */
+    struct moe_k_profile *profile; /* kernels/profile.h: where the profiling table adds; borrowed */
 };
 
 const struct moe_k_ops *moe_k_ops_for(enum moe_k_backend backend)
@@ -92,6 +95,16 @@ void moe_k_ctx_set_backend_state(moe_k_ctx_t *ctx, void *state)
 void *moe_k_ctx_backend_state(const moe_k_ctx_t *ctx)
 {
     return ctx->backend_state;
+}
+
+void moe_k_ctx_set_profile(moe_k_ctx_t *ctx, struct moe_k_profile *p)
+{
+    ctx->profile = p;
+}
+
+struct moe_k_profile *moe_k_ctx_profile(const moe_k_ctx_t *ctx)
+{
+    return ctx->profile;
 }
 
 int moe_k_expert_capacity(int num_tokens, int topk, int num_experts, double capacity_factor)

@@ -117,6 +117,8 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gemm.grouped_tile_m", g->gemm.grouped_tile_m, 1.0, false, big, "rows per tile"},
         {"gpu.attn_fwd_eff", g->attn_fwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
         {"gpu.attn_bwd_eff", g->attn_bwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
+        {"gpu.attn_fwd_half_dim", g->attn_fwd_half_dim, 0.0, false, big, "head dims, 0 = gemm's"},
+        {"gpu.attn_bwd_half_dim", g->attn_bwd_half_dim, 0.0, false, big, "head dims, 0 = gemm's"},
         {"gpu.hbm_eff", g->hbm_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.elem_eff", g->elem_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.optimizer_eff", g->optimizer_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},

@@ -64,6 +64,10 @@ struct moe_gpu {
     struct moe_gemm_eff gemm;         /* GEMM efficiency curve */
     double attn_fwd_eff;              /* fused (flash) attention forward, fraction of BF16 peak */
     double attn_bwd_eff;              /* fused attention backward, fraction of BF16 peak */
+    double attn_fwd_half_dim;         /* attention's narrow-head term: eff x d / (d + this) at head
+                                         dim d (the softmax's work per score against the products'
+                                         4 d FLOPs); 0: gemm.half_dim (the GPU files: no term) */
+    double attn_bwd_half_dim;         /* the same for the backward */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
     double optimizer_eff;             /* the optimizer pass's (norm, Adam, weight copy) fraction */

@@ -298,12 +298,14 @@ static void attention(const struct cctx *c,
     }
     double flops = 2.0 * t * kv_avg * a_loc * (d_qk + d_v);
     double peak = c->gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
-    /* The score and value products are GEMMs whose narrowest dimension is the head dimension:
-     * the same tile-filling term as every GEMM (1 where half_dim is 0). */
+    /* Narrow heads: the softmax's work per score (exp, scale, mask) weighs against the products'
+     * 4 d FLOPs per score, as eff x d / (d + half_dim) at the head dimension d, each direction
+     * with its own term (calibrate fits them; 0: the GEMMs' tile term, 1 where that is 0). */
     double dn = fmin(fmin(d_qk, d_v), s);
-    double tile = dn / (dn + c->half_dim);
-    p->core_f = flops / (peak * c->gpu->attn_fwd_eff * tile);
-    p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff * tile);
+    double hf = c->gpu->attn_fwd_half_dim > 0.0 ? c->gpu->attn_fwd_half_dim : c->half_dim;
+    double hb = c->gpu->attn_bwd_half_dim > 0.0 ? c->gpu->attn_bwd_half_dim : c->half_dim;
+    p->core_f = flops / (peak * c->gpu->attn_fwd_eff * dn / (dn + hf));
+    p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff * dn / (dn + hb));
     p->elem_bytes += t_sp * h * 2.0 * 5.0; /* RMSNorm read+write, residual add */
 }
 

@@ -112,6 +112,8 @@ static const struct cluster_field cluster_fields[] = {
     FIG_INT(SEC_GPU, "num_sms", gpu.num_sms, 1, 1.0e5),
     FIG_REAL(SEC_GPU, "attn_fwd_eff", gpu.attn_fwd_eff, 0, 1),
     FIG_REAL(SEC_GPU, "attn_bwd_eff", gpu.attn_bwd_eff, 0, 1),
+    FIG_REAL(SEC_GPU, "attn_fwd_half_dim", gpu.attn_fwd_half_dim, 0, 1.0e6),
+    FIG_REAL(SEC_GPU, "attn_bwd_half_dim", gpu.attn_bwd_half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GPU, "hbm_eff", gpu.hbm_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "elem_eff", gpu.elem_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "optimizer_eff", gpu.optimizer_eff, 0, FRAC_MAX),

@@ -186,6 +186,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "wait_s",
                                        "wait_measured",
                                        "timeline",
+                                       "kernel_s",
                                        "ran",
                                        "plan_differences",
                                        "phase_definitions",
@@ -233,7 +234,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
         MOE_TRY(moe_json_get_int(root, "critical_stage", true, 0, 1 << 20, &run->critical_stage,
                                  path, diag));
     }
-    const char *trees[] = {"timeline", "ran"};
+    const char *trees[] = {"timeline", "ran", "kernel_s"};
     for (size_t i = 0; i < MOE_ARRAY_LEN(trees); i++) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, trees[i]);
         if (t != NULL && !cJSON_IsObject(t)) {
@@ -286,6 +287,7 @@ enum moe_status moe_run_read(const char *path, struct moe_run *out, struct moe_d
         out->tokens_per_expert = cJSON_DetachItemFromObjectCaseSensitive(root, "tokens_per_expert");
         out->plan = cJSON_DetachItemFromObjectCaseSensitive(root, "plan");
         out->timeline = cJSON_DetachItemFromObjectCaseSensitive(root, "timeline");
+        out->kernel_s = cJSON_DetachItemFromObjectCaseSensitive(root, "kernel_s");
         out->ran = cJSON_DetachItemFromObjectCaseSensitive(root, "ran");
         out->plan_differences = cJSON_DetachItemFromObjectCaseSensitive(root, "plan_differences");
     }
@@ -301,11 +303,13 @@ void moe_run_fini(struct moe_run *run)
     cJSON_Delete(run->tokens_per_expert);
     cJSON_Delete(run->plan);
     cJSON_Delete(run->timeline);
+    cJSON_Delete(run->kernel_s);
     cJSON_Delete(run->ran);
     cJSON_Delete(run->plan_differences);
     run->tokens_per_expert = NULL;
     run->plan = NULL;
     run->timeline = NULL;
+    run->kernel_s = NULL;
     run->ran = NULL;
     run->plan_differences = NULL;
 }

@@ -73,6 +73,8 @@ struct moe_run {
     cJSON *tokens_per_expert;  /* owned: [layer][expert] token copies per step, or NULL */
     cJSON *plan;               /* owned: the plan object that ran, or NULL */
     cJSON *timeline;           /* owned: the traced step ("timeline", --trace-step), or NULL */
+    cJSON *kernel_s;           /* owned: per phase, each kernel op's seconds and calls per step
+                                  ("kernel_s", moefold-train --profile-kernels), or NULL */
     cJSON *ran;                /* owned: the options the engine ran ("ran"), or NULL */
     cJSON *plan_differences;   /* owned: strings, each an option that ran otherwise, or NULL */
 };

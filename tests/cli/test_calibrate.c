@@ -6,6 +6,7 @@
  *   drawn from, and the cost model's own GEMM time (moe_compute_gemm_s) on the fitted cluster
  *   lands within 30% of every measured shape of the real run, skinny ones included (the FLOPs-only
  *   curve missed 16 x 1024 x 1024 by 2x).
+ * - The attention core's efficiency and narrow-head term, fwd and bwd, from rates drawn with them.
  * - Figures the model reads come out in range: the optimizer's efficiency from the AdamW kernel,
  *   the grouped factor against the curve at each expert's own rows.
  */
@@ -113,6 +114,54 @@ static void test_synthetic_recovery(void **state)
     check_recovers(400.0, 5e7, 8.0);  /* both terms matter */
 }
 
+/* Attention rates drawn from rate = peak eff d / (d + half) at head dims d (fwd and bwd apart). */
+static void
+set_attention(cJSON *bench, const int *dims, int n, double peak, const double *fe, const double *be)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(bench, "attention");
+    cJSON *arr = cJSON_AddArrayToObject(bench, "attention");
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        double d = dims[i];
+        cJSON_AddNumberToObject(o, "seq", 512);
+        cJSON_AddNumberToObject(o, "head_dim", d);
+        cJSON_AddNumberToObject(o, "fwd_gflops", peak * fe[0] * d / (d + fe[1]));
+        cJSON_AddNumberToObject(o, "bwd_gflops", peak * be[0] * d / (d + be[1]));
+        cJSON_AddBoolToObject(o, "ok", true);
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
+/* The attention core's efficiency and narrow-head term come back from rates drawn with them;
+ * with one head dimension there is nothing to separate them by, and the fit keeps the GEMM's
+ * half_dim with the efficiency at it. */
+static void test_attention_fit(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit fit;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    double peak = fit.gemm_peak_gflops;
+    const double fe[2] = {0.5, 80.0};
+    const double be[2] = {0.45, 20.0};
+    const int dims[] = {16, 32, 64, 128, 64};
+    set_attention(bench, dims, 5, peak, fe, be);
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fit.has_attention);
+    assert_true(fabs(fit.attn_fwd_eff / fe[0] - 1.0) < 1e-3);
+    assert_true(fabs(fit.attn_fwd_half_dim / fe[1] - 1.0) < 1e-3);
+    assert_true(fabs(fit.attn_bwd_eff / be[0] - 1.0) < 1e-3);
+    assert_true(fabs(fit.attn_bwd_half_dim / be[1] - 1.0) < 1e-3);
+    const int one[] = {64, 64};
+    set_attention(bench, one, 2, peak, fe, be);
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fit.attn_fwd_half_dim == fit.gemm_half_dim);
+    double at_gemm = fe[0] * 64.0 / (64.0 + fe[1]) * (64.0 + fit.gemm_half_dim) / 64.0;
+    assert_true(fabs(fit.attn_fwd_eff - fmin(1.0, at_gemm)) < 1e-9);
+    cJSON_Delete(bench);
+}
+
 /* The optimizer figure: AdamW's rate over the copy's, both at their largest working sets. */
 static void test_optimizer_eff(void **state)
 {
@@ -150,6 +199,7 @@ int main(void)
         cmocka_unit_test(test_real_host_fit),
         cmocka_unit_test(test_synthetic_recovery),
         cmocka_unit_test(test_optimizer_eff),
+        cmocka_unit_test(test_attention_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

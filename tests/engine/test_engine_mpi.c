@@ -328,6 +328,40 @@ static void test_run_file_and_bytes(void **state)
     }
 }
 
+/* --profile-kernels: each phase's ops take at most the phase's time, and the ops land where
+ * they run: the dense GEMMs and attention in compute, the experts' activation in expert_gemm, the
+ * permutes in dispatch/combine, AdamW in the optimizer. */
+static void check_kernel_profile(const struct moe_run *run, const double *tv)
+{
+    assert_non_null(run->kernel_s);
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        const cJSON *ph =
+            cJSON_GetObjectItemCaseSensitive(run->kernel_s, moe_phase_name((enum moe_phase)k));
+        double tot = 0.0;
+        const cJSON *it = NULL;
+        cJSON_ArrayForEach(it, ph)
+        {
+            tot += cJSON_GetObjectItemCaseSensitive(it, "s")->valuedouble;
+            assert_true(cJSON_GetObjectItemCaseSensitive(it, "calls")->valuedouble > 0.0);
+        }
+        if (tot > tv[k] * (1.0 + 1e-9) + 1e-9) {
+            fail_msg("%s: ops %.6f s > phase %.6f s", moe_phase_name((enum moe_phase)k), tot,
+                     tv[k]);
+        }
+    }
+    const char *where[][2] = {{"compute", "linear_fwd"},     {"compute", "attention_bwd"},
+                              {"expert_gemm", "swiglu_fwd"}, {"dispatch", "permute"},
+                              {"combine", "unpermute"},      {"optimizer", "adamw_step"}};
+    for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(run->kernel_s, where[i][0]);
+        if (cJSON_GetObjectItemCaseSensitive(ph, where[i][1]) == NULL) {
+            fail_msg("kernel_s.%s has no %s", where[i][0], where[i][1]);
+        }
+    }
+    assert_null(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(run->kernel_s, "compute"), "grouped_linear_fwd"));
+}
+
 /*
  * PP2 x EP2, the second of two steps traced: run.json's wait shares are parts of their phases, the
  * phases cover the step (unattributed under 2%), and the trace is valid (every event with
@@ -345,6 +379,7 @@ static void test_trace_and_waits(void **state)
     struct moe_eng_run_opts o;
     eng_test_opts(&o, 2);
     o.trace_step = 2;
+    o.profile_kernels = true;
     moe_comm_t *w = NULL;
     moe_eng_t *e = make(&plan, &o, &w);
     for (int i = 0; i < 2; i++) {
@@ -428,6 +463,7 @@ static void test_trace_and_waits(void **state)
         }
     }
     free(sum);
+    check_kernel_profile(&run, tv);
     moe_run_fini(&run);
     (void)unlink(path);
     (void)unlink(trace);
