@@ -4,7 +4,8 @@
 # as root, as CI runs). Prints each binary's cmocka summary and a final tally: binaries run and
 # failed, and tests passed, failed and skipped, the skips grouped by the reason the test printed
 # before skipping (a line `# skipped: REASON`; reasons that name CUDA, a device or NCCL count as
-# "no GPU"). Exit status is the number of failing binaries (capped at 255).
+# "no GPU"), and the slowest binaries with their wall times. Exit status is the number of failing
+# binaries (capped at 255).
 set -u
 build=${1:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -13,7 +14,8 @@ MOEFOLD_ROOT=$(pwd)
 export MOEFOLD_BIN="$build/bin" MOEFOLD_ROOT
 log=$(mktemp)
 results=$(mktemp)
-trap 'rm -f "$log" "$results"' EXIT
+times=$(mktemp)
+trap 'rm -f "$log" "$results" "$times"' EXIT
 fail=0
 runs=0
 failed=()
@@ -24,6 +26,7 @@ for bin in $(find "$build/bin/tests" -type f -perm -u+x | sort); do
     [ -n "$nps" ] || nps=1
     for np in $nps; do
         runs=$((runs + 1))
+        t0=$(date +%s.%N)
         if [ "$np" -eq 1 ]; then
             echo "== $rel"
             timeout 600 "$bin" 2>&1 | tee "$log"
@@ -32,6 +35,7 @@ for bin in $(find "$build/bin/tests" -type f -perm -u+x | sort); do
             timeout 600 mpirun -n "$np" --oversubscribe --bind-to none "$bin" 2>&1 | tee "$log"
         fi
         rc=${PIPESTATUS[0]}
+        echo "$(date +%s.%N) $t0 $rel np=$np" | awk '{ printf "%8.1f s  %s %s\n", $1 - $2, $3, $4 }' >>"$times"
         if [ $rc -ne 0 ]; then
             fail=$((fail + 1))
             failed+=("$rel(np=$np,rc=$rc)")
@@ -60,5 +64,7 @@ echo "test binaries run: $runs, failed: $fail ${failed[*]:-}"
 echo "tests passed: $passed, failed: $tfailed, skipped: $skipped"
 grep '^skip' "$results" | cut -c6- | sort | uniq -c | sort -rn |
     awk '{n = $1; $1 = ""; printf "  skipped %4d:%s\n", n, $0}'
+echo "slowest test binaries (wall seconds; all: $(awk '{ t += $1 } END { printf "%.0f s", t }' "$times")):"
+sort -rn "$times" | head -8
 [ $fail -gt 255 ] && fail=255
 exit $fail
