@@ -208,8 +208,10 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
         "%-26s %14.3f  optimizer step rate / copy (sum of squares, AdamW, weight copy, zeroing)\n",
         "optimizer efficiency", f->optimizer_eff);
     if (f->has_attention) {
-        printf("%-26s %14.3f / %.3f  of the GEMM peak x the head-dim tile term (fwd / bwd)\n",
-               "attention efficiency", f->attn_fwd_eff, f->attn_bwd_eff);
+        printf("%-26s %14.3f / %.3f  of the GEMM peak x d / (d + %.1f / %.1f) at head dim d "
+               "(fwd / bwd)\n",
+               "attention efficiency", f->attn_fwd_eff, f->attn_bwd_eff, f->attn_fwd_half_dim,
+               f->attn_bwd_half_dim);
     } else {
         printf("%-26s %14s  (bench has no attention section: GEMM max_eff used)\n",
                "attention efficiency", "-");

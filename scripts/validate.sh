@@ -149,7 +149,7 @@ for row in "${suite[@]}"; do
 done
 
 stats() { # median and max of |x| over the arguments
-    printf '%s\n' "$@" | awk '{v = $1 < 0 ? -$1 : $1; print v}' | sort -g |
+    printf '%s\n' "$@" | awk '{v = $1 < 0 ? -$1 : $1 + 0; print v}' | sort -g |
         awk '{a[NR] = $1} END {if (NR == 0) {print "n/a n/a"; exit}
              m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, a[NR]}'
 }
