@@ -13,7 +13,9 @@
  */
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "model/compute.h"
 #include "model/imbalance.h"
+#include "model/memory.h"
 #include "topologies/cluster_file.h"
 #include "topologies/plan_file.h"
 #include "topologies/run_file.h"
@@ -298,11 +300,62 @@ static int kop_cmp(const void *a, const void *b)
  * with calls and time per call, ops under 1% of the phase folded into one line, and the phase's
  * time between its ops (loops, copies outside the kernel table, communication calls).
  */
-static void print_kernels(const struct moe_run *run)
+/* The model's attention core per step on pipeline stage `stage`: every decoder layer's forward and
+ * backward core per micro-batch, and its forward again where recompute re-runs it (full, or
+ * selective with core_attn), times the micro-batches (MTP layers left out). */
+static double predicted_attn_core_s(const struct moe_cli_problem *p, int stage)
+{
+    const struct moe_layout *lay = &p->lay;
+    int n[2][2] = {{0, 0}, {0, 0}};
+    for (int c = 0; c < lay->num_chunks; c++) {
+        if (c % lay->pp != stage) {
+            continue;
+        }
+        struct moe_chunk_kinds k;
+        moe_mem_chunk_kinds(&p->cfg, &lay->chunks[c], &k);
+        for (int i = 0; i < 4; i++) {
+            n[i / 2][i % 2] += k.n[i / 2][i % 2];
+        }
+    }
+    bool rc =
+        p->opt.recompute == MOE_RECOMPUTE_FULL || (p->opt.recompute == MOE_RECOMPUTE_SELECTIVE &&
+                                                   (p->opt.recompute_modules & MOE_RC_CORE_ATTN));
+    double per_mb = 0.0;
+    for (int i = 0; i < 4; i++) {
+        if (n[i / 2][i % 2] == 0) {
+            continue;
+        }
+        struct moe_layer_kind kind = {i / 2 == 1, i % 2 == 1};
+        struct moe_layer_cost lc;
+        moe_compute_layer(&p->cfg, &p->cl, lay, &p->opt, kind, 1.0, 0.0, &lc);
+        per_mb += n[i / 2][i % 2] * (lc.attn_core_fwd * (rc ? 2.0 : 1.0) + lc.attn_core_bwd);
+    }
+    return per_mb * lay->num_microbatches;
+}
+
+static void print_kernels(const struct moe_cli_problem *p, const struct moe_run *run)
 {
     if (run->kernel_s == NULL) {
         return;
     }
+    /* The attention core side by side: the model prices it apart (model/compute.c). */
+    const char *attn_ops[] = {"attention_fwd", "attention_bwd", "attention_window_sink_fwd",
+                              "attention_window_sink_bwd"};
+    double attn = 0.0;
+    const cJSON *phase = NULL;
+    cJSON_ArrayForEach(phase, run->kernel_s)
+    {
+        for (size_t i = 0; i < sizeof(attn_ops) / sizeof(attn_ops[0]); i++) {
+            const cJSON *s = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(phase, attn_ops[i]), "s");
+            attn += cJSON_IsNumber(s) ? s->valuedouble : 0.0;
+        }
+    }
+    int stage =
+        run->critical_stage >= 0 && run->critical_stage < p->lay.pp ? run->critical_stage : 0;
+    double pa = predicted_attn_core_s(p, stage);
+    printf("\nattention core per step (stage %d): predicted %.3f ms, measured %.3f ms (%+.1f%%)\n",
+           stage, pa * 1e3, attn * 1e3, attn > 0.0 ? 100.0 * (pa - attn) / attn : 0.0);
     double mv[MOE_NUM_PHASES];
     phase_values(&run->time, mv);
     printf("\nkernels (measured per step, critical stage's ranks; --profile-kernels)\n");
@@ -763,7 +816,7 @@ int moe_cli_compare(int argc, char **argv)
     } else {
         print_table(p, &pred, &sv, &run, mem_load);
         print_differences(&run);
-        print_kernels(&run);
+        print_kernels(p, &run);
     }
     rc = 0;
     if (o.plot != NULL) {

@@ -6,6 +6,8 @@
  * and moves the prediction) and the errors for bad input are checked. A run file with a traced step
  * and a difference from the plan: --trace puts the predicted stage and the measured ranks in one
  * valid Chrome trace (the measured phase sums are the records'), and the difference is listed.
+ * A run with a kernel profile: each phase's ops and the time between them, the attention core
+ * measured beside the model's.
  */
 #include "tests/test_util.h"
 #include "topologies/trace_file.h"
@@ -357,12 +359,60 @@ static void test_bad_input(void **state)
     expect_failure(args, "run.json");
 }
 
+/* A run with a kernel profile: compare lists each phase's ops and the time between them (the phase
+ * minus its ops), and puts the measured attention ops beside the model's attention core. */
+static void test_kernel_profile(void **state)
+{
+    struct files *f = *state;
+    cJSON *run = read_json(f->run_noload);
+    double compute =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "time_s"), "compute")
+            ->valuedouble;
+    cJSON *k = cJSON_AddObjectToObject(run, "kernel_s");
+    cJSON *c = cJSON_AddObjectToObject(k, "compute");
+    const char *ops[] = {"attention_fwd", "attention_bwd", "linear_fwd"};
+    const double share[] = {0.2, 0.3, 0.4};
+    for (int i = 0; i < 3; i++) {
+        cJSON *o = cJSON_AddObjectToObject(c, ops[i]);
+        cJSON_AddNumberToObject(o, "s", share[i] * compute);
+        cJSON_AddNumberToObject(o, "calls", 32);
+    }
+    char path[320];
+    (void)snprintf(path, sizeof(path), "%s/run-kernels.json", f->dir);
+    char *txt = cJSON_Print(run);
+    write_text(path, txt);
+    free(txt);
+    cJSON_Delete(run);
+    char *out = malloc(OUT_LEN);
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, path);
+    assert_int_equal(run_cli(args, out), 0);
+    const char *t = strstr(out, "kernels (measured per step");
+    assert_non_null(t);
+    char want[160];
+    (void)snprintf(want, sizeof(want), "%-14s %-26s %10.3f", "compute", "(between ops)",
+                   0.1 * compute * 1e3);
+    if (strstr(t, want) == NULL) {
+        fail_msg("no '%s' in: %s", want, t);
+    }
+    const char *a = strstr(out, "attention core per step (stage 0): predicted ");
+    assert_non_null(a);
+    double pred = strtod(a + strlen("attention core per step (stage 0): predicted "), NULL);
+    const char *m = strstr(a, "measured ");
+    assert_non_null(m);
+    double meas = strtod(m + strlen("measured "), NULL);
+    assert_true(pred > 0.0);
+    assert_true(fabs(meas - 0.5 * compute * 1e3) <= 1e-3 + 1e-6 * meas);
+    free(out);
+    (void)unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_errors), cmocka_unit_test(test_observed_load),
         cmocka_unit_test(test_json),         cmocka_unit_test(test_trace_and_differences),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_bad_input),    cmocka_unit_test(test_kernel_profile),
     };
     return cmocka_run_group_tests_name("cli_compare", tests, setup, teardown);
 }
