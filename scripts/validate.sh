@@ -7,7 +7,9 @@
 # memory, and of every phase holding at least a tenth of its plan's measured step. Targets (issue
 # 18): step time median |error| <= 5%, maximum <= 15%; every phase holding >= 10% of the measured
 # step within 15%; memory within 10%. Each plan's traced last step, predicted and measured in one
-# Chrome trace, is written to $out/<plan>.trace.json (compare --trace).
+# Chrome trace, is written to $out/<plan>.trace.json (compare --trace); every run profiles its
+# kernel ops (--profile-kernels: two clock reads per op, about 0.1% of a step), so each compare
+# table also splits the phases into their ops and puts the attention core beside the model's.
 # The suite also runs the presets' miniatures (tiny-<preset>, moefold models) whose architecture
 # terms the model prices: DeepSeek-V3's MLA latents and mla_up_proj recompute, its MTP layer on the
 # last pipeline stage, Qwen3's q/k norm under EP, GPT-OSS's windowed layers (with sinks and
@@ -118,7 +120,8 @@ for row in "${suite[@]}"; do
     wait_quiet
     # shellcheck disable=SC2086
     if ! mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$plan" --steps "$steps" \
-        --synthetic --out "$run" --trace "$out/$name.measured.trace.json" $train_flags \
+        --synthetic --out "$run" --trace "$out/$name.measured.trace.json" --profile-kernels \
+        $train_flags \
         >"$out/$name.train.txt" 2>&1; then
         printf '%-16s %5s  training failed: %s\n' "$name" "$np" "$(tail -1 "$out/$name.train.txt")"
         fail=1
