@@ -23,6 +23,7 @@
 #include <unistd.h>
 /* cmocka.h needs setjmp.h, stdarg.h, stddef.h and stdint.h first. */
 #include "tests/test_util.h"
+#include "topologies/cluster_costs.h"
 #include "topologies/cluster_file.h"
 #include "topologies/json_util.h"
 
@@ -439,10 +440,11 @@ static void test_cloud_clusters(void **state)
         const char *base;
         double nic_gbps;
     } cloud[] = {
-        {"aws-p5", "dgx-h100", 50},      {"aws-p5e", "dgx-h200", 50},
-        {"aws-p6-b200", "dgx-b200", 50}, {"aws-p6-b300", "hgx-b300", 100},
-        {"gcp-a3-mega", "dgx-h100", 25}, {"gcp-a3-ultra", "dgx-h200", 50},
-        {"gcp-a4", "dgx-b200", 50},      {"azure-nd-h100-v5", "dgx-h100", 50},
+        {"aws-p5", "dgx-h100", 50},       {"aws-p5e", "dgx-h200", 50},
+        {"aws-p6-b200", "dgx-b200", 50},  {"aws-p6-b300", "hgx-b300", 100},
+        {"gcp-a3-mega", "dgx-h100", 25},  {"gcp-a3-ultra", "dgx-h200", 50},
+        {"gcp-a4", "dgx-b200", 50},       {"azure-nd-h100-v5", "dgx-h100", 50},
+        {"oci-gb200", "gb200-nvl72", 50}, {"oci-gb300", "gb300-nvl72", 100},
     };
     for (size_t i = 0; i < MOE_ARRAY_LEN(cloud); i++) {
         char base_name[64];
@@ -461,6 +463,14 @@ static void test_cloud_clusters(void **state)
                             sizeof(cl.gpu)); /* GPU and GEMM figures inherited */
         assert_memory_equal(&cl.overheads, &base.overheads, sizeof(cl.overheads));
         assert_int_equal(cl.gpus_per_node, base.gpus_per_node);
+        /* The board power is the base's; PUE and a dated price are the provider's. */
+        struct moe_cluster_costs costs;
+        struct moe_cluster_costs base_costs;
+        assert_int_equal(moe_cluster_costs_load(cloud[i].name, &costs, &diag), MOE_OK);
+        assert_int_equal(moe_cluster_costs_load(cloud[i].base, &base_costs, &diag), MOE_OK);
+        assert_true(costs.has_gpu_tdp && costs.gpu_tdp_w == base_costs.gpu_tdp_w);
+        assert_true(costs.has_pue && costs.has_price && costs.price_per_gpu_hour_usd > 0.0);
+        assert_true(costs.price_date[0] != '\0' && costs.price_source[0] != '\0');
     }
 }
 
