@@ -361,7 +361,7 @@ void moe_eng_acts_carve(struct moe_eng *e)
         size_t st = stage[0].peak > stage[1].peak ? stage[0].peak : stage[1].peak;
         e->staging_bytes = 2 * st;
     }
-    /* Gradient stream, token ids, positions, K/V reorder tables, expert statistics. */
+    /* Gradient stream, token ids, positions, K/V reorder tables, RoPE table, expert statistics. */
     e->grad_stream = moe_eng_arena_floats(bufs, ms_c);
     e->grad_tmp = moe_eng_arena_floats(bufs, ms_c);
     size_t bufs_pipeline_end = moe_eng_arena_mark(bufs);
@@ -390,6 +390,9 @@ void moe_eng_acts_carve(struct moe_eng *e)
     e->positions = tab;
     e->cp_chunk_rows = tab != NULL ? tab + d->tokens : NULL;
     e->cp_chunk_order = tab != NULL ? tab + (size_t)d->tokens + ncp : NULL;
+    /* RoPE's angle table [M, dr/2, 2] for the rotary dims of this model, made once below. */
+    int rope_dim = d->is_mla ? d->qk_rope : d->head_dim;
+    e->rope_cos_sin = moe_eng_arena_floats(bufs, (size_t)d->tokens * (size_t)rope_dim);
     /* Host-only statistics: with the engine's buffers on the CPU, in host staging on CUDA. */
     e->step_counts = moe_eng_arena_take(
         mirror != NULL ? mirror : bufs,
@@ -429,6 +432,8 @@ void moe_eng_acts_carve(struct moe_eng *e)
             }
         }
         moe_eng_copy_from_host(e->ctx.dev, tab, h_tab, n_tab * sizeof(int));
+        e->k->rope_table(e->rope_cos_sin, e->positions, d->tokens, rope_dim, MOE_ENG_ROPE_BASE,
+                         e->kc);
     }
 }
 

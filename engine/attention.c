@@ -22,8 +22,7 @@
 #include <math.h>
 #include <string.h>
 
-#define NORM_EPS  1e-5f    /* Megatron-LM --norm-epsilon default */
-#define ROPE_BASE 10000.0f /* Megatron-LM --rotary-base default */
+#define NORM_EPS 1e-5f /* Megatron-LM --norm-epsilon default */
 
 /* ---- Core attention (context parallel) --------------------------------------------------------
  */
@@ -301,10 +300,10 @@ static void gqa_qkv_fwd(struct moe_eng *e,
         k->rmsnorm_fwd(a->k, a->k_rstd, a->k_raw, w->k_norm.w, M * d->kv_heads_l, d->head_dim,
                        NORM_EPS, e->kc);
     }
-    k->rope_fwd(a->q, a->q, e->positions, M, d->heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE,
-                false, e->kc);
-    k->rope_fwd(a->k, a->k, e->positions, M, d->kv_heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE,
-                false, e->kc);
+    k->rope_fwd(a->q, a->q, e->rope_cos_sin, M, d->heads_l, d->head_dim, 0, d->head_dim, false,
+                e->kc);
+    k->rope_fwd(a->k, a->k, e->rope_cos_sin, M, d->kv_heads_l, d->head_dim, 0, d->head_dim, false,
+                e->kc);
     moe_eng_arena_release(&e->temp, mark);
 }
 
@@ -325,10 +324,9 @@ static void gqa_qkv_bwd(struct moe_eng *e,
     int hq = d->heads_l * d->head_dim;
     int hkv = d->kv_heads_l * d->head_dim;
     size_t mark = moe_eng_arena_mark(&e->temp);
-    k->rope_bwd(dq, dq, e->positions, M, d->heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE, false,
+    k->rope_bwd(dq, dq, e->rope_cos_sin, M, d->heads_l, d->head_dim, 0, d->head_dim, false, e->kc);
+    k->rope_bwd(dk, dk, e->rope_cos_sin, M, d->kv_heads_l, d->head_dim, 0, d->head_dim, false,
                 e->kc);
-    k->rope_bwd(dk, dk, e->positions, M, d->kv_heads_l, d->head_dim, 0, d->head_dim, ROPE_BASE,
-                false, e->kc);
     float *dqkv = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)d->qkv_cols);
     if (d->has_qk_norm) {
         float *dqr = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)hq);

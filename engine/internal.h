@@ -462,6 +462,7 @@ struct moe_eng {
     int *h_mtp_ids;   /* host copies (CUDA) */
     int *h_mtp_targets;
     int *positions;      /* [M] */
+    float *rope_cos_sin; /* [M, dr/2, 2] RoPE's cos/sin per token and pair (dr: qk_rope or D) */
     int *cp_chunk_rows;  /* [2 CP B] c each (K/V reorder; CP > 1) */
     int *cp_chunk_order; /* [2 CP B] gathered chunk at each (sequence, position-chunk) */
     float *grad_stream;  /* [Ms, C] gradient flowing through a chunk's backward */
@@ -529,6 +530,9 @@ void moe_eng_params_carve(struct moe_eng *e);
 MOE_NODISCARD enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_diag *diag);
 
 /* ---- activations.c: saved-activation layout, slots, recompute/offload placement ---------- */
+
+/* RoPE's base (Megatron-LM --rotary-base default): the angle table rope_cos_sin is made with it. */
+#define MOE_ENG_ROPE_BASE 10000.0f
 
 void moe_eng_acts_carve(struct moe_eng *e);
 /* ---- What ran (engine/report.c) -------------------------------------------------------------- */

@@ -24,8 +24,7 @@
 
 #include <string.h>
 
-#define NORM_EPS  1e-5f    /* Megatron-LM --norm-epsilon default */
-#define ROPE_BASE 10000.0f /* Megatron-LM --rotary-base default */
+#define NORM_EPS 1e-5f /* Megatron-LM --norm-epsilon default */
 
 /* x_loc [Ms, cols] all-gathered over TP into x [M, cols] (a copy without sequence parallelism). */
 static void gather_rows(struct moe_eng *e, const float *x_loc, float *x, int cols)
@@ -75,7 +74,7 @@ void moe_eng_mla_heads_fwd(struct moe_eng *e,
     float *kvu = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)H * (size_t)kvw);
     moe_eng_linear_fwd(e, kvu, a->ckv_n, w->kv_up.w, NULL, M, d->kv_lora, H * kvw);
     float *kpe = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)dr);
-    k->rope_fwd(kpe, a->kpe, e->positions, M, 1, dr, 0, dr, ROPE_BASE, false, e->kc);
+    k->rope_fwd(kpe, a->kpe, e->rope_cos_sin, M, 1, dr, 0, dr, false, e->kc);
     for (int h = 0; h < H; h++) {
         float *kh = a->k + (size_t)h * (size_t)dqk;
         const float *uh = kvu + (size_t)h * (size_t)kvw;
@@ -83,7 +82,7 @@ void moe_eng_mla_heads_fwd(struct moe_eng *e,
         k->copy_2d(kh + dn, H * dqk, kpe, dr, M, dr, false, e->kc);
         k->copy_2d(a->v + (size_t)h * (size_t)dv, H * dv, uh + dn, H * kvw, M, dv, false, e->kc);
     }
-    k->rope_fwd(a->q, a->q, e->positions, M, H, dqk, dn, dr, ROPE_BASE, false, e->kc);
+    k->rope_fwd(a->q, a->q, e->rope_cos_sin, M, H, dqk, dn, dr, false, e->kc);
     moe_eng_arena_release(&e->temp, mark);
 }
 
@@ -127,7 +126,7 @@ void moe_eng_mla_bwd(struct moe_eng *e,
     int dn = d->qk_nope, dr = d->qk_rope, dqk = d->qk_dim, dvd = d->v_dim, kvw = dn + dvd;
     int rkv = d->kv_lora;
     size_t mark = moe_eng_arena_mark(&e->temp);
-    k->rope_bwd(dq, dq, e->positions, M, H, dqk, dn, dr, ROPE_BASE, false, e->kc);
+    k->rope_bwd(dq, dq, e->rope_cos_sin, M, H, dqk, dn, dr, false, e->kc);
     /* Per-head [k_nope, v] gradients and the rotary key's, summed over the heads. */
     float *dkvu = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)H * (size_t)kvw);
     float *dkpe = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)dr);
@@ -138,7 +137,7 @@ void moe_eng_mla_bwd(struct moe_eng *e,
         k->copy_2d(uh + dn, H * kvw, dv + (size_t)h * (size_t)dvd, H * dvd, M, dvd, false, e->kc);
         k->copy_2d(dkpe, dr, dkh + dn, H * dqk, M, dr, h > 0, e->kc);
     }
-    k->rope_bwd(dkpe, dkpe, e->positions, M, 1, dr, 0, dr, ROPE_BASE, false, e->kc);
+    k->rope_bwd(dkpe, dkpe, e->rope_cos_sin, M, 1, dr, 0, dr, false, e->kc);
     /* Key-value latent: kv_up, then its norm; [d ckv, d kpe] is the down projection's output. */
     float *dckv_n = moe_eng_arena_floats(&e->temp, (size_t)M * (size_t)rkv);
     moe_eng_linear_bwd(e, dckv_n, w->kv_up.g, NULL, dkvu, a->ckv_n, w->kv_up.w, M, rkv, H * kvw,

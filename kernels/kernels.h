@@ -547,34 +547,43 @@ struct moe_k_ops {
     void (*gelu_bwd)(float *d_in, const float *d_out, const float *in, size_t n, moe_k_ctx_t *ctx);
 
     /*
+     * Rotary position embedding's angle table, made once per run (Megatron-LM precomputes its
+     * rotary frequencies likewise): cos_sin[M, rot_dim/2, 2] = cos and sin of positions[i] x
+     * theta^(-2j / rot_dim) for token i (global position: include the context-parallel offset)
+     * and pair j, computed in double and rounded once to fp32. rot_dim is even.
+     */
+    void (*rope_table)(float *cos_sin,
+                       const int *positions,
+                       int num_rows,
+                       int rot_dim,
+                       float theta,
+                       moe_k_ctx_t *ctx);
+    /*
      * Rotary position embedding on dims [rot_start, rot_start + rot_dim) of every head of
      * x[M, H, head_dim] (so MLA's rope part, or a partial rotary, works); other dims are copied.
-     * Token i has position positions[i] (global: include the context-parallel offset). Frequency
-     * of pair j: theta^(-2j / rot_dim), angle computed in double. Pairs are (j, j + rot_dim/2)
-     * (GPT-NeoX / Llama "rotate half") or (2j, 2j+1) when interleaved (GPT-J, DeepSeek). rot_dim
-     * is even. out may equal in (in place).
+     * Row i turns pair j by the angle of cos_sin[i, j] (rope_table's, made for this rot_dim).
+     * Pairs are (j, j + rot_dim/2) (GPT-NeoX / Llama "rotate half") or (2j, 2j+1) when
+     * interleaved (GPT-J, DeepSeek). out may equal in (in place).
      */
     void (*rope_fwd)(float *out,
                      const float *in,
-                     const int *positions,
+                     const float *cos_sin,
                      int num_rows,
                      int num_heads,
                      int head_dim,
                      int rot_start,
                      int rot_dim,
-                     float theta,
                      bool interleaved,
                      moe_k_ctx_t *ctx);
     /* d_in (overwrite; may equal d_out) = inverse rotation of d_out; same arguments. */
     void (*rope_bwd)(float *d_in,
                      const float *d_out,
-                     const int *positions,
+                     const float *cos_sin,
                      int num_rows,
                      int num_heads,
                      int head_dim,
                      int rot_start,
                      int rot_dim,
-                     float theta,
                      bool interleaved,
                      moe_k_ctx_t *ctx);
 

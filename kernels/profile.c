@@ -46,6 +46,7 @@ static const char *const op_names[MOE_K_NUM_OPS] = {
     [MOE_K_OP_SWIGLU_BWD] = "swiglu_bwd",
     [MOE_K_OP_GELU_FWD] = "gelu_fwd",
     [MOE_K_OP_GELU_BWD] = "gelu_bwd",
+    [MOE_K_OP_ROPE_TABLE] = "rope_table",
     [MOE_K_OP_ROPE_FWD] = "rope_fwd",
     [MOE_K_OP_ROPE_BWD] = "rope_bwd",
     [MOE_K_OP_ATTENTION_WORKSPACE_BYTES] = "attention_workspace_bytes",
@@ -533,39 +534,45 @@ static void p_gelu_bwd(float *d_in, const float *d_out, const float *in, size_t 
     op_end(ctx, MOE_K_OP_GELU_BWD, t0);
 }
 
+static void p_rope_table(
+    float *cos_sin, const int *positions, int num_rows, int rot_dim, float theta, moe_k_ctx_t *ctx)
+{
+    double t0 = op_begin();
+    inner(ctx)->rope_table(cos_sin, positions, num_rows, rot_dim, theta, ctx);
+    op_end(ctx, MOE_K_OP_ROPE_TABLE, t0);
+}
+
 static void p_rope_fwd(float *out,
                        const float *in,
-                       const int *positions,
+                       const float *cos_sin,
                        int num_rows,
                        int num_heads,
                        int head_dim,
                        int rot_start,
                        int rot_dim,
-                       float theta,
                        bool interleaved,
                        moe_k_ctx_t *ctx)
 {
     double t0 = op_begin();
-    inner(ctx)->rope_fwd(out, in, positions, num_rows, num_heads, head_dim, rot_start, rot_dim,
-                         theta, interleaved, ctx);
+    inner(ctx)->rope_fwd(out, in, cos_sin, num_rows, num_heads, head_dim, rot_start, rot_dim,
+                         interleaved, ctx);
     op_end(ctx, MOE_K_OP_ROPE_FWD, t0);
 }
 
 static void p_rope_bwd(float *d_in,
                        const float *d_out,
-                       const int *positions,
+                       const float *cos_sin,
                        int num_rows,
                        int num_heads,
                        int head_dim,
                        int rot_start,
                        int rot_dim,
-                       float theta,
                        bool interleaved,
                        moe_k_ctx_t *ctx)
 {
     double t0 = op_begin();
-    inner(ctx)->rope_bwd(d_in, d_out, positions, num_rows, num_heads, head_dim, rot_start, rot_dim,
-                         theta, interleaved, ctx);
+    inner(ctx)->rope_bwd(d_in, d_out, cos_sin, num_rows, num_heads, head_dim, rot_start, rot_dim,
+                         interleaved, ctx);
     op_end(ctx, MOE_K_OP_ROPE_BWD, t0);
 }
 
@@ -879,6 +886,7 @@ enum moe_status moe_k_profile_init(struct moe_k_profile *p,
     p->ops.swiglu_bwd = in->swiglu_bwd != NULL ? p_swiglu_bwd : NULL;
     p->ops.gelu_fwd = in->gelu_fwd != NULL ? p_gelu_fwd : NULL;
     p->ops.gelu_bwd = in->gelu_bwd != NULL ? p_gelu_bwd : NULL;
+    p->ops.rope_table = in->rope_table != NULL ? p_rope_table : NULL;
     p->ops.rope_fwd = in->rope_fwd != NULL ? p_rope_fwd : NULL;
     p->ops.rope_bwd = in->rope_bwd != NULL ? p_rope_bwd : NULL;
     p->ops.attention_workspace_bytes =

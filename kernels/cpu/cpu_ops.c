@@ -58,6 +58,7 @@ static const struct moe_k_ops cpu_ops = {
     .swiglu_bwd = moe_k_cpu_swiglu_bwd,
     .gelu_fwd = moe_k_cpu_gelu_fwd,
     .gelu_bwd = moe_k_cpu_gelu_bwd,
+    .rope_table = moe_k_cpu_rope_table,
     .rope_fwd = moe_k_cpu_rope_fwd,
     .rope_bwd = moe_k_cpu_rope_bwd,
     .attention_workspace_bytes = moe_k_cpu_attention_workspace_bytes,

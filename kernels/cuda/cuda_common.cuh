@@ -462,26 +462,26 @@ void moe_k_cuda_rmsnorm_bwd(float *dx,
                             int hidden,
                             bool accumulate,
                             moe_k_ctx_t *ctx);
+void moe_k_cuda_rope_table(
+    float *cos_sin, const int *positions, int num_rows, int rot_dim, float theta, moe_k_ctx_t *ctx);
 void moe_k_cuda_rope_fwd(float *out,
                          const float *in,
-                         const int *positions,
+                         const float *cos_sin,
                          int num_rows,
                          int num_heads,
                          int head_dim,
                          int rot_start,
                          int rot_dim,
-                         float theta,
                          bool interleaved,
                          moe_k_ctx_t *ctx);
 void moe_k_cuda_rope_bwd(float *d_in,
                          const float *d_out,
-                         const int *positions,
+                         const float *cos_sin,
                          int num_rows,
                          int num_heads,
                          int head_dim,
                          int rot_start,
                          int rot_dim,
-                         float theta,
                          bool interleaved,
                          moe_k_ctx_t *ctx);
 

@@ -429,6 +429,7 @@ static const struct moe_k_ops cuda_ops = {
     .swiglu_bwd = moe_k_cuda_swiglu_bwd,
     .gelu_fwd = moe_k_cuda_gelu_fwd,
     .gelu_bwd = moe_k_cuda_gelu_bwd,
+    .rope_table = moe_k_cuda_rope_table,
     .rope_fwd = moe_k_cuda_rope_fwd,
     .rope_bwd = moe_k_cuda_rope_bwd,
     .attention_workspace_bytes = moe_k_cuda_attention_workspace_bytes,

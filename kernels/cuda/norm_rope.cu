@@ -2,11 +2,11 @@
  * RMSNorm and rotary position embedding on the GPU, twins of kernels/cpu/norm_rope.c. RMSNorm runs
  * one block per row: the sum of squares in double (tree order), then the CPU's fp32 expressions;
  * the weight gradient is a column sum over rows in fixed 64-row chunks, then over the chunks
- * (deterministic; the CPU's row order up to rounding). RoPE computes each pair's angle, cosine and
- * sine in double (CUDA's double-precision pow/sin/cos, within 2 ulp in double, so the fp32
- * roundings match the CPU's essentially always) once per (row, pair) in shared memory, then rotates
- * every head with unfused products as the CPU does. In place (out == in) is allowed: each thread
- * reads its pair before it writes it.
+ * (deterministic; the CPU's row order up to rounding). RoPE's table computes each pair's angle,
+ * cosine and sine in double (CUDA's double-precision pow/sin/cos, within 2 ulp in double, so the
+ * fp32 roundings match the CPU's essentially always) once per (row, pair); the rotation reads it
+ * and turns every head with unfused products as the CPU does. In place (out == in) is allowed: each
+ * thread reads its pair before it writes it.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -182,28 +182,50 @@ extern "C" void moe_k_cuda_rmsnorm_bwd(float *dx,
 
 struct rope_args {
     int num_rows, num_heads, head_dim, rot_start, rot_dim;
-    float theta;
     bool interleaved;
-    double sign; /* +1 rotate, -1 rotate back */
+    float sign; /* +1 rotate, -1 rotate back (negating the fp32 sine is exact) */
 };
 
-/* One block per row: cos/sin per pair in shared memory, then (pair, head) rotations. */
+/* cos_sin[M, half, 2], one thread per (row, pair): the CPU's double angle, rounded once. */
 static __global__ void
-rope_kernel(float *out, const float *in, const int *positions, struct rope_args a)
+rope_table_kernel(float *cos_sin, const int *positions, int num_rows, int rot_dim, float theta)
 {
-    extern __shared__ float cs[]; /* [half] cosines, then [half] sines */
+    int half = rot_dim / 2;
+    size_t n = (size_t)num_rows * (size_t)half;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int j = (int)(i % (size_t)half);
+        size_t r = i / (size_t)half;
+        double inv_freq = pow((double)theta, -2.0 * (double)j / (double)rot_dim);
+        double angle = (double)positions[r] * inv_freq;
+        cos_sin[2 * i] = (float)cos(angle);
+        cos_sin[2 * i + 1] = (float)sin(angle);
+    }
+}
+
+extern "C" void moe_k_cuda_rope_table(
+    float *cos_sin, const int *positions, int num_rows, int rot_dim, float theta, moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(num_rows >= 0 && rot_dim > 0 && rot_dim % 2 == 0);
+    size_t n = (size_t)num_rows * (size_t)(rot_dim / 2);
+    if (n == 0) {
+        return;
+    }
+    rope_table_kernel<<<moe_k_cuda_blocks(n, MOE_K_CUDA_THREADS), MOE_K_CUDA_THREADS, 0,
+                        moe_k_cuda_stream(ctx)>>>(cos_sin, positions, num_rows, rot_dim, theta);
+    MOE_CHECK_LAUNCH();
+}
+
+/* One block per row: (pair, head) rotations by the row's table entries; other dims copied. */
+static __global__ void
+rope_kernel(float *out, const float *in, const float *cos_sin, struct rope_args a)
+{
     int half = a.rot_dim / 2;
     size_t row_len = (size_t)a.num_heads * (size_t)a.head_dim;
     for (int r = blockIdx.x; r < a.num_rows; r += gridDim.x) {
         float *o = out + (size_t)r * row_len;
         const float *x = in + (size_t)r * row_len;
-        __syncthreads(); /* cs of the previous row is no longer read */
-        for (int j = threadIdx.x; j < half; j += blockDim.x) {
-            double inv_freq = pow((double)a.theta, -2.0 * (double)j / (double)a.rot_dim);
-            double angle = (double)positions[r] * inv_freq;
-            cs[j] = (float)cos(angle);
-            cs[half + j] = (float)(a.sign * sin(angle));
-        }
+        const float *cs = cos_sin + (size_t)r * (size_t)half * 2;
         if (o != x) {
             for (size_t i = threadIdx.x; i < row_len; i += blockDim.x) {
                 int d = (int)(i % (size_t)a.head_dim);
@@ -212,15 +234,14 @@ rope_kernel(float *out, const float *in, const int *positions, struct rope_args 
                 }
             }
         }
-        __syncthreads();
         for (int i = threadIdx.x; i < half * a.num_heads; i += blockDim.x) {
             int j = i % half;
             int h = i / half;
             int ia = a.rot_start + (a.interleaved ? 2 * j : j);
             int ib = a.rot_start + (a.interleaved ? 2 * j + 1 : j + half);
             size_t base = (size_t)h * (size_t)a.head_dim;
-            float c = cs[j];
-            float s = cs[half + j];
+            float c = cs[2 * j];
+            float s = a.sign * cs[2 * j + 1];
             float xa = x[base + (size_t)ia];
             float xb = x[base + (size_t)ib];
             o[base + (size_t)ia] = __fsub_rn(__fmul_rn(xa, c), __fmul_rn(xb, s));
@@ -230,49 +251,44 @@ rope_kernel(float *out, const float *in, const int *positions, struct rope_args 
 }
 
 static void
-rope_launch(float *out, const float *in, const int *positions, struct rope_args a, moe_k_ctx_t *ctx)
+rope_launch(float *out, const float *in, const float *cos_sin, struct rope_args a, moe_k_ctx_t *ctx)
 {
     MOE_ASSERT(a.num_rows >= 0 && a.num_heads > 0 && a.rot_dim > 0 && a.rot_dim % 2 == 0);
     MOE_ASSERT(a.rot_start >= 0 && a.rot_start + a.rot_dim <= a.head_dim);
     if (a.num_rows == 0) {
         return;
     }
-    size_t smem = (size_t)a.rot_dim * sizeof(float);
-    rope_kernel<<<row_grid(a.num_rows), MOE_K_CUDA_THREADS, smem, moe_k_cuda_stream(ctx)>>>(
-        out, in, positions, a);
+    rope_kernel<<<row_grid(a.num_rows), MOE_K_CUDA_THREADS, 0, moe_k_cuda_stream(ctx)>>>(
+        out, in, cos_sin, a);
     MOE_CHECK_LAUNCH();
 }
 
 extern "C" void moe_k_cuda_rope_fwd(float *out,
                                     const float *in,
-                                    const int *positions,
+                                    const float *cos_sin,
                                     int num_rows,
                                     int num_heads,
                                     int head_dim,
                                     int rot_start,
                                     int rot_dim,
-                                    float theta,
                                     bool interleaved,
                                     moe_k_ctx_t *ctx)
 {
-    struct rope_args a = {num_rows, num_heads, head_dim,    rot_start,
-                          rot_dim,  theta,     interleaved, 1.0};
-    rope_launch(out, in, positions, a, ctx);
+    struct rope_args a = {num_rows, num_heads, head_dim, rot_start, rot_dim, interleaved, 1.0f};
+    rope_launch(out, in, cos_sin, a, ctx);
 }
 
 extern "C" void moe_k_cuda_rope_bwd(float *d_in,
                                     const float *d_out,
-                                    const int *positions,
+                                    const float *cos_sin,
                                     int num_rows,
                                     int num_heads,
                                     int head_dim,
                                     int rot_start,
                                     int rot_dim,
-                                    float theta,
                                     bool interleaved,
                                     moe_k_ctx_t *ctx)
 {
-    struct rope_args a = {num_rows, num_heads, head_dim,    rot_start,
-                          rot_dim,  theta,     interleaved, -1.0};
-    rope_launch(d_in, d_out, positions, a, ctx);
+    struct rope_args a = {num_rows, num_heads, head_dim, rot_start, rot_dim, interleaved, -1.0f};
+    rope_launch(d_in, d_out, cos_sin, a, ctx);
 }

@@ -974,13 +974,19 @@ static void test_rope(void **state)
         float *dx = dcopy(f, x, n);
         float *d = dpoison(f, n);
         float *h = hpoison(f, n);
-        f->g->rope_fwd(d, dx, dpos, M, H, D, rs, rd, 10000.0f, inter, f->gpu);
-        f->c->rope_fwd(h, x, pos, M, H, D, rs, rd, 10000.0f, inter, f->cpu);
+        size_t ncs = (size_t)M * (size_t)rd; /* [M, rd/2, 2] */
+        float *dcs = dpoison(f, ncs);
+        float *hcs = hpoison(f, ncs);
+        f->g->rope_table(dcs, dpos, M, rd, 10000.0f, f->gpu);
+        f->c->rope_table(hcs, pos, M, rd, 10000.0f, f->cpu);
+        assert_true(close_dev(f, "rope_table", dcs, hcs, ncs, TOL_DOUBLE, TOL_DOUBLE));
+        f->g->rope_fwd(d, dx, dcs, M, H, D, rs, rd, inter, f->gpu);
+        f->c->rope_fwd(h, x, hcs, M, H, D, rs, rd, inter, f->cpu);
         assert_true(close_dev(f, "rope_fwd", d, h, n, TOL_DOUBLE, TOL_DOUBLE));
         /* in place backward */
         float *hb = hcopy(f, h, n);
-        f->g->rope_bwd(d, d, dpos, M, H, D, rs, rd, 10000.0f, inter, f->gpu);
-        f->c->rope_bwd(hb, hb, pos, M, H, D, rs, rd, 10000.0f, inter, f->cpu);
+        f->g->rope_bwd(d, d, dcs, M, H, D, rs, rd, inter, f->gpu);
+        f->c->rope_bwd(hb, hb, hcs, M, H, D, rs, rd, inter, f->cpu);
         assert_true(close_dev(f, "rope_bwd in place", d, hb, n, TOL_DOUBLE, TOL_DOUBLE));
     }
     end(f);

@@ -131,7 +131,7 @@ static void test_rmsnorm(void **state)
 static void rope_y(const float *x, float *y, void *u)
 {
     struct layer_case *c = u;
-    c->ops->rope_fwd(y, x, c->ints, c->rows, c->heads, c->dim, c->rot_start, c->rot_dim, ROPE_THETA,
+    c->ops->rope_fwd(y, x, c->a, c->rows, c->heads, c->dim, c->rot_start, c->rot_dim,
                      c->interleaved, c->ctx);
 }
 
@@ -146,7 +146,9 @@ static void check_rope(bool interleaved, int head_dim, int rot_start, int rot_di
     size_t n = (size_t)R * H * head_dim;
     float *x = ktest_random(&rng, n, -1, 1);
     float *y = ktest_floats(n);
-    ops->rope_fwd(y, x, pos, R, H, head_dim, rot_start, rot_dim, ROPE_THETA, interleaved, ctx);
+    float *cs = ktest_floats((size_t)R * (size_t)rot_dim); /* [R, rot_dim/2, 2] */
+    ops->rope_table(cs, pos, R, rot_dim, ROPE_THETA, ctx);
+    ops->rope_fwd(y, x, cs, R, H, head_dim, rot_start, rot_dim, interleaved, ctx);
     int half = rot_dim / 2;
     for (int r = 0; r < R; r++) {
         for (int h = 0; h < H; h++) {
@@ -171,13 +173,14 @@ static void check_rope(bool interleaved, int head_dim, int rot_start, int rot_di
     /* Backward = inverse rotation: exact adjoint, checked by finite differences. */
     float *dy = ktest_random(&rng, n, -1, 1);
     float *dx = ktest_floats(n);
-    ops->rope_bwd(dx, dy, pos, R, H, head_dim, rot_start, rot_dim, ROPE_THETA, interleaved, ctx);
-    struct layer_case lc = {ops,     ctx,         R,    head_dim, H,  rot_start,
-                            rot_dim, interleaved, NULL, NULL,     pos};
+    ops->rope_bwd(dx, dy, cs, R, H, head_dim, rot_start, rot_dim, interleaved, ctx);
+    struct layer_case lc = {ops,     ctx,         R,  head_dim, H,  rot_start,
+                            rot_dim, interleaved, cs, NULL,     pos};
     assert_true(ktest_fd_check("rope bwd", rope_y, &lc, x, n, n, dy, dx, 1e-2, 2e-3, 2e-3));
     /* In place equals out of place. */
-    ops->rope_fwd(x, x, pos, R, H, head_dim, rot_start, rot_dim, ROPE_THETA, interleaved, ctx);
+    ops->rope_fwd(x, x, cs, R, H, head_dim, rot_start, rot_dim, interleaved, ctx);
     assert_memory_equal(x, y, n * sizeof(float));
+    free(cs);
     free(x);
     free(y);
     free(dy);
@@ -196,7 +199,9 @@ static void test_rope(void **state)
     moe_k_ctx_t *ctx = ktest_cpu_ctx();
     const int pos = 1;
     float v[2] = {1.0f, 0.0f};
-    moe_k_ctx_ops(ctx)->rope_fwd(v, v, &pos, 1, 1, 2, 0, 2, ROPE_THETA, false, ctx);
+    float cs[2];
+    moe_k_ctx_ops(ctx)->rope_table(cs, &pos, 1, 2, ROPE_THETA, ctx);
+    moe_k_ctx_ops(ctx)->rope_fwd(v, v, cs, 1, 1, 2, 0, 2, false, ctx);
     assert_true(fabs((double)v[0] - cos(1.0)) < 1e-7 && fabs((double)v[1] - sin(1.0)) < 1e-7);
     moe_k_ctx_destroy(ctx);
 }

@@ -326,9 +326,11 @@ static void test_attention_ref(void **state)
     /* RoPE (rotate-half) on q, positions 3..10, for each sequence. */
     const int *pos = ref_get(&f, "rope_pos", REF_I32)->data;
     float q_rope[B * T * HQ * D];
+    float cos_sin[T * D]; /* [T, D/2, 2] */
+    ops->rope_table(cos_sin, pos, T, D, 10000.0f, ctx);
     for (int b = 0; b < B; b++) {
-        ops->rope_fwd(q_rope + b * T * HQ * D, q + b * T * HQ * D, pos, T, HQ, D, 0, D, 10000.0f,
-                      false, ctx);
+        ops->rope_fwd(q_rope + b * T * HQ * D, q + b * T * HQ * D, cos_sin, T, HQ, D, 0, D, false,
+                      ctx);
     }
     expect_close("q_rope", q_rope, &f, "q_rope", ATOL, RTOL);
     free(ws);
