@@ -35,6 +35,9 @@
 static const char *const coll_names[MOE_CALIB_NUM_COLL] = {"allreduce", "allgather",
                                                            "reducescatter", "alltoall", "sendrecv"};
 
+_Static_assert((int)MOE_CALIB_NUM_COLL == (int)MOE_BUSBW_NUM_KINDS,
+               "the bench's collectives and the cluster's per-size table share one order");
+
 const char *moe_calib_coll_name(enum moe_calib_coll c)
 {
     return (int)c >= 0 && c < MOE_CALIB_NUM_COLL ? coll_names[c] : "unknown";
@@ -450,6 +453,30 @@ void moe_calib_fit_line(const double *x, const double *y, size_t n, struct moe_c
     l->rms_rel_resid = sqrt(rr / (double)n);
 }
 
+/* Add a measured (size, busbw) to the line's per-size row, kept ascending; a size measured twice
+ * keeps its first figure. */
+static void keep_size(struct moe_calib_line *l, double bytes, double busbw)
+{
+    int n = l->num_sizes;
+    if (n >= MOE_BUSBW_MAX_SIZES || !(bytes > 0.0)) {
+        return;
+    }
+    int at = n;
+    while (at > 0 && l->size_bytes[at - 1] > bytes) {
+        at--;
+    }
+    if (at > 0 && l->size_bytes[at - 1] == bytes) {
+        return;
+    }
+    for (int i = n; i > at; i--) {
+        l->size_bytes[i] = l->size_bytes[i - 1];
+        l->size_busbw_gbps[i] = l->size_busbw_gbps[i - 1];
+    }
+    l->size_bytes[at] = bytes;
+    l->size_busbw_gbps[at] = busbw;
+    l->num_sizes = n + 1;
+}
+
 static enum moe_status
 fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 {
@@ -459,6 +486,7 @@ fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *
         size_t n = 0;
         int group = 0;
         const cJSON *it = NULL;
+        struct moe_calib_line kept = {0}; /* every size, for the per-size table */
         /* Largest group measured; sizes from 4 KiB up (below, latency alone dominates). */
         cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "collectives"))
         {
@@ -478,7 +506,11 @@ fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *
             double t = num_of(it, "time_us");
             double busbw = num_of(it, "busbw_gbps");
             double bytes = num_of(it, "bytes");
-            if (!(t > 0.0) || !(busbw > 0.0) || bytes < 4096.0) {
+            if (!(t > 0.0) || !(busbw > 0.0)) {
+                continue;
+            }
+            keep_size(&kept, bytes, busbw);
+            if (bytes < 4096.0) {
                 continue;
             }
             x[n] = busbw * 1e9 * t * 1e-6; /* bus bytes moved */
@@ -497,6 +529,9 @@ fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *
             continue;
         }
         moe_calib_fit_line(x, y, n, l);
+        l->num_sizes = kept.num_sizes;
+        memcpy(l->size_bytes, kept.size_bytes, sizeof(l->size_bytes));
+        memcpy(l->size_busbw_gbps, kept.size_busbw_gbps, sizeof(l->size_busbw_gbps));
     }
     return MOE_OK;
 }
@@ -587,6 +622,18 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     const struct moe_calib_line *rsl = &fit->coll[MOE_CALIB_REDUCESCATTER];
     cl->nvlink.allreduce_gbps = ar->points >= 2 ? ar->busbw_gbps : 0.0;
     cl->nvlink.reducescatter_gbps = rsl->points >= 2 ? rsl->busbw_gbps : 0.0;
+    /* The busbw of every measured size: on a CPU host it falls several-fold once the messages
+     * leave the caches (a few MiB), where the gradient buckets are, so the line above misprices
+     * them; model/comm_cost.c reads this table inside the domain. */
+    for (int c = 0; c < MOE_BUSBW_NUM_KINDS; c++) {
+        const struct moe_calib_line *l = &fit->coll[c];
+        struct moe_busbw_table *t = &cl->nvlink.busbw_by_size;
+        t->num_sizes[c] = l->num_sizes;
+        for (int i = 0; i < l->num_sizes; i++) {
+            t->bytes[c][i] = l->size_bytes[i];
+            t->gbps[c][i] = l->size_busbw_gbps[i];
+        }
+    }
     /* One host: the "network" is the same shared memory (multi-host calibration: README). */
     cl->net.nic_gbps = ag->busbw_gbps;
     cl->net.eff = 1.0;

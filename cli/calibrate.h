@@ -35,6 +35,11 @@ struct moe_calib_line {
     double latency_us;
     double busbw_gbps;
     double rms_rel_resid; /* RMS of (fit - measured) / measured over the points */
+    /* Every size measured (the small ones too), ascending, as the bench gave them: the cluster's
+     * nvlink.busbw_by_size row of this collective. */
+    int num_sizes;
+    double size_bytes[MOE_BUSBW_MAX_SIZES];
+    double size_busbw_gbps[MOE_BUSBW_MAX_SIZES];
 };
 
 struct moe_calib_fit {

@@ -227,6 +227,13 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
                    moe_calib_coll_name((enum moe_calib_coll)c), "busbw", l->busbw_gbps,
                    l->latency_us, l->points, l->rms_rel_resid);
         }
+        if (l->num_sizes > 0) { /* the largest sizes of the per-size table the model reads */
+            int last = l->num_sizes - 1;
+            printf("%-14s %-11s %7.2f GB/s  at %.0f KiB, %.2f GB/s at %.0f KiB (%d sizes kept)\n",
+                   "", "measured", l->size_busbw_gbps[last > 0 ? last - 1 : 0],
+                   l->size_bytes[last > 0 ? last - 1 : 0] / 1024.0, l->size_busbw_gbps[last],
+                   l->size_bytes[last] / 1024.0, l->num_sizes);
+        }
     }
     printf("# cluster '%s': gpus_per_node 1, NVLink domain = %d ranks, max_gpus %d\n", cl->name,
            cl->nvlink.domain_gpus, cl->max_gpus);

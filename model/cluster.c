@@ -129,6 +129,34 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
     return check_ranges(cl, r, MOE_ARRAY_LEN(r), diag);
 }
 
+/* A per-size table: at most MOE_BUSBW_MAX_SIZES points, sizes strictly ascending, every
+ * bandwidth positive and finite. */
+static enum moe_status validate_busbw_table(const struct moe_cluster *cl, struct moe_diag *diag)
+{
+    const struct moe_busbw_table *t = &cl->nvlink.busbw_by_size;
+    for (int c = 0; c < MOE_BUSBW_NUM_KINDS; c++) {
+        int n = t->num_sizes[c];
+        if (n < 0 || n > MOE_BUSBW_MAX_SIZES) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "cluster %s: nvlink.busbw_by_size has %d sizes for collective %d; "
+                                "0..%d allowed",
+                                cl->name, n, c, MOE_BUSBW_MAX_SIZES);
+        }
+        for (int i = 0; i < n; i++) {
+            bool bad_size = !(t->bytes[c][i] > 0.0) || !isfinite(t->bytes[c][i]) ||
+                            (i > 0 && !(t->bytes[c][i] > t->bytes[c][i - 1]));
+            if (bad_size || !(t->gbps[c][i] > 0.0) || !isfinite(t->gbps[c][i])) {
+                return moe_diag_set(diag, MOE_ERR_INVALID,
+                                    "cluster %s: nvlink.busbw_by_size point %d of collective %d "
+                                    "(%g bytes, %g GB/s): sizes must rise and bandwidths be "
+                                    "positive",
+                                    cl->name, i, c, t->bytes[c][i], t->gbps[c][i]);
+            }
+        }
+    }
+    return MOE_OK;
+}
+
 static enum moe_status validate_links(const struct moe_cluster *cl, struct moe_diag *diag)
 {
     const struct moe_nvlink *nv = &cl->nvlink;
@@ -231,6 +259,7 @@ enum moe_status moe_cluster_validate(const struct moe_cluster *cl, struct moe_di
     MOE_TRY(validate_shape(cl, diag));
     MOE_TRY(validate_gpu(cl, diag));
     MOE_TRY(validate_links(cl, diag));
+    MOE_TRY(validate_busbw_table(cl, diag));
     return validate_software(cl, diag);
 }
 

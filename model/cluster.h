@@ -79,6 +79,32 @@ struct moe_gpu {
     double quant_bytes_per_elem;      /* extra HBM bytes per element to quantise for FP8/FP4 */
 };
 
+/* The collectives a per-size bus-bandwidth table covers, in moefold-bench's order. */
+enum moe_busbw_coll {
+    MOE_BUSBW_ALLREDUCE = 0,
+    MOE_BUSBW_ALLGATHER,
+    MOE_BUSBW_REDUCESCATTER,
+    MOE_BUSBW_ALLTOALL,
+    MOE_BUSBW_SENDRECV,
+    MOE_BUSBW_NUM_KINDS
+};
+
+enum { MOE_BUSBW_MAX_SIZES = 16 };
+
+/*
+ * Bus bandwidth measured per message size inside one domain (moefold calibrate on a host whose
+ * collectives slow down past its caches: the bench's nccl-tests-style sweep, kept as measured).
+ * Per collective: num_sizes points, bytes ascending (nccl-tests' size: the all-gather's output,
+ * the reduce-scatter's input, the all-reduce's buffer, each rank's all-to-all buffer) with the
+ * busbw measured there. num_sizes 0 = not measured (every GPU cluster file): latency + bytes /
+ * busbw as fitted.
+ */
+struct moe_busbw_table {
+    int num_sizes[MOE_BUSBW_NUM_KINDS];
+    double bytes[MOE_BUSBW_NUM_KINDS][MOE_BUSBW_MAX_SIZES]; /* message size, bytes */
+    double gbps[MOE_BUSBW_NUM_KINDS][MOE_BUSBW_MAX_SIZES];  /* busbw there, GB/s (> 0) */
+};
+
 struct moe_nvlink {
     int domain_gpus;        /* GPUs sharing one NVSwitch fabric (8, or 72 for NVL72) */
     double gbps;            /* per GPU per direction, line rate */
@@ -91,6 +117,7 @@ struct moe_nvlink {
      * (NCCL's rings reduce at the bus bandwidth). */
     double allreduce_gbps;
     double reducescatter_gbps;
+    struct moe_busbw_table busbw_by_size; /* optional per-size measurements (calibrate) */
 };
 
 struct moe_scaleout {

@@ -51,6 +51,40 @@ double moe_comm_ring_busbw(const struct moe_cluster *cl, const struct moe_group_
     return net < nv ? net : nv;
 }
 
+/*
+ * Time (s) of collective c on `bytes` (nccl-tests' size) inside one domain from the cluster's
+ * per-size measurements: t = bytes x factor / busbw(bytes), busbw interpolated linearly in log
+ * size between the measured sizes (the measured time already holds the latency); below the
+ * smallest size the smallest size's time (latency-bound), above the largest the largest's busbw.
+ * Negative when the table lacks this collective or the group spans several domains.
+ */
+static double table_s(const struct moe_cluster *cl,
+                      const struct moe_group_place *g,
+                      enum moe_busbw_coll c,
+                      double factor,
+                      double bytes)
+{
+    const struct moe_busbw_table *t = &cl->nvlink.busbw_by_size;
+    int n = t->num_sizes[c];
+    if (n < 1 || g->num_domains != 1) {
+        return -1.0;
+    }
+    const double *x = t->bytes[c];
+    const double *bw = t->gbps[c];
+    if (bytes <= x[0]) {
+        return x[0] * factor / (bw[0] * GBPS);
+    }
+    double busbw = bw[n - 1];
+    for (int i = 1; i < n; i++) {
+        if (bytes <= x[i]) {
+            double w = log(bytes / x[i - 1]) / log(x[i] / x[i - 1]);
+            busbw = bw[i - 1] + w * (bw[i] - bw[i - 1]);
+            break;
+        }
+    }
+    return bytes * factor / (busbw * GBPS);
+}
+
 static double latency_s(const struct moe_cluster *cl, const struct moe_group_place *g)
 {
     double lat = cl->nvlink.latency_us * US;
@@ -67,6 +101,10 @@ moe_comm_allreduce_s(const struct moe_cluster *cl, const struct moe_group_place 
         return 0.0;
     }
     double n = (double)g->size;
+    double tab = table_s(cl, g, MOE_BUSBW_ALLREDUCE, 2.0 * (n - 1.0) / n, bytes);
+    if (tab >= 0.0) {
+        return tab;
+    }
     double busbw = moe_comm_ring_busbw(cl, g);
     /* NVLink SHARP reduces in the switch: all-reduce inside one domain runs at its bus bandwidth.
      */
@@ -86,6 +124,10 @@ moe_comm_allgather_s(const struct moe_cluster *cl, const struct moe_group_place 
         return 0.0;
     }
     double n = (double)g->size;
+    double tab = table_s(cl, g, MOE_BUSBW_ALLGATHER, (n - 1.0) / n, bytes);
+    if (tab >= 0.0) {
+        return tab;
+    }
     return latency_s(cl, g) + bytes * (n - 1.0) / n / moe_comm_ring_busbw(cl, g);
 }
 
@@ -97,6 +139,10 @@ double moe_comm_reducescatter_s(const struct moe_cluster *cl,
         return 0.0;
     }
     double n = (double)g->size;
+    double tab = table_s(cl, g, MOE_BUSBW_REDUCESCATTER, (n - 1.0) / n, bytes);
+    if (tab >= 0.0) {
+        return tab;
+    }
     double busbw = moe_comm_ring_busbw(cl, g);
     if (g->num_domains == 1 && cl->nvlink.reducescatter_gbps > 0.0) {
         busbw = cl->nvlink.reducescatter_gbps * GBPS; /* measured for this collective */
@@ -111,6 +157,10 @@ moe_comm_alltoall_s(const struct moe_cluster *cl, const struct moe_group_place *
         return 0.0;
     }
     double n = (double)g->size;
+    double tab = table_s(cl, g, MOE_BUSBW_ALLTOALL, (n - 1.0) / n, bytes);
+    if (tab >= 0.0) {
+        return tab;
+    }
     double intra = bytes * (double)(g->local - 1) / n;
     double inter = bytes * (n - (double)g->local) / n;
     double t_intra = intra / nvlink_busbw(cl);
@@ -124,7 +174,9 @@ double moe_comm_p2p_s(const struct moe_cluster *cl, bool same_domain, double byt
         return 0.0;
     }
     if (same_domain) {
-        return cl->nvlink.latency_us * US + bytes / nvlink_busbw(cl);
+        const struct moe_group_place pair = {2, 2, 1};
+        double tab = table_s(cl, &pair, MOE_BUSBW_SENDRECV, 1.0, bytes);
+        return tab >= 0.0 ? tab : cl->nvlink.latency_us * US + bytes / nvlink_busbw(cl);
     }
     return cl->net.latency_us * US + bytes / (cl->net.nic_gbps * cl->net.eff * GBPS);
 }

@@ -11,7 +11,10 @@
  * its domain drives `local` NICs in parallel, so busbw = min(NVLink busbw, local * NIC busbw).
  * NCCL's all-to-all cannot aggregate NICs: a GPU's remote share goes through its own NIC while the
  * in-domain share rides NVLink concurrently. Hierarchical dispatchers (DeepEP / HybridEP) send a
- * token once per remote domain and forward inside it. No I/O, no allocation.
+ * token once per remote domain and forward inside it. A cluster measured per message size (a CPU
+ * host's calibration: nvlink.busbw_by_size) times a collective inside one domain from its measured
+ * busbw at that size instead (interpolated in log size), since such a host's bandwidth falls
+ * several-fold once the messages leave its caches. No I/O, no allocation.
  */
 #ifndef MOE_MODEL_COMM_COST_H
 #define MOE_MODEL_COMM_COST_H

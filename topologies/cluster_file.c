@@ -45,6 +45,7 @@ enum field_kind {
     FIELD_BOOL,   /* plain JSON boolean */
     FIELD_STRING, /* plain JSON string, buffer of size `hi` */
     FIELD_OBJECT, /* nested object: the section `offset` names */
+    FIELD_BUSBW,  /* optional per-size table (struct moe_busbw_table); absent = none */
 };
 
 /* The objects of a cluster file; each table row belongs to one (its parent). */
@@ -153,6 +154,7 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_NVLINK, "nvls_busbw_gbps", nvlink.nvls_busbw_gbps, 0, BW_MAX),
     FIG_REAL(SEC_NVLINK, "allreduce_gbps", nvlink.allreduce_gbps, 0, BW_MAX),
     FIG_REAL(SEC_NVLINK, "reducescatter_gbps", nvlink.reducescatter_gbps, 0, BW_MAX),
+    {SEC_NVLINK, "busbw_by_size", FIELD_BUSBW, OFF(nvlink.busbw_by_size), 0, BW_MAX},
 
     FIG_REAL(SEC_SCALEOUT, "nic_gbps", net.nic_gbps, 0, BW_MAX),
     FIG_REAL(SEC_SCALEOUT, "eff", net.eff, 0, FRAC_MAX),
@@ -259,6 +261,84 @@ static enum moe_status read_number(const cJSON *obj,
     return MOE_OK;
 }
 
+/* The collectives' keys in a busbw_by_size object, in enum moe_busbw_coll order. */
+static const char *const busbw_colls[MOE_BUSBW_NUM_KINDS] = {
+    "allreduce", "allgather", "reducescatter", "alltoall", "sendrecv"};
+
+/* One collective's {"bytes": [...], "busbw_gbps": [...]} into row c of t. */
+static enum moe_status read_busbw_row(
+    const cJSON *o, int c, const char *where, struct moe_busbw_table *t, struct moe_diag *diag)
+{
+    static const char *const keys[] = {"bytes", "busbw_gbps"};
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), where, diag));
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "bytes");
+    const cJSON *y = cJSON_GetObjectItemCaseSensitive(o, "busbw_gbps");
+    int n = cJSON_GetArraySize(x);
+    if (!cJSON_IsArray(x) || !cJSON_IsArray(y) || n != cJSON_GetArraySize(y) || n < 1 ||
+        n > MOE_BUSBW_MAX_SIZES) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "%s: needs arrays \"bytes\" and \"busbw_gbps\" of equal length "
+                            "1..%d",
+                            where, MOE_BUSBW_MAX_SIZES);
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *xi = cJSON_GetArrayItem(x, i);
+        const cJSON *yi = cJSON_GetArrayItem(y, i);
+        if (!cJSON_IsNumber(xi) || !cJSON_IsNumber(yi)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: point %d is not a pair of numbers",
+                                where, i);
+        }
+        t->bytes[c][i] = xi->valuedouble;
+        t->gbps[c][i] = yi->valuedouble;
+        if (!(t->gbps[c][i] <= BW_MAX)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: busbw_gbps[%d] = %g is over %g GB/s",
+                                where, i, t->gbps[c][i], BW_MAX);
+        }
+    }
+    t->num_sizes[c] = n;
+    return MOE_OK;
+}
+
+/* Optional {"source": "...", "<collective>": {...}, ...}: absent leaves the table empty; the
+ * sizes' order and signs are moe_cluster_validate's. */
+static enum moe_status read_busbw(const cJSON *obj,
+                                  const struct cluster_field *f,
+                                  const char *where,
+                                  unsigned char *base,
+                                  struct moe_diag *diag)
+{
+    struct moe_busbw_table t;
+    memset(&t, 0, sizeof(t));
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(obj, f->key);
+    if (o != NULL) {
+        char w[160];
+        (void)snprintf(w, sizeof(w), "%s.%s", where, f->key);
+        const char *keys[MOE_BUSBW_NUM_KINDS + 1] = {"source"};
+        for (int c = 0; c < MOE_BUSBW_NUM_KINDS; c++) {
+            keys[c + 1] = busbw_colls[c];
+        }
+        if (!cJSON_IsObject(o)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s: expected a JSON object", w);
+        }
+        MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source");
+        if (!cJSON_IsString(src) || src->valuestring[0] == '\0') {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s.source: a non-empty string is required",
+                                w);
+        }
+        for (int c = 0; c < MOE_BUSBW_NUM_KINDS; c++) {
+            const cJSON *row = cJSON_GetObjectItemCaseSensitive(o, busbw_colls[c]);
+            if (row != NULL) {
+                char wr[192];
+                (void)snprintf(wr, sizeof(wr), "%s.%s", w, busbw_colls[c]);
+                MOE_TRY(read_busbw_row(row, c, wr, &t, diag));
+            }
+        }
+    }
+    memcpy(base + f->offset, &t, sizeof(t));
+    return MOE_OK;
+}
+
 static enum moe_status read_fields(const cJSON *obj,
                                    enum field_section sec,
                                    const char *where,
@@ -290,6 +370,9 @@ static enum moe_status read_fields(const cJSON *obj,
             MOE_TRY(moe_json_get_string(obj, f->key, true, buf, (size_t)f->hi, where, diag));
             break;
         }
+        case FIELD_BUSBW:
+            MOE_TRY(read_busbw(obj, f, where, base, diag));
+            break;
         case FIELD_OBJECT: {
             const cJSON *sub = cJSON_GetObjectItemCaseSensitive(obj, f->key);
             if (sub == NULL) {
@@ -765,6 +848,49 @@ static cJSON *figure_json(double v, const char *source)
 
 static cJSON *field_json(const struct cluster_field *f, const unsigned char *base, const char *src);
 
+static bool has_busbw(const unsigned char *p)
+{
+    struct moe_busbw_table t;
+    memcpy(&t, p, sizeof(t));
+    for (int c = 0; c < MOE_BUSBW_NUM_KINDS; c++) {
+        if (t.num_sizes[c] > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static cJSON *busbw_json(const unsigned char *p, const char *src)
+{
+    struct moe_busbw_table t;
+    memcpy(&t, p, sizeof(t));
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o != NULL && cJSON_AddStringToObject(o, "source", src) != NULL;
+    for (int c = 0; c < MOE_BUSBW_NUM_KINDS && ok; c++) {
+        if (t.num_sizes[c] < 1) {
+            continue;
+        }
+        cJSON *row = cJSON_AddObjectToObject(o, busbw_colls[c]);
+        cJSON *x = row != NULL ? cJSON_CreateDoubleArray(t.bytes[c], t.num_sizes[c]) : NULL;
+        cJSON *y = x != NULL ? cJSON_CreateDoubleArray(t.gbps[c], t.num_sizes[c]) : NULL;
+        ok = y != NULL && cJSON_AddItemToObject(row, "bytes", x);
+        if (!ok) {
+            cJSON_Delete(x);
+            cJSON_Delete(y);
+            break;
+        }
+        ok = cJSON_AddItemToObject(row, "busbw_gbps", y);
+        if (!ok) {
+            cJSON_Delete(y);
+        }
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 static bool
 add_fields(cJSON *obj, enum field_section sec, const unsigned char *base, const char *source)
 {
@@ -772,6 +898,9 @@ add_fields(cJSON *obj, enum field_section sec, const unsigned char *base, const 
         const struct cluster_field *f = &cluster_fields[i];
         if (f->parent != sec) {
             continue;
+        }
+        if (f->kind == FIELD_BUSBW && !has_busbw(base + f->offset)) {
+            continue; /* optional: written only when measured */
         }
         cJSON *item = field_json(f, base, source);
         if (item == NULL || !cJSON_AddItemToObject(obj, f->key, item)) {
@@ -802,6 +931,8 @@ static cJSON *field_json(const struct cluster_field *f, const unsigned char *bas
     }
     case FIELD_STRING:
         return cJSON_CreateString((const char *)(base + f->offset));
+    case FIELD_BUSBW:
+        return busbw_json(base + f->offset, src);
     case FIELD_OBJECT: {
         cJSON *obj = cJSON_CreateObject();
         if (obj != NULL && !add_fields(obj, (enum field_section)f->offset, base, src)) {

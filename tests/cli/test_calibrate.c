@@ -11,6 +11,7 @@
  *   the grouped factor against the curve at each expert's own rows.
  */
 #include "cli/calibrate.h"
+#include "model/comm_cost.h"
 #include "model/compute.h"
 #include "tests/test_util.h"
 
@@ -63,6 +64,27 @@ static void test_real_host_fit(void **state)
     if (fit.coll[MOE_CALIB_ALLREDUCE].points >= 2) {
         assert_true(cl.nvlink.allreduce_gbps == fit.coll[MOE_CALIB_ALLREDUCE].busbw_gbps);
     }
+    /* Every size the bench measured for the largest group is kept as measured, ascending, and
+     * prices that size inside the domain (at a measured size: its measured time). */
+    const struct moe_busbw_table *tab = &cl.nvlink.busbw_by_size;
+    assert_true(tab->num_sizes[MOE_BUSBW_ALLGATHER] >= fit.coll[MOE_CALIB_ALLGATHER].points);
+    const cJSON *c = NULL;
+    int checked = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(bench, "collectives"))
+    {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(c, "op");
+        int gs = (int)cJSON_GetObjectItemCaseSensitive(c, "group_size")->valuedouble;
+        if (strcmp(op->valuestring, "reducescatter") != 0 || gs != fit.ranks) {
+            continue;
+        }
+        double bytes = cJSON_GetObjectItemCaseSensitive(c, "bytes")->valuedouble;
+        double us = cJSON_GetObjectItemCaseSensitive(c, "time_us")->valuedouble;
+        struct moe_group_place g;
+        moe_comm_group_place(gs, 1, cl.nvlink.domain_gpus, &g);
+        assert_true(fabs(moe_comm_reducescatter_s(&cl, &g, bytes) * 1e6 - us) <= 1e-6 * us);
+        checked++;
+    }
+    assert_int_equal(checked, tab->num_sizes[MOE_BUSBW_REDUCESCATTER]);
     const cJSON *it = NULL;
     int points = 0;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "gemm"))

@@ -162,6 +162,22 @@ static void test_bandwidths_and_peaks(void **state)
     cl.nvlink.allreduce_gbps = 2.5; /* a measured CPU-host figure: accepted */
     struct moe_diag diag = {0};
     assert_int_equal(moe_cluster_validate(&cl, &diag), MOE_OK);
+    /* A per-size table: sizes positive and rising, bandwidths positive. */
+    struct moe_busbw_table *t = &cl.nvlink.busbw_by_size;
+    t->num_sizes[MOE_BUSBW_ALLGATHER] = 2;
+    t->bytes[MOE_BUSBW_ALLGATHER][0] = 8192.0;
+    t->bytes[MOE_BUSBW_ALLGATHER][1] = 32768.0;
+    t->gbps[MOE_BUSBW_ALLGATHER][0] = 1.0;
+    t->gbps[MOE_BUSBW_ALLGATHER][1] = 3.0;
+    assert_int_equal(moe_cluster_validate(&cl, &diag), MOE_OK);
+    t->bytes[MOE_BUSBW_ALLGATHER][1] = 8192.0;
+    expect_invalid(&cl, "sizes must rise");
+    t->bytes[MOE_BUSBW_ALLGATHER][1] = 32768.0;
+    t->gbps[MOE_BUSBW_ALLGATHER][0] = 0.0;
+    expect_invalid(&cl, "bandwidths be positive");
+    t->gbps[MOE_BUSBW_ALLGATHER][0] = 1.0;
+    t->num_sizes[MOE_BUSBW_ALLGATHER] = MOE_BUSBW_MAX_SIZES + 1;
+    expect_invalid(&cl, "allowed");
 }
 
 static void test_fractions(void **state)

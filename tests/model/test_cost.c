@@ -203,6 +203,46 @@ static void test_busbw_factors(void **state)
     ASSERT_NEAR(moe_comm_allgather_s(&cl, &g, s), t1 / 2.0, 1e-12);
 }
 
+/* A per-size table (calibrate on a CPU host) prices a collective inside one domain at the busbw
+ * measured at its size, interpolated in log size; without it, or across domains, the line. */
+static void test_busbw_by_size(void **state)
+{
+    (void)state;
+    struct moe_cluster cl;
+    test_cluster(&cl);
+    struct moe_group_place g;
+    moe_comm_group_place(2, 1, 2, &g);
+    struct moe_busbw_table *t = &cl.nvlink.busbw_by_size;
+    t->num_sizes[MOE_BUSBW_REDUCESCATTER] = 3;
+    const double sizes[3] = {1024.0, 1048576.0, 4194304.0};
+    const double gbps[3] = {0.5, 8.0, 2.0};
+    for (int i = 0; i < 3; i++) {
+        t->bytes[MOE_BUSBW_REDUCESCATTER][i] = sizes[i];
+        t->gbps[MOE_BUSBW_REDUCESCATTER][i] = gbps[i];
+    }
+    double line_ag = moe_comm_allgather_s(&cl, &g, 2097152.0);
+    /* At a measured size: that size's time (busbw = S (n-1)/n / t, nccl-tests). */
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, 1048576.0), 0.5 * 1048576.0 / 8e9, 1e-15);
+    /* 2 MiB is halfway between 1 and 4 MiB in log size: busbw (8 + 2) / 2 = 5 GB/s. */
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, 2097152.0), 0.5 * 2097152.0 / 5e9, 1e-15);
+    /* Past the largest size its busbw; below the smallest that size's (latency-bound) time. */
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, 16777216.0), 0.5 * 16777216.0 / 2e9, 1e-15);
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g, 64.0), 0.5 * 1024.0 / 0.5e9, 1e-15);
+    /* A collective without a row keeps its line. */
+    ASSERT_NEAR(moe_comm_allgather_s(&cl, &g, 2097152.0), line_ag, 1e-15);
+    /* Across domains the table (one domain's measurement) does not apply. */
+    struct moe_group_place g2;
+    moe_comm_group_place(4, 1, 2, &g2);
+    double across = moe_comm_reducescatter_s(&cl, &g2, 2097152.0);
+    t->num_sizes[MOE_BUSBW_REDUCESCATTER] = 0;
+    ASSERT_NEAR(moe_comm_reducescatter_s(&cl, &g2, 2097152.0), across, 1e-15);
+    /* Point-to-point inside the domain reads the send/recv row. */
+    t->num_sizes[MOE_BUSBW_SENDRECV] = 1;
+    t->bytes[MOE_BUSBW_SENDRECV][0] = 4096.0;
+    t->gbps[MOE_BUSBW_SENDRECV][0] = 4.0;
+    ASSERT_NEAR(moe_comm_p2p_s(&cl, true, 8192.0), 8192.0 / 4e9, 1e-15);
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -859,6 +899,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_busbw_factors),
+        cmocka_unit_test(test_busbw_by_size),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),

@@ -275,6 +275,43 @@ static void test_unknown_keys(void **state)
     cJSON_Delete(root);
 }
 
+/* The optional nvlink.busbw_by_size (calibrate on a CPU host): written only when measured, read
+ * back exactly; a typo inside it, unequal arrays or falling sizes fail the load. */
+static void test_busbw_by_size(void **state)
+{
+    const struct fixture *fx = *state;
+    struct moe_cluster a;
+    struct moe_cluster b;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    load_ok("dgx-h100", &a);
+    cJSON *json = moe_cluster_to_json(&a, "test");
+    assert_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(json, "nvlink"),
+                                                 "busbw_by_size"));
+    cJSON_Delete(json);
+    struct moe_busbw_table *t = &a.nvlink.busbw_by_size;
+    t->num_sizes[MOE_BUSBW_REDUCESCATTER] = 3;
+    for (int i = 0; i < 3; i++) {
+        t->bytes[MOE_BUSBW_REDUCESCATTER][i] = 8192.0 * (1 << (2 * i));
+        t->gbps[MOE_BUSBW_REDUCESCATTER][i] = 1.5 + i;
+    }
+    json = moe_cluster_to_json(&a, "test");
+    assert_int_equal(moe_cluster_from_json(json, "round trip", &b, &diag), MOE_OK);
+    assert_memory_equal(&a, &b, sizeof(a));
+    cJSON *tab = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(json, "nvlink"),
+                                                  "busbw_by_size");
+    cJSON *row = cJSON_GetObjectItemCaseSensitive(tab, "reducescatter");
+    cJSON_AddItemToObject(row, "latency", cJSON_CreateNumber(1));
+    expect_load_fails(fx, json, "busbw-typo.json", MOE_ERR_INVALID, "latency", NULL);
+    cJSON_DeleteItemFromObjectCaseSensitive(row, "latency");
+    cJSON_DeleteItemFromArray(cJSON_GetObjectItemCaseSensitive(row, "bytes"), 2);
+    expect_load_fails(fx, json, "busbw-short.json", MOE_ERR_INVALID, "equal length", NULL);
+    double falling[3] = {8192.0, 4096.0, 65536.0};
+    cJSON_ReplaceItemInObjectCaseSensitive(row, "bytes", cJSON_CreateDoubleArray(falling, 3));
+    expect_load_fails(fx, json, "busbw-falling.json", MOE_ERR_INVALID, "sizes must rise", NULL);
+    cJSON_Delete(json);
+}
+
 static void test_figure_needs_source(void **state)
 {
     const struct fixture *fx = *state;
@@ -656,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_published_figures),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_busbw_by_size),
         cmocka_unit_test(test_figure_needs_source),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_malformed_and_missing),
