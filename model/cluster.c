@@ -121,6 +121,7 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gpu.attn_bwd_half_dim", g->attn_bwd_half_dim, 0.0, false, big, "head dims, 0 = gemm's"},
         {"gpu.hbm_eff", g->hbm_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.elem_eff", g->elem_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
+        {"gpu.act_eff", g->act_eff, 0.0, false, fmax, "fraction of HBM bandwidth, 0 = elem_eff"},
         {"gpu.optimizer_eff", g->optimizer_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.kernel_launch_us", g->kernel_launch_us, 0.0, false, big, "microseconds"},
         {"gpu.host_cpp_op_us", g->host_cpp_op_us, 0.0, false, big, "microseconds"},

@@ -70,6 +70,8 @@ struct moe_gpu {
     double attn_bwd_half_dim;         /* the same for the backward */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
+    double act_eff;                   /* the MLP activation's (SwiGLU / GELU: an exp or tanh per
+                                         element) fraction where it differs; 0 = elem_eff */
     double optimizer_eff;             /* the optimizer pass's (norm, Adam, weight copy) fraction */
     double kernel_launch_us;          /* host time per Python-level call of the framework
                                          (a Transformer Engine module, autograd Function,

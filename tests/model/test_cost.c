@@ -243,6 +243,31 @@ static void test_busbw_by_size(void **state)
     ASSERT_NEAR(moe_comm_p2p_s(&cl, true, 8192.0), 8192.0 / 4e9, 1e-15);
 }
 
+/* The MLP activation at its own rate (gpu.act_eff; a CPU host's SwiGLU runs an exp per element):
+ * 0 prices it as the other elementwise kernels, and halving the rate adds exactly the activation's
+ * time again, all of it in the expert GEMM phase and the dense MLP's compute. */
+static void test_activation_rate(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    struct moe_prediction a = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    cl.gpu.act_eff = cl.gpu.elem_eff;
+    struct moe_prediction b = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    ASSERT_NEAR(b.step_time_s, a.step_time_s, 1e-12 * a.step_time_s);
+    cl.gpu.act_eff = cl.gpu.elem_eff / 2.0;
+    struct moe_prediction c = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    assert_true(c.time.expert_gemm > a.time.expert_gemm);
+    cl.gpu.act_eff = cl.gpu.elem_eff / 3.0;
+    struct moe_prediction d = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+    /* Linear in 1/act_eff: 1x, 2x, 3x the activation time. */
+    ASSERT_NEAR(d.time.expert_gemm - c.time.expert_gemm, c.time.expert_gemm - a.time.expert_gemm,
+                1e-9 * a.time.expert_gemm);
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -900,6 +925,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_busbw_factors),
         cmocka_unit_test(test_busbw_by_size),
+        cmocka_unit_test(test_activation_rate),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),
