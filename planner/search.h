@@ -24,8 +24,8 @@
  *     fixed context already exceed the capacity;
  *   - time: T(c) >= T(d) - dp_comm(d) for every candidate c that d dominates pass by pass (d has
  *     no recompute and no activation offload, TP overlap on and full-iteration CUDA graphs; proof
- *     in search.c), and a layer-cost lower bound (bound.c) over whole layouts; a group whose bound
- *     cannot reach the top-k or the Pareto front is dropped;
+ *     in search_group.c), and a layer-cost lower bound (bound.c) over whole layouts; a group whose
+ *     bound cannot reach the top-k or the Pareto front is dropped;
  *   - dominance (never slower, never larger, in every case): overlap of the gradient
  *     reduce-scatter and of the parameter all-gather, FP8 parameter gather; equivalence
  *     (identical predictions): delay-wgrad (not priced), the CUDA-graph implementation

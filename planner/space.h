@@ -4,7 +4,7 @@
  * dimension takes for a request, the conversion to the model's structs, the total order that breaks
  * step-time ties, and a cache of option validity per layout class.
  *
- * Internal to planner/ (search.c, bound.c, report.c and the tests use it). Option lists contain
+ * Internal to planner/ (search*.c, bound.c, report.c and the tests use it). Option lists contain
  * only canonical values: a value the cost model cannot tell from an earlier one (a redundant module
  * set, the transformer_engine CUDA-graph implementation where local is identical, a dispatcher at
  * EP=1) is listed once; search.h lists every such equivalence and the test checking it.

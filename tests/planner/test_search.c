@@ -205,8 +205,8 @@ static void test_exhaustive_tight(void **state)
 }
 
 /* Offload copies that show (a host link 20x slower), with and without EP overlap: the offload
- * sets' bound from their row's prediction (search.c offload_time_bound) prunes only what the
- * exhaustive search also rejects. */
+ * sets' bound from their row's prediction (search_offload.c offload_time_bound) prunes only what
+ * the exhaustive search also rejects. */
 static void test_exhaustive_slow_host(void **state)
 {
     (void)state;
@@ -677,7 +677,7 @@ static void test_claim_equivalence(void **state)
     }
 }
 
-/* The dominator bound (search.c): T(c) >= T(d) - dp_comm(d) for c in d's group; exactly
+/* The dominator bound (search_group.c): T(c) >= T(d) - dp_comm(d) for c in d's group; exactly
  * T(c) >= T(d) without interleaving and without 1F1B EP overlap. The same between fine-grained
  * offload sets, a set against its subsets (search_fine), and for the time-only values against
  * the dominant ones: those two exact under EP overlap too (GROW_PASSES). */
@@ -824,8 +824,8 @@ static void test_claim_bounds(void **state)
             moe_mem_stage_contents(&c->p.cfg, &c->lay, pk.p.worst_stage, &sc);
             double st = moe_plan_bound_stage_static(&c->sp, &c->lay, &sc, -1, 0);
             assert_true(pk.p.mem.weights + pk.p.mem.grads + pk.p.mem.optimizer >= st * (1 - 1e-12));
-            /* offload memory bound (search.c, offload_bound_of): M(r, f) >= M(r, g) - delta(g)
-             * for every superset g of f (the row bound takes every module) */
+            /* offload memory bound (search_offload.c, offload_bound_of): M(r, f) >= M(r, g) -
+             * delta(g) for every superset g of f (the row bound takes every module) */
             if (k.off == 1 && k.rc != MOE_RECOMPUTE_FULL) {
                 for (int side = 0; side < 2; side++) {
                     struct moe_plan_okey v = k;
