@@ -5,11 +5,14 @@
  * category), initialises the weights and the data. A step: next global batch -> zero gradients ->
  * pipeline schedule (forward/backward of every micro-batch) -> reductions, optimizer, expert bias.
  * Nothing is allocated inside a step; the per-op temporaries come from an arena reset every step.
+ * The queries at the end include what ran of the plan (moe_eng_ran_options: each option the engine
+ * runs otherwise, and how), which creation logs and run.json reports (engine/report.c).
  */
 #include "engine/check.h"
 #include "engine/internal.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -656,6 +659,115 @@ const struct moe_layout *moe_eng_layout(const moe_eng_t *e)
     return &e->plan.layout;
 }
 
+/* Append one difference to diffs (dropped past MOE_ENG_MAX_DIFFS). */
+static void diff(char diffs[MOE_ENG_MAX_DIFFS][160], int *num, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void diff(char diffs[MOE_ENG_MAX_DIFFS][160], int *num, const char *fmt, ...)
+{
+    if (*num >= MOE_ENG_MAX_DIFFS) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(diffs[*num], 160, fmt, ap);
+    va_end(ap);
+    (*num)++;
+}
+
+/*
+ * What ran, option by option. The engine implements the layout, the dispatchers (flat,
+ * hierarchical, allgather), capacity factors, forced load balancing (random router logits, as
+ * Megatron), grouped or per-expert expert GEMMs, recompute, activation offload, optimizer CPU
+ * offload (CPU backend), the overlaps of gradient reduction, parameter gathering and the EP
+ * all-to-all, and precision recipes by emulation (--emulate-precision); everything else below runs
+ * otherwise, and says how.
+ */
+void moe_eng_ran_options(const struct moe_eng *e,
+                         struct moe_options *ran,
+                         char diffs[MOE_ENG_MAX_DIFFS][160],
+                         int *num)
+{
+    const struct moe_options *p = &e->planned;
+    *ran = e->plan.options;
+    *num = 0;
+    if (!p->is_fp32_training) {
+        diff(diffs, num,
+             "fp32 training: the plan trains in BF16; the engine stores and computes in fp32");
+    }
+    if (p->recipe != MOE_RECIPE_BF16 && !e->opts.emulate_precision) {
+        ran->recipe = MOE_RECIPE_BF16;
+        diff(diffs, num,
+             "recipe %s: not emulated (run with --emulate-precision); ran fp32 GEMM inputs",
+             moe_recipe_name(p->recipe));
+    }
+    if (e->opts.router_skew != 0.0 && e->d.experts > 0) {
+        ran->force_load_balancing = false;
+        diff(diffs, num,
+             "routing: random logits with %+.2f on EP rank 0's experts (--moe-router-skew), a "
+             "measured imbalance (compare --observed-load prices it)",
+             e->opts.router_skew);
+    }
+    if (p->tp_comm_overlap) {
+        ran->tp_comm_overlap = false;
+        diff(diffs, num, "tp_comm_overlap: the engine's TP collectives block (no overlap)");
+    }
+    if (p->delay_wgrad_compute && !(e->fallbacks & MOE_ENG_FB_EP_OVERLAP)) {
+        ran->delay_wgrad_compute = false;
+        diff(diffs, num, "delay_wgrad_compute: weight gradients run with the data gradients");
+    }
+    if (p->fp8_param_gather) {
+        ran->fp8_param_gather = false;
+        diff(diffs, num, "fp8_param_gather: the engine gathers fp32 parameters");
+    }
+    if (p->optimizer_cpu_offload && p->optimizer_offload_fraction > 0.0 &&
+        p->optimizer_offload_fraction < 1.0) {
+        ran->optimizer_offload_fraction = 1.0;
+        diff(diffs, num,
+             "optimizer_offload_fraction %.2f: the engine offloads all of the optimizer state",
+             p->optimizer_offload_fraction);
+    }
+    if (p->moe_hot_expert_replicas > 0) {
+        ran->moe_hot_expert_replicas = 0;
+        diff(diffs, num, "moe_hot_expert_replicas %d: not implemented; no expert is replicated",
+             p->moe_hot_expert_replicas);
+    }
+    bool graphs = e->is_device && e->opts.use_cuda_graphs;
+    if (p->cuda_graph_impl != MOE_CG_NONE && !graphs) {
+        ran->cuda_graph_impl = MOE_CG_NONE;
+        ran->cuda_graph_modules = 0;
+        diff(diffs, num, "cuda graphs: %s",
+             e->is_device ? "not asked for (--cuda-graphs)" : "none on the CPU backend");
+    } else if (p->cuda_graph_impl != MOE_CG_NONE) {
+        diff(diffs, num, "cuda graphs: dense layers' forwards only; MoE layers run eagerly");
+    }
+    if (e->fallbacks & (MOE_ENG_FB_HIER_ETP | MOE_ENG_FB_HIER_DEVICE)) {
+        ran->dispatcher = MOE_DISPATCH_ALLTOALL;
+        diff(diffs, num,
+             "dispatcher %s: the hierarchical dispatcher runs %s; ran the flat all-to-all",
+             moe_dispatcher_name(p->dispatcher),
+             (e->fallbacks & MOE_ENG_FB_HIER_DEVICE) ? "on the CPU backend only"
+                                                     : "with etp = 1 only");
+    }
+    if (e->fallbacks & MOE_ENG_FB_EP_OVERLAP) {
+        ran->overlap_moe_ep_comm = false;
+        ran->delay_wgrad_compute = false;
+        diff(diffs, num,
+             "overlap_moe_ep_comm: implemented for the flat dispatcher, etp = 1 and dropless "
+             "routing; ran without it");
+    }
+    if (e->d.experts > 0 && e->opts.has_dispatcher_override) {
+        bool plan_hier =
+            p->dispatcher == MOE_DISPATCH_DEEPEP || p->dispatcher == MOE_DISPATCH_HYBRIDEP;
+        if (plan_hier != e->is_hierarchical) {
+            ran->dispatcher = e->is_hierarchical ? MOE_DISPATCH_DEEPEP : MOE_DISPATCH_ALLTOALL;
+            diff(diffs, num, "dispatcher %s: ran %s (--dispatcher)",
+                 moe_dispatcher_name(p->dispatcher),
+                 e->is_hierarchical ? "hierarchical (one copy per node)" : "flat all-to-all");
+        }
+    }
+}
+
 const char *moe_eng_backend_name(const moe_eng_t *e)
 {
     if (moe_eng_dev_is_emulated(e->ctx.dev)) {
@@ -701,14 +813,4 @@ void moe_eng_param_write(
 size_t moe_eng_num_allocs(const moe_eng_t *e)
 {
     return e->ctx.heap.num_allocs;
-}
-
-bool moe_eng_all_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(x[i])) {
-            return false;
-        }
-    }
-    return true;
 }

@@ -28,7 +28,7 @@
  * all-to-all (--overlap-moe-expert-parallel-comm), capacity factor with token drop, forced load
  * balancing (random router logits, as Megatron), grouped or per-expert expert GEMMs. The others
  * run otherwise, and run.json says how ("ran": the options that ran; "plan_differences": a line
- * each; engine/report.c moe_eng_ran_options).
+ * each; engine/engine.c moe_eng_ran_options).
  *
  * Objective and reductions: loss = sum of token cross-entropies / tokens in the global batch, plus
  * the router losses averaged over micro-batches; gradients are summed (not averaged) over ranks, so

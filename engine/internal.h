@@ -535,7 +535,7 @@ MOE_NODISCARD enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_
 #define MOE_ENG_ROPE_BASE 10000.0f
 
 void moe_eng_acts_carve(struct moe_eng *e);
-/* ---- What ran (engine/report.c) -------------------------------------------------------------- */
+/* ---- What ran (engine/engine.c) -------------------------------------------------------------- */
 
 enum { MOE_ENG_MAX_DIFFS = 16 };
 /* Plan options the engine runs otherwise where it lacks them (moe_eng_ran_options says how). */
@@ -598,45 +598,6 @@ void moe_eng_layer_bwd(struct moe_eng *e,
                        struct moe_eng_layer_act *a,
                        const struct moe_eng_rc *rc,
                        float *d);
-/* Name of the first parameter of layer w with a non-finite weight, or NULL (scans engine memory:
- * a failure path). */
-const char *moe_eng_nonfinite_weight(struct moe_eng *e, const struct moe_eng_layer_w *w);
-/* Linear layer helpers with optional precision emulation (qdq of GEMM inputs); bias [out] may be
- * NULL (d_bias too). */
-void moe_eng_linear_fwd(struct moe_eng *e,
-                        float *y,
-                        const float *x,
-                        const float *w,
-                        const float *bias,
-                        int rows,
-                        int in,
-                        int out);
-void moe_eng_linear_bwd(struct moe_eng *e,
-                        float *dx,
-                        float *dw,
-                        float *d_bias,
-                        const float *dy,
-                        const float *x,
-                        const float *w,
-                        int rows,
-                        int in,
-                        int out,
-                        bool accumulate_dx);
-
-/* Workspace bytes of one attention call (the largest query chunk against a whole sequence). */
-size_t moe_eng_attn_ws_bytes(const struct moe_eng *e);
-
-/* Sequence-parallel helpers over TP: gather [Ms, C] -> [M, C]; reduce partial [M, C] -> [Ms, C]. */
-const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, int cols);
-void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols);
-/* Temporary [M, cols] for moe_eng_sp_gather when gathering is needed, else NULL. */
-float *moe_eng_gather_buf(struct moe_eng *e, int cols);
-
-/* The FFN activation: SwiGLU on fc1 [rows, 2 f] or GELU on fc1 [rows, f] -> act [rows, f]. */
-void moe_eng_act_fwd(struct moe_eng *e, float *act, const float *fc1, int rows, int f);
-void moe_eng_act_bwd(
-    struct moe_eng *e, float *d_fc1, const float *d_act, const float *fc1, int rows, int f);
-
 /* A dense MLP's tensors (the layer's MLP or its shared expert); biases have numel 0 when absent. */
 struct moe_eng_mlp_w {
     const struct moe_eng_tensor *fc1, *fc2, *fc1_bias, *fc2_bias;
@@ -671,6 +632,9 @@ enum { MOE_ENG_LAYER_TENSORS = 40 };
 int moe_eng_layer_tensors(struct moe_eng_layer_w *w, struct moe_eng_tensor **out);
 
 /* ---- attention.c / mla.c: the attention block ----------------------------------------------- */
+
+/* Workspace bytes of one attention call (the largest query chunk against a whole sequence). */
+size_t moe_eng_attn_ws_bytes(const struct moe_eng *e);
 
 /* From a->x: attention norm, projections, core attention, output projection, residual (a->x2) and
  * the pre-MLP norm (a->h2). */
@@ -732,7 +696,11 @@ void moe_eng_allgather_bwd(struct moe_eng *e,
                            const float *dout,
                            float *dh,
                            float *d_topk_w);
-/* The expert-path helpers moe_block.c shares with it. */
+/* ---- experts.c: the routed experts' grouped GEMMs (moe_block.c and allgather.c call them) --- */
+
+/* The local experts' grouped GEMMs: x [R, in] rows grouped by counts [El] (host and engine-memory
+ * copies), stacked weights w [El, out, in], bias [El, out] may be NULL (d_bias too); y [R, out]
+ * (overwrite), dx [R, in] (overwrite), dw [El, out, in] and d_bias (accumulate). */
 void moe_eng_grouped_fwd(struct moe_eng *e,
                          float *y,
                          const float *x,
@@ -753,6 +721,41 @@ void moe_eng_grouped_bwd(struct moe_eng *e,
                          const int *counts_dev,
                          int in,
                          int out);
+
+/* ---- linear.c: linear layers, sequence-parallel gather/reduce, FFN activation -------------- */
+
+/* Linear layer helpers with optional precision emulation (qdq of GEMM inputs); bias [out] may be
+ * NULL (d_bias too). */
+void moe_eng_linear_fwd(struct moe_eng *e,
+                        float *y,
+                        const float *x,
+                        const float *w,
+                        const float *bias,
+                        int rows,
+                        int in,
+                        int out);
+void moe_eng_linear_bwd(struct moe_eng *e,
+                        float *dx,
+                        float *dw,
+                        float *d_bias,
+                        const float *dy,
+                        const float *x,
+                        const float *w,
+                        int rows,
+                        int in,
+                        int out,
+                        bool accumulate_dx);
+
+/* Sequence-parallel helpers over TP: gather [Ms, C] -> [M, C]; reduce partial [M, C] -> [Ms, C]. */
+const float *moe_eng_sp_gather(struct moe_eng *e, const float *x, float *buf, int cols);
+void moe_eng_sp_reduce(struct moe_eng *e, float *out, float *partial, int cols);
+/* Temporary [M, cols] for moe_eng_sp_gather when gathering is needed, else NULL. */
+float *moe_eng_gather_buf(struct moe_eng *e, int cols);
+
+/* The FFN activation: SwiGLU on fc1 [rows, 2 f] or GELU on fc1 [rows, f] -> act [rows, f]. */
+void moe_eng_act_fwd(struct moe_eng *e, float *act, const float *fc1, int rows, int f);
+void moe_eng_act_bwd(
+    struct moe_eng *e, float *d_fc1, const float *d_act, const float *fc1, int rows, int f);
 
 /* ---- head.c: embedding, final norm, output layer, loss --------------------------------------- */
 
@@ -848,9 +851,9 @@ void moe_eng_scal_flush(struct moe_eng *e);
 void moe_eng_note_layer_sums(struct moe_eng *e, int layer, const float *x2, const float *out);
 /* Bytes of host temporaries the CUDA backend needs at most at once (e->htemp). */
 size_t moe_eng_host_temp_bytes(const struct moe_eng *e);
-
-/* ---- checkpoint.c / report.c ----------------------------------------------------------------- */
-
+/* Name of the first parameter of layer w with a non-finite weight, or NULL (scans engine memory:
+ * a failure path). */
+const char *moe_eng_nonfinite_weight(struct moe_eng *e, const struct moe_eng_layer_w *w);
 /* Finite check helper: true when every x[n] is finite. */
 bool moe_eng_all_finite(const float *x, size_t n);
 

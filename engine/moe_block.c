@@ -1,8 +1,8 @@
 /*
  * The MoE block: router (softmax, or sigmoid with expert bias and group-limited top-k; switch
  * load-balancing and z losses), token dispatch to the experts' EP ranks, the routed SwiGLU experts
- * as grouped GEMMs, and the weighted combine back to the tokens' owners. DeepEP's vocabulary:
- * dispatch layout (tokens per expert, slot <-> row maps), dispatch, combine.
+ * as grouped GEMMs (engine/experts.c), and the weighted combine back to the tokens' owners.
+ * DeepEP's vocabulary: dispatch layout (tokens per expert, slot <-> row maps), dispatch, combine.
  *
  * Flow of one micro-batch on a rank (Megatron-Core's alltoall dispatcher with ETP): own tokens
  * h[Ms, C] -> route -> permute into expert order -> EP all-to-all-v (counts exchanged first) -> ETP
@@ -24,208 +24,6 @@
 
 #include <string.h>
 
-/* ---- Grouped GEMMs with precision emulation -------------------------------------------------- */
-
-/* Per-expert qdq of rows [R, cols] grouped by counts, or of stacked weights [El, out, cols]. */
-static const float *
-qdq_rows(struct moe_eng *e, const float *x, const int *counts, int num, int cols, int role)
-{
-    if (!e->opts.emulate_precision) {
-        return x;
-    }
-    size_t rows = 0;
-    for (int i = 0; i < num; i++) {
-        rows += (size_t)counts[i];
-    }
-    float *out = moe_eng_arena_floats(&e->temp, rows * (size_t)cols);
-    enum moe_recipe r = e->plan.options.recipe;
-    size_t off = 0;
-    for (int i = 0; i < num; i++) {
-        if (counts[i] > 0) {
-            enum moe_k_qformat f = MOE_K_QFMT_BF16;
-            enum moe_k_qrecipe q = MOE_K_QRECIPE_CAST;
-            switch (r) {
-            case MOE_RECIPE_FP8_TENSORWISE:
-            case MOE_RECIPE_FP8_DELAYED:
-                f = role == 2 ? MOE_K_QFMT_FP8_E5M2 : MOE_K_QFMT_FP8_E4M3;
-                q = MOE_K_QRECIPE_TENSORWISE;
-                break;
-            case MOE_RECIPE_FP8_BLOCKWISE:
-                f = MOE_K_QFMT_FP8_E4M3;
-                q = role == 1 ? MOE_K_QRECIPE_BLOCK_128X128 : MOE_K_QRECIPE_BLOCK_1X128;
-                break;
-            case MOE_RECIPE_MXFP8:
-                f = MOE_K_QFMT_FP8_E4M3;
-                q = MOE_K_QRECIPE_MX;
-                break;
-            case MOE_RECIPE_NVFP4:
-                f = MOE_K_QFMT_FP4_E2M1;
-                q = MOE_K_QRECIPE_NVFP4;
-                break;
-            case MOE_RECIPE_BF16:
-            case MOE_NUM_RECIPES:
-                break;
-            }
-            e->k->qdq(out + off * (size_t)cols, x + off * (size_t)cols, counts[i], cols, f, q,
-                      e->kc);
-        }
-        off += (size_t)counts[i];
-    }
-    return out;
-}
-
-/* Stacked expert weights [El, out, in]: qdq each expert's [out, in] matrix on its own. */
-static const float *qdq_weights(struct moe_eng *e, const float *w, int num, int out, int in)
-{
-    if (!e->opts.emulate_precision) {
-        return w;
-    }
-    int *rows = moe_eng_arena_ints(e->htemp, (size_t)num);
-    for (int i = 0; i < num; i++) {
-        rows[i] = out;
-    }
-    return qdq_rows(e, w, rows, num, in, 1);
-}
-
-/* The per-expert counts a grouped GEMM needs twice: on the host (precision emulation slices rows
- * by them) and in engine memory (the kernels read them). */
-struct group_counts {
-    const int *host; /* [El] */
-    const int *dev;  /* [El] */
-};
-
-/* y[R, out] += bias[e] [El, out] on each local expert's rows (GPT-OSS's expert biases). */
-static void
-grouped_bias_fwd(struct moe_eng *e, float *y, const float *bias, const int *counts, int out)
-{
-    size_t row = 0;
-    for (int i = 0; i < e->d.experts_l; i++) {
-        if (counts[i] > 0) {
-            e->k->bias_fwd(y + row * (size_t)out, bias + (size_t)i * (size_t)out, counts[i], out,
-                           e->kc);
-        }
-        row += (size_t)counts[i];
-    }
-}
-
-static void
-grouped_bias_bwd(struct moe_eng *e, float *d_bias, const float *dy, const int *counts, int out)
-{
-    size_t row = 0;
-    for (int i = 0; i < e->d.experts_l; i++) {
-        if (counts[i] > 0) {
-            e->k->bias_bwd(d_bias + (size_t)i * (size_t)out, dy + row * (size_t)out, counts[i], out,
-                           e->kc);
-        }
-        row += (size_t)counts[i];
-    }
-}
-
-/* bias [El, out] may be NULL. */
-static void grouped_fwd(struct moe_eng *e,
-                        float *y,
-                        const float *x,
-                        const float *w,
-                        const float *bias,
-                        struct group_counts counts,
-                        int in,
-                        int out)
-{
-    int el = e->d.experts_l;
-    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
-    const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
-    const float *wq = qdq_weights(e, w, el, out, in);
-    if (e->plan.options.moe_grouped_gemm) {
-        e->k->grouped_linear_fwd(y, xq, wq, counts.dev, counts.host, el, in, out, e->kc);
-    } else {
-        /* Without --moe-grouped-gemm Megatron runs each local expert as its own GEMM. */
-        size_t row = 0;
-        size_t wsz = (size_t)out * (size_t)in;
-        for (int i = 0; i < el; i++) {
-            if (counts.host[i] > 0) {
-                e->k->linear_fwd(y + row * (size_t)out, xq + row * (size_t)in, wq + (size_t)i * wsz,
-                                 NULL, counts.host[i], in, out, e->kc);
-            }
-            row += (size_t)counts.host[i];
-        }
-    }
-    if (bias != NULL) {
-        grouped_bias_fwd(e, y, bias, counts.host, out);
-    }
-    moe_eng_tmark_release(e, mark);
-}
-
-/* d_bias [El, out] may be NULL. */
-static void grouped_bwd(struct moe_eng *e,
-                        float *dx,
-                        float *dw,
-                        float *d_bias,
-                        const float *dy,
-                        const float *x,
-                        const float *w,
-                        struct group_counts counts,
-                        int in,
-                        int out)
-{
-    int el = e->d.experts_l;
-    struct moe_eng_tmark mark = moe_eng_tmark_take(e);
-    const float *dyq = qdq_rows(e, dy, counts.host, el, out, 2);
-    const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
-    const float *wq = qdq_weights(e, w, el, out, in);
-    if (e->plan.options.moe_grouped_gemm) {
-        e->k->grouped_linear_bwd_data(dx, dyq, wq, counts.dev, counts.host, el, in, out, false,
-                                      e->kc);
-        e->k->grouped_linear_bwd_weight(dw, dyq, xq, counts.dev, counts.host, el, in, out, e->kc);
-    } else {
-        size_t row = 0;
-        size_t wsz = (size_t)out * (size_t)in;
-        for (int i = 0; i < el; i++) {
-            int n = counts.host[i];
-            if (n > 0) {
-                e->k->linear_bwd_data(dx + row * (size_t)in, dyq + row * (size_t)out,
-                                      wq + (size_t)i * wsz, n, in, out, false, e->kc);
-                e->k->linear_bwd_weight(dw + (size_t)i * wsz, NULL, dyq + row * (size_t)out,
-                                        xq + row * (size_t)in, n, in, out, e->kc);
-            }
-            row += (size_t)n;
-        }
-    }
-    if (d_bias != NULL) {
-        grouped_bias_bwd(e, d_bias, dy, counts.host, out);
-    }
-    moe_eng_tmark_release(e, mark);
-}
-
-void moe_eng_grouped_fwd(struct moe_eng *e,
-                         float *y,
-                         const float *x,
-                         const float *w,
-                         const float *bias,
-                         const int *counts_host,
-                         const int *counts_dev,
-                         int in,
-                         int out)
-{
-    struct group_counts c = {counts_host, counts_dev};
-    grouped_fwd(e, y, x, w, bias, c, in, out);
-}
-
-void moe_eng_grouped_bwd(struct moe_eng *e,
-                         float *dx,
-                         float *dw,
-                         float *d_bias,
-                         const float *dy,
-                         const float *x,
-                         const float *w,
-                         const int *counts_host,
-                         const int *counts_dev,
-                         int in,
-                         int out)
-{
-    struct group_counts c = {counts_host, counts_dev};
-    grouped_bwd(e, dx, dw, d_bias, dy, x, w, c, in, out);
-}
-
 /* ---- Dispatch bookkeeping -------------------------------------------------------------------- */
 
 /* Rows and element counts of the EP exchange, derived from the saved per-expert counts. All
@@ -240,10 +38,31 @@ struct ep_plan {
     int rows_send, rows_recv, rows_exp;
 };
 
-static struct group_counts plan_counts(const struct ep_plan *p)
+/* The routed experts' grouped GEMMs (engine/experts.c) on a plan's local expert counts. */
+static void grouped_fwd(struct moe_eng *e,
+                        float *y,
+                        const float *x,
+                        const float *w,
+                        const float *bias,
+                        const struct ep_plan *p,
+                        int in,
+                        int out)
 {
-    struct group_counts c = {p->local_counts, p->d_local_counts};
-    return c;
+    moe_eng_grouped_fwd(e, y, x, w, bias, p->local_counts, p->d_local_counts, in, out);
+}
+
+static void grouped_bwd(struct moe_eng *e,
+                        float *dx,
+                        float *dw,
+                        float *d_bias,
+                        const float *dy,
+                        const float *x,
+                        const float *w,
+                        const struct ep_plan *p,
+                        int in,
+                        int out)
+{
+    moe_eng_grouped_bwd(e, dx, dw, d_bias, dy, x, w, p->local_counts, p->d_local_counts, in, out);
 }
 
 static struct ep_plan
@@ -636,11 +455,10 @@ static void moe_fwd_overlap(struct moe_eng *e,
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
         float *f1 = a->e_fc1 + x * (size_t)d->glu * (size_t)fel;
         float *act = a->e_act + x * (size_t)fel;
-        grouped_fwd(e, f1, xe, w->e_fc1.w, w->e_fc1_bias.w, plan_counts(&hv[i].p), C, d->glu * fel);
+        grouped_fwd(e, f1, xe, w->e_fc1.w, w->e_fc1_bias.w, &hv[i].p, C, d->glu * fel);
         poke(e, hv);
         moe_eng_act_fwd(e, act, f1, hv[i].p.rows_exp, fel);
-        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, w->e_fc2_bias.w, plan_counts(&hv[i].p), fel,
-                    C);
+        grouped_fwd(e, eout + x * c, act, w->e_fc2.w, w->e_fc2_bias.w, &hv[i].p, fel, C);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
         float *back = recv + (size_t)hv[i].recv_off * c;
         k->unsort_chunks(back, eout + x * c, hv[i].p.d_chunk_rows, hv[i].p.d_chunk_order,
@@ -702,12 +520,12 @@ static void moe_bwd_overlap(struct moe_eng *e,
         if (rc_act) {
             moe_eng_act_fwd(e, act, f1, r, fel);
         }
-        grouped_bwd(e, d_act, w->e_fc2.g, w->e_fc2_bias.g, deo + x * c, act, w->e_fc2.w,
-                    plan_counts(&hv[i].p), fel, C);
+        grouped_bwd(e, d_act, w->e_fc2.g, w->e_fc2_bias.g, deo + x * c, act, w->e_fc2.w, &hv[i].p,
+                    fel, C);
         poke(e, hv);
         moe_eng_act_bwd(e, d_fc1, d_act, f1, r, fel);
         grouped_bwd(e, deo + x * c, w->e_fc1.g, w->e_fc1_bias.g, d_fc1, a->xe + x * c, w->e_fc1.w,
-                    plan_counts(&hv[i].p), C, d->glu * fel);
+                    &hv[i].p, C, d->glu * fel);
         moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
         float *back = recv + (size_t)hv[i].recv_off * c;
         k->unsort_chunks(back, deo + x * c, hv[i].p.d_chunk_rows, hv[i].p.d_chunk_order, d->ep * El,
@@ -775,9 +593,9 @@ void moe_eng_moe_fwd(struct moe_eng *e,
     }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     float *eout = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, w->e_fc1_bias.w, plan_counts(&p), C, d->glu * fel);
+    grouped_fwd(e, a->e_fc1, a->xe, w->e_fc1.w, w->e_fc1_bias.w, &p, C, d->glu * fel);
     moe_eng_act_fwd(e, a->e_act, a->e_fc1, p.rows_exp, fel);
-    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, w->e_fc2_bias.w, plan_counts(&p), fel, C);
+    grouped_fwd(e, eout, a->e_act, w->e_fc2.w, w->e_fc2_bias.w, &p, fel, C);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_COMBINE);
     if (hier) {
         moe_eng_hier_combine(e, a, eout, out);
@@ -879,12 +697,10 @@ void moe_eng_moe_bwd(struct moe_eng *e,
         moe_eng_act_fwd(e, a->e_act, a->e_fc1, p.rows_exp, fel);
     }
     float *d_act = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)fel);
-    grouped_bwd(e, d_act, w->e_fc2.g, w->e_fc2_bias.g, deo, a->e_act, w->e_fc2.w, plan_counts(&p),
-                fel, C);
+    grouped_bwd(e, d_act, w->e_fc2.g, w->e_fc2_bias.g, deo, a->e_act, w->e_fc2.w, &p, fel, C);
     float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)d->glu * (size_t)fel);
     moe_eng_act_bwd(e, d_fc1, d_act, a->e_fc1, p.rows_exp, fel);
-    grouped_bwd(e, deo, w->e_fc1.g, w->e_fc1_bias.g, d_fc1, a->xe, w->e_fc1.w, plan_counts(&p), C,
-                d->glu * fel);
+    grouped_bwd(e, deo, w->e_fc1.g, w->e_fc1_bias.g, d_fc1, a->xe, w->e_fc1.w, &p, C, d->glu * fel);
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     if (hier) {
         moe_eng_hier_dispatch_bwd(e, a, deo, dh);

@@ -18,7 +18,8 @@
  * activations could overflow fp32 and stop a run the CPU backend, which checks every element as it
  * goes (engine/layers.c), lets go on. The first non-finite layer in execution order is named,
  * together with its first non-finite weight if any, unless the loss head named something earlier
- * in the step.
+ * in the step. The helpers both backends' checks share live here too: moe_eng_all_finite (the CPU
+ * backend's element-wise check) and moe_eng_nonfinite_weight (the weight a check names).
  */
 #include "engine/internal.h"
 
@@ -104,6 +105,28 @@ void moe_eng_note_layer_sums(struct moe_eng *e, int layer, const float *x2, cons
     scaled_sum(e, moe_eng_scal_take(e, MOE_ENG_SCAL_SUM_OUT, layer), out, tmp, rows, cols);
     moe_eng_arena_release(&e->temp, mark);
     e->check_seq++;
+}
+
+bool moe_eng_all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+const char *moe_eng_nonfinite_weight(struct moe_eng *e, const struct moe_eng_layer_w *w)
+{
+    struct moe_eng_tensor *ts[MOE_ENG_LAYER_TENSORS];
+    int nt = moe_eng_layer_tensors(&e->layers[w->idx], ts);
+    for (int i = 0; i < nt; i++) {
+        if (ts[i]->w != NULL && !moe_eng_is_finite(e->ctx.dev, ts[i]->w, ts[i]->numel)) {
+            return e->params[ts[i]->param].name;
+        }
+    }
+    return NULL;
 }
 
 /* Name the layer of slot i (a non-finite output sum) unless an earlier check named something. */
