@@ -281,7 +281,8 @@ static double first_layers_rc(const struct moe_plan_bound_model *bm, int lo, int
 
 /*
  * rc_bound (exact) of the row's block-recompute value for one layer count: every non-empty
- * chunk re-runs min(its layers, count) layers, each at least the cheapest kind's recompute.
+ * chunk re-runs its first min(its layers, count) layers, each at its own kind's recompute
+ * (first_layers_rc).
  * -INFINITY when no row is set (the caller's bound stands alone).
  */
 static double block_count_bound(struct worker *w, int count)
