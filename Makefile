@@ -257,7 +257,7 @@ test: deps
 	@$(MAKE) --no-print-directory test-run
 
 # After the suites: the fuzz smoke run (seconds per parser) and the whole suite again under
-# ASan+UBSan (make san; about 2 minutes on 2 cores; NO_SAN=1 skips it).
+# ASan+UBSan (make san; about 6 minutes of tests on 2 cores after its build; NO_SAN=1 skips it).
 test-run: all
 	@scripts/run-tests.sh $(BUILD)
 	@$(MAKE) --no-print-directory fuzz-smoke
