@@ -57,6 +57,7 @@ struct moe_calib_fit {
     double mem_gbps;      /* streaming copy bandwidth per rank, largest working set */
     double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
     double act_eff;       /* SwiGLU's rate / copy bandwidth (median over sizes); 0 = not measured */
+    double act_bwd_eff;   /* its backward's rate / copy bandwidth; 0 = not measured */
     double optimizer_eff; /* AdamW's rate / copy bandwidth, largest working set */
     bool has_attention;
     double attn_fwd_eff; /* attention FLOPs (model convention) / time / peak, wide heads */

@@ -204,8 +204,9 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
            f->mem_gbps);
     printf("%-26s %14.3f  median elementwise kernel rate / copy\n", "elementwise efficiency",
            f->elem_eff);
-    printf("%-26s %14.3f  median SwiGLU rate / copy (an exp per element)\n",
-           "activation efficiency", f->act_eff);
+    printf("%-26s %14.3f / %.3f  median SwiGLU rate / copy at the engine's row widths (fwd / "
+           "bwd; an exp per element)\n",
+           "activation efficiency", f->act_eff, f->act_bwd_eff);
     printf(
         "%-26s %14.3f  optimizer step rate / copy (sum of squares, AdamW, weight copy, zeroing)\n",
         "optimizer efficiency", f->optimizer_eff);
@@ -330,6 +331,7 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);
         cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);
         cJSON_AddNumberToObject(j, "act_eff", fit.act_eff);
+        cJSON_AddNumberToObject(j, "act_bwd_eff", fit.act_bwd_eff);
         cJSON_AddNumberToObject(j, "optimizer_eff", fit.optimizer_eff);
         for (int c = 0; c < MOE_CALIB_NUM_COLL; c++) {
             cJSON *l = cJSON_AddObjectToObject(j, moe_calib_coll_name((enum moe_calib_coll)c));

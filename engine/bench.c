@@ -317,6 +317,78 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
     return MOE_OK;
 }
 
+/* ---- The MLP activation at the engine's shapes ------------------------------------------- */
+
+/* Relative error of x against the double-precision reference ref (|ref| floored at 1e-30). */
+static double rel_err(float x, double ref)
+{
+    return fabs((double)x - ref) / fmax(fabs(ref), 1e-30);
+}
+
+/* Row 0 of SwiGLU's forward output and backward gradients against the formula in double. */
+static bool
+act_row_ok(const float *in, const float *out, const float *dy, const float *d_in, int ffn)
+{
+    bool ok = true;
+    for (int j = 0; j < ffn; j++) {
+        double g = in[j], u = in[ffn + j], s = 1.0 / (1.0 + exp(-g));
+        double silu = g * s;
+        ok = ok && rel_err(out[j], silu * u) <= 1e-5 &&
+             rel_err(d_in[ffn + j], (double)dy[j] * silu) <= 1e-5 &&
+             rel_err(d_in[j], (double)dy[j] * u * (s + silu * (1.0 - s))) <= 1e-5;
+    }
+    return ok;
+}
+
+enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
+                                  moe_k_ctx_t *kc,
+                                  const struct moe_bench_cfg *cfg,
+                                  int ffn,
+                                  size_t fwd_bytes,
+                                  struct moe_bench_act *out)
+{
+    if (ffn < 1) {
+        return MOE_ERR_INVALID;
+    }
+    size_t row_bytes = 3 * (size_t)ffn * sizeof(float);
+    int rows = (int)((fwd_bytes + row_bytes - 1) / row_bytes);
+    size_t n = (size_t)rows * (size_t)ffn;
+    struct moe_eng_heap heap = {0};
+    float *in = moe_eng_heap_alloc(&heap, 2 * n * sizeof(float));
+    float *d_in = moe_eng_heap_alloc(&heap, 2 * n * sizeof(float));
+    float *y = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    float *dy = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    enum moe_status st = MOE_ERR_NOMEM;
+    if (in != NULL && d_in != NULL && y != NULL && dy != NULL) {
+        fill(in, 2 * n, 11);
+        fill(dy, n, 12);
+        double t0 = 0.0;
+        for (int it = -cfg->warmup; it < cfg->iters; it++) {
+            t0 = it == 0 ? moe_eng_now() : t0;
+            k->swiglu_fwd(y, in, rows, ffn, kc);
+        }
+        out->fwd_us = elapsed_us(t0, cfg->iters);
+        for (int it = -cfg->warmup; it < cfg->iters; it++) {
+            t0 = it == 0 ? moe_eng_now() : t0;
+            k->swiglu_bwd(d_in, dy, in, rows, ffn, kc);
+        }
+        out->bwd_us = elapsed_us(t0, cfg->iters);
+        out->rows = rows;
+        out->ffn = ffn;
+        out->fwd_bytes = n * 3 * sizeof(float);
+        out->bwd_bytes = n * 5 * sizeof(float);
+        out->fwd_gbps = (double)out->fwd_bytes / (out->fwd_us * 1e3);
+        out->bwd_gbps = (double)out->bwd_bytes / (out->bwd_us * 1e3);
+        out->is_ok = act_row_ok(in, y, dy, d_in, ffn);
+        st = MOE_OK;
+    }
+    moe_eng_heap_free(&heap, in, 2 * n * sizeof(float));
+    moe_eng_heap_free(&heap, d_in, 2 * n * sizeof(float));
+    moe_eng_heap_free(&heap, y, n * sizeof(float));
+    moe_eng_heap_free(&heap, dy, n * sizeof(float));
+    return st;
+}
+
 /* ---- Attention ------------------------------------------------------------------------- */
 
 struct attn_bufs {

@@ -88,6 +88,25 @@ MOE_NODISCARD enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
                                                 size_t bytes,
                                                 struct moe_bench_mem *out);
 
+struct moe_bench_act {
+    int rows, ffn;         /* SwiGLU over [rows, 2 ffn] -> [rows, ffn], as the engine's MLPs */
+    size_t fwd_bytes;      /* 3 ffn floats per row: gate and up read, output written */
+    size_t bwd_bytes;      /* 5 ffn floats per row: gate, up, output gradient read; both
+                              input gradients written */
+    double fwd_us, bwd_us; /* one call each */
+    double fwd_gbps, bwd_gbps;
+    bool is_ok; /* row 0 of both equals the double-precision formula within 1e-5 relative */
+};
+
+/* SwiGLU forward and backward (the kernels' swiglu_fwd / swiglu_bwd) at the engine's shapes: row
+ * width ffn and a forward working set of about fwd_bytes (the MLP's per-call activation). */
+MOE_NODISCARD enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
+                                                moe_k_ctx_t *kc,
+                                                const struct moe_bench_cfg *cfg,
+                                                int ffn,
+                                                size_t fwd_bytes,
+                                                struct moe_bench_act *out);
+
 struct moe_bench_attention {
     int batch, seq, heads, kv_heads, head_dim; /* causal self-attention, Tq = Tk = seq */
     double fwd_us, bwd_us;

@@ -376,6 +376,58 @@ static int bench_mem(moe_comm_t *w,
     return bad;
 }
 
+/* SwiGLU forward and backward at the engine's shapes: expert and MLP row widths of the presets'
+ * miniatures up to full models' (32-512), at per-call working sets like the engine's (activations
+ * of one micro-batch's rows, cache-resident on a CPU host) -- calibrate prices the activation
+ * from these rows, not from the streaming sizes of the table above. */
+static int bench_act(moe_comm_t *w,
+                     const struct moe_k_ops *k,
+                     moe_k_ctx_t *kc,
+                     const struct bench_args *a,
+                     cJSON *js)
+{
+    static const int widths[] = {32, 128, 512};
+    static const size_t sizes[] = {512u << 10, 2u << 20};
+    bool root = moe_comm_rank(w) == 0;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "activation") : NULL;
+    if (root && js == NULL) {
+        (void)printf("\n# SwiGLU forward / backward at the engine's row widths, mean over ranks\n");
+        (void)printf("#%6s %6s %10s %10s %9s %10s %10s %9s %6s\n", "ffn", "rows", "fwd_bytes",
+                     "fwd(us)", "fwd GB/s", "bwd_bytes", "bwd(us)", "bwd GB/s", "check");
+    }
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+            struct moe_bench_act m = {0};
+            if (moe_bench_act_run(k, kc, &a->cfg, widths[i], sizes[s], &m) != MOE_OK) {
+                m.is_ok = false;
+            }
+            double fus = world_mean(w, m.fwd_us), bus = world_mean(w, m.bwd_us);
+            double fgb = world_mean(w, m.fwd_gbps), bgb = world_mean(w, m.bwd_gbps);
+            int wrong = all_ok(w, m.is_ok);
+            bad += wrong;
+            if (root && arr != NULL) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "ffn", m.ffn);
+                cJSON_AddNumberToObject(o, "rows", m.rows);
+                cJSON_AddNumberToObject(o, "fwd_bytes", (double)m.fwd_bytes);
+                cJSON_AddNumberToObject(o, "fwd_us", fus);
+                cJSON_AddNumberToObject(o, "fwd_gbps", fgb);
+                cJSON_AddNumberToObject(o, "bwd_bytes", (double)m.bwd_bytes);
+                cJSON_AddNumberToObject(o, "bwd_us", bus);
+                cJSON_AddNumberToObject(o, "bwd_gbps", bgb);
+                cJSON_AddBoolToObject(o, "ok", wrong == 0);
+                cJSON_AddItemToArray(arr, o);
+            } else if (root) {
+                (void)printf(" %6d %6d %10zu %10.1f %9.2f %10zu %10.1f %9.2f %6s\n", m.ffn, m.rows,
+                             m.fwd_bytes, fus, fgb, m.bwd_bytes, bus, bgb,
+                             wrong == 0 ? "OK" : "FAIL");
+            }
+        }
+    }
+    return bad;
+}
+
 static int bench_attention(moe_comm_t *w,
                            const struct moe_k_ops *k,
                            moe_k_ctx_t *kc,
@@ -596,6 +648,7 @@ int main(int argc, char **argv)
     }
     if (a.do_mem) {
         bad += bench_mem(w, k, kc, &a, js);
+        bad += bench_act(w, k, kc, &a, js);
     }
     if (a.do_attn) {
         bad += bench_attention(w, k, kc, &a, js);

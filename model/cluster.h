@@ -68,10 +68,17 @@ struct moe_gpu {
                                          dim d (the softmax's work per score against the products'
                                          4 d FLOPs); 0: gemm.half_dim (the GPU files: no term) */
     double attn_bwd_half_dim;         /* the same for the backward */
+    double attn_rect;                 /* 1: each attention call multiplies its queries by every key
+                                         up to its last query's (masked scores computed, then
+                                         zeroed: the CPU reference, one sgemm per sequence or CP
+                                         chunk); 0: masked blocks skipped (fused GPU kernels) */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
     double act_eff;                   /* the MLP activation's (SwiGLU / GELU: an exp or tanh per
                                          element) fraction where it differs; 0 = elem_eff */
+    double act_bwd_eff;               /* its backward's fraction (of the bytes it moves: input and
+                                         output gradient read, input gradient written); 0 = the
+                                         forward's work again + the gradient at elem_eff */
     double optimizer_eff;             /* the optimizer pass's (norm, Adam, weight copy) fraction */
     double kernel_launch_us;          /* host time per Python-level call of the framework
                                          (a Transformer Engine module, autograd Function,

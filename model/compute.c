@@ -228,11 +228,18 @@ static double act(const struct cctx *c, double bytes)
     return bytes / c->act_bw;
 }
 
-/* Its backward: the activation's work once more (the sigmoid or tanh again) and the gradient's
- * extra bytes at the streaming rate; twice the forward where the two rates are one (GPUs). On
- * this CPU host the engine's SwiGLU backward takes 1.15-1.45 x its forward. */
-static double act_bwd(const struct cctx *c, double bytes)
+/* Its backward, given the forward's bytes (mats + 1 per element: gate [and up] read, output
+ * written): at its own calibrated rate over the bytes it moves (2 mats + 1: input and output
+ * gradient read, input gradient written) where a host measured it (gpu.act_bwd_eff: a CPU's
+ * SwiGLU backward runs one exp per element, like its forward, and took 1.05-1.6 x the forward's
+ * time here depending on the row width); else the activation's work once more and the gradient's
+ * bytes at the streaming rate: twice the forward where the two rates are one (GPUs). */
+static double act_bwd(const struct cctx *c, double bytes, double mats)
 {
+    if (c->gpu->act_bwd_eff > 0.0) {
+        double bwd_bytes = bytes * (2.0 * mats + 1.0) / (mats + 1.0);
+        return bwd_bytes / (c->gpu->hbm_tbps * TBPS * c->gpu->act_bwd_eff);
+    }
     return act(c, bytes) + elem(c, bytes);
 }
 
@@ -252,6 +259,26 @@ static double graph_keep(const struct moe_options *opt, unsigned module)
         return 0.0;
     }
     return 1.0;
+}
+
+/*
+ * Products of a kernel that computes whole rectangles (gpu.attn_rect = 1, the CPU reference:
+ * each call multiplies its queries by every key up to its last query's, then zeroes the masked
+ * scores), relative to the calibration's. The bench runs whole causal sequences: s^2 products for
+ * s (s + 1) / 2 visible pairs, twice the causal FLOPs this file counts, and its efficiency absorbs
+ * that factor. Under context parallelism each rank holds chunks c and 2 CP - 1 - c of length
+ * L = s / (2 CP) (Megatron's load-balanced split) and runs one call per chunk against keys
+ * [0, end of chunk): L^2 (2 CP + 1) products for 2 CP L^2 visible pairs, so (2 CP + 1) / (4 CP) of
+ * the bench's products per visible pair (5/8 at CP 2). 1 where the kernel skips masked blocks,
+ * without CP, or where a window shorter than the sequence cuts rows (the kernel tiles those).
+ */
+static double attn_rect_scale(const struct cctx *c, const struct moe_layout *lay, bool windowed)
+{
+    if (!(c->gpu->attn_rect > 0.0) || lay->cp <= 1 || windowed) {
+        return 1.0;
+    }
+    double cp = lay->cp;
+    return (2.0 * cp + 1.0) / (4.0 * cp);
 }
 
 struct attn_parts {
@@ -317,12 +344,19 @@ static void attention(const struct cctx *c,
     double peak = c->gpu->peak_tflops[MOE_MATH_BF16] * TFLOPS;
     /* Narrow heads: the softmax's work per score (exp, scale, mask) weighs against the products'
      * 4 d FLOPs per score, as eff x d / (d + half_dim) at the head dimension d, each direction
-     * with its own term (calibrate fits them; 0: the GEMMs' tile term, 1 where that is 0). */
+     * with its own term (calibrate fits them; 0: the GEMMs' tile term, 1 where that is 0); with
+     * rect != 1 the products' share alone scales: flops / (peak eff) x (rect + half_dim / d). */
     double dn = fmin(fmin(d_qk, d_v), s);
     double hf = c->gpu->attn_fwd_half_dim > 0.0 ? c->gpu->attn_fwd_half_dim : c->half_dim;
     double hb = c->gpu->attn_bwd_half_dim > 0.0 ? c->gpu->attn_bwd_half_dim : c->half_dim;
-    p->core_f = flops / (peak * c->gpu->attn_fwd_eff * dn / (dn + hf));
-    p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff * dn / (dn + hb));
+    double rect = attn_rect_scale(c, lay, windowed && cfg->window_size > 0 && cfg->window_size < s);
+    if (rect == 1.0) {
+        p->core_f = flops / (peak * c->gpu->attn_fwd_eff * dn / (dn + hf));
+        p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff * dn / (dn + hb));
+    } else {
+        p->core_f = flops / (peak * c->gpu->attn_fwd_eff) * (rect + hf / dn);
+        p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff) * (rect + hb / dn);
+    }
     p->elem_bytes += t_sp * h * 2.0 * 5.0; /* RMSNorm read+write, residual add */
 }
 
@@ -347,7 +381,7 @@ static void dense_mlp(const struct cctx *c,
     double act_bytes = t * f_loc * (mats + 1.0) * c->ab;
     p->act_f = act(c, act_bytes);
     p->f += p->act_f;
-    p->b += act_bwd(c, act_bytes);
+    p->b += act_bwd(c, act_bytes, mats);
 }
 
 /* Sequence-parallel AG + RS (or all-reduce without SP) of t x h around one TP block. */
@@ -410,7 +444,7 @@ static struct fb routed_experts(const struct cctx *c,
     }
     double act_bytes = rows * fe_loc * (mats + 1.0) * c->ab;
     *act_f = act(c, act_bytes);
-    struct fb r = {fc1.f + fc2.f + *act_f, fc1.b + fc2.b + act_bwd(c, act_bytes)};
+    struct fb r = {fc1.f + fc2.f + *act_f, fc1.b + fc2.b + act_bwd(c, act_bytes, mats)};
     return r;
 }
 

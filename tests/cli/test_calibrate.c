@@ -42,6 +42,41 @@ static cJSON *load_bench(void)
     return j;
 }
 
+static cJSON *act_row(double ffn, double fwd_gbps, double bwd_gbps, bool ok)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "ffn", ffn);
+    cJSON_AddNumberToObject(o, "fwd_gbps", fwd_gbps);
+    cJSON_AddNumberToObject(o, "bwd_gbps", bwd_gbps);
+    cJSON_AddBoolToObject(o, "ok", ok);
+    return o;
+}
+
+/* SwiGLU at the engine's shapes ("activation" rows): forward and backward each at the median of
+ * their rates over the rows that passed their check, / copy bandwidth, into the cluster. */
+static void test_activation_rows(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit plain;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &plain, &diag), MOE_OK);
+    cJSON *arr = cJSON_AddArrayToObject(bench, "activation");
+    cJSON_AddItemToArray(arr, act_row(32, 2.0, 4.0, true));
+    cJSON_AddItemToArray(arr, act_row(128, 3.0, 5.0, true));
+    cJSON_AddItemToArray(arr, act_row(512, 4.0, 3.0, true));
+    cJSON_AddItemToArray(arr, act_row(512, 100.0, 100.0, false));
+    struct moe_calib_fit fit;
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.act_eff * fit.mem_gbps - 3.0) <= 1e-9);
+    assert_true(fabs(fit.act_bwd_eff * fit.mem_gbps - 4.0) <= 1e-9);
+    assert_true(fit.elem_eff == plain.elem_eff);
+    struct moe_cluster cl;
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    assert_true(cl.gpu.act_bwd_eff == fit.act_bwd_eff && cl.gpu.act_eff == fit.act_eff);
+    cJSON_Delete(bench);
+}
+
 static void test_real_host_fit(void **state)
 {
     (void)state;
@@ -69,6 +104,10 @@ static void test_real_host_fit(void **state)
     double act_gbps = fit.act_eff * fit.mem_gbps;
     assert_true(act_gbps >= 3.5 && act_gbps <= 4.7);
     assert_true(cl.gpu.act_eff == fit.act_eff);
+    /* This bench predates the activation rows: no backward rate (the GPU formula); the CPU
+     * attention kernel computes whole rectangles. */
+    assert_true(fit.act_bwd_eff == 0.0 && cl.gpu.act_bwd_eff == 0.0);
+    assert_true(cl.gpu.attn_rect == 1.0);
     /* Every size the bench measured for the largest group is kept as measured, ascending, and
      * prices that size inside the domain (at a measured size: its measured time). */
     const struct moe_busbw_table *tab = &cl.nvlink.busbw_by_size;
@@ -223,9 +262,8 @@ static void test_optimizer_eff(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_host_fit),
-        cmocka_unit_test(test_synthetic_recovery),
-        cmocka_unit_test(test_optimizer_eff),
+        cmocka_unit_test(test_real_host_fit),      cmocka_unit_test(test_activation_rows),
+        cmocka_unit_test(test_synthetic_recovery), cmocka_unit_test(test_optimizer_eff),
         cmocka_unit_test(test_attention_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

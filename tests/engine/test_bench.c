@@ -66,6 +66,15 @@ static void test_compute_benchmarks(void **state)
     }
     struct moe_bench_mem m;
     assert_int_equal(moe_bench_mem_run(k, kc, &quick, "nope", 1024, &m), MOE_ERR_INVALID);
+    /* SwiGLU at an engine row width: rows cover the requested forward bytes, both directions
+     * checked against the formula in double, the backward moving 5/3 of the forward's bytes. */
+    struct moe_bench_act act;
+    assert_int_equal(moe_bench_act_run(k, kc, &quick, 32, 1u << 15, &act), MOE_OK);
+    assert_true(act.is_ok && act.ffn == 32 && act.fwd_bytes >= (1u << 15));
+    assert_true(act.fwd_bytes == (size_t)act.rows * 32 * 3 * sizeof(float));
+    assert_true(act.bwd_bytes * 3 == act.fwd_bytes * 5);
+    assert_true(act.fwd_gbps > 0.0 && act.bwd_gbps > 0.0);
+    assert_int_equal(moe_bench_act_run(k, kc, &quick, 0, 1024, &act), MOE_ERR_INVALID);
     struct moe_bench_attention at;
     assert_int_equal(moe_bench_attention_run(k, kc, &quick, 2, 48, 4, 2, 16, &at), MOE_OK);
     assert_true(at.is_ok && at.fwd_gflops > 0.0 && at.bwd_gflops > 0.0);

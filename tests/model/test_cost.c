@@ -268,6 +268,85 @@ static void test_activation_rate(void **state)
                 1e-9 * a.time.expert_gemm);
 }
 
+/* The activation's backward at its own rate (gpu.act_bwd_eff, a CPU host's measurement): 0 keeps
+ * the forward's work again plus the gradient at elem_eff; a rate prices the backward's own bytes
+ * (5 of the forward's 3 per SwiGLU element) at it, linearly in 1/act_bwd_eff, and leaves the
+ * forward alone. */
+static void test_activation_bwd_rate(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    struct moe_layer_cost base;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &base);
+    cl.gpu.act_eff = cl.gpu.elem_eff / 2.0;
+    struct moe_layer_cost slow_fwd;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &slow_fwd);
+    /* act_f: the forward activation's time at elem_eff (what halving its rate adds). */
+    double act_f = slow_fwd.fwd_expert - base.fwd_expert;
+    assert_true(act_f > 0.0);
+    /* 0: backward = act (2 act_f at the halved rate) + elem (act_f). */
+    ASSERT_NEAR(slow_fwd.bwd_expert - base.bwd_expert, act_f, 1e-9 * base.bwd_expert);
+    cl.gpu.act_bwd_eff = cl.gpu.elem_eff;
+    struct moe_layer_cost one;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &one);
+    ASSERT_NEAR(one.fwd_expert, slow_fwd.fwd_expert, 1e-12 * base.fwd_expert);
+    /* At elem_eff the backward's 5/3 of the forward's bytes take 5/3 act_f, against the
+     * 2 act_f + act_f of the fallback at the halved forward rate. */
+    ASSERT_NEAR(slow_fwd.bwd_expert - one.bwd_expert, 3.0 * act_f - 5.0 / 3.0 * act_f,
+                1e-9 * base.bwd_expert);
+    cl.gpu.act_bwd_eff = cl.gpu.elem_eff / 2.0;
+    struct moe_layer_cost half;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &half);
+    ASSERT_NEAR(half.bwd_expert - one.bwd_expert, 5.0 / 3.0 * act_f, 1e-9 * base.bwd_expert);
+}
+
+/* Attention kernels that compute whole rectangles (gpu.attn_rect, the CPU reference): under CP2
+ * each rank's two chunk calls compute 5/8 of the bench's products per visible pair, so the
+ * products' share of the core (eff x d / (d + half_dim): d / (d + half_dim) of it) scales by 5/8
+ * and the softmax's share stays. Without CP, or with rect 0 (GPU files), nothing changes. */
+static void test_attention_rect(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1);
+    lay.cp = 2;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_layout_resolve(&cfg, &cl, &opt, &lay, &diag), MOE_OK);
+    assert_int_equal(lay.dp, 4);
+    cl.gpu.attn_fwd_half_dim = 64.0;
+    cl.gpu.attn_bwd_half_dim = 16.0;
+    struct moe_layer_kind dense = {.is_moe = false, .is_windowed = false};
+    struct moe_layer_cost gpu;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &gpu);
+    cl.gpu.attn_rect = 1.0;
+    struct moe_layer_cost cpu;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &cpu);
+    double d = cfg.kv_channels;
+    ASSERT_NEAR(cpu.attn_core_fwd / gpu.attn_core_fwd, (5.0 / 8.0 + 64.0 / d) / (1.0 + 64.0 / d),
+                1e-12);
+    ASSERT_NEAR(cpu.attn_core_bwd / gpu.attn_core_bwd, (5.0 / 8.0 + 16.0 / d) / (1.0 + 16.0 / d),
+                1e-12);
+    ASSERT_NEAR(gpu.fwd_compute - cpu.fwd_compute, gpu.attn_core_fwd - cpu.attn_core_fwd,
+                1e-12 * gpu.fwd_compute);
+    lay.cp = 1;
+    assert_int_equal(moe_layout_resolve(&cfg, &cl, &opt, &lay, &diag), MOE_OK);
+    struct moe_layer_cost no_cp_rect;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &no_cp_rect);
+    cl.gpu.attn_rect = 0.0;
+    struct moe_layer_cost no_cp;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &no_cp);
+    assert_true(no_cp_rect.attn_core_fwd == no_cp.attn_core_fwd);
+    assert_true(no_cp_rect.attn_core_bwd == no_cp.attn_core_bwd);
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -926,6 +1005,8 @@ int main(void)
         cmocka_unit_test(test_busbw_factors),
         cmocka_unit_test(test_busbw_by_size),
         cmocka_unit_test(test_activation_rate),
+        cmocka_unit_test(test_activation_bwd_rate),
+        cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),
