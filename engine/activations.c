@@ -870,18 +870,27 @@ static void sim_moe_bwd(const struct moe_eng *e, struct tsim *s)
     td_(s, (size_t)d->rows_exp * C);
     if (e->is_hierarchical) {
         sim_hier(e, s);
+        td_(s, (size_t)d->rows_exp * fel);
+        td_(s, (size_t)d->rows_exp * (size_t)d->glu * fel);
+        qdq_reserve(e, s);
+        sim_hier(e, s);
+        rel_(s, mark);
     } else {
+        /* combine backward, expert GEMMs, dispatch backward: each releases what it carved */
+        size_t mark_x = moe_eng_arena_mark(&s->a);
         td_(s, (size_t)d->rows_recv * C);
         td_(s, (size_t)d->rows_exp * C);
         td_(s, (size_t)d->rows_send * C);
+        rel_(s, mark_x);
+        td_(s, (size_t)d->rows_exp * fel);
+        td_(s, (size_t)d->rows_exp * (size_t)d->glu * fel);
+        qdq_reserve(e, s);
+        rel_(s, mark_x);
+        td_(s, (size_t)d->rows_recv * C);
+        td_(s, (size_t)d->rows_exp * C);
+        td_(s, (size_t)d->rows_send * C);
+        rel_(s, mark);
     }
-    td_(s, (size_t)d->rows_exp * fel);
-    td_(s, (size_t)d->rows_exp * (size_t)d->glu * fel);
-    qdq_reserve(e, s);
-    if (e->is_hierarchical) {
-        sim_hier(e, s);
-    }
-    rel_(s, mark);
     tf_(s, ms * (size_t)d->experts);
     tf_(s, ms * (size_t)d->experts);
 }

@@ -678,18 +678,23 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     struct moe_eng_tmark mark_w = moe_eng_tmark_take(e);
     struct ep_plan p = ep_plan_make(e, a);
     float *deo = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-    float *recv = NULL, *gath = NULL, *rows = NULL;
+    /* Flat exchange: only deo lives across the expert GEMMs. The exchange buffers of the combine's
+     * backward are dead once its rows are sorted into deo, the GEMMs' gradients once deo holds the
+     * input gradient, and the dispatch's backward carves its own (moe_eng_temp_bytes mirrors
+     * this; the hierarchical dispatcher keeps its order). */
+    struct moe_eng_tmark mark_x = moe_eng_tmark_take(e);
     if (hier) {
         moe_eng_hier_combine_bwd(e, a, dout, deo, d_topk_w);
     } else {
-        recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
-        gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
-        rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
+        float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
+        float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+        float *rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
         k->unpermute_bwd(rows, d_topk_w, dout, a->y_rows, a->topk_w, a->slot_to_row, Ms, K, C,
                          e->kc);
         ep_exchange(e, &p, rows, recv, true);
         etp_gather(e, &p, recv, gath);
         k->sort_chunks(deo, gath, p.d_chunk_rows, p.d_chunk_order, d->etp * d->ep * El, C, e->kc);
+        moe_eng_tmark_release(e, mark_x);
     }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_EXPERT_GEMM);
     if (e->plan.options.recompute == MOE_RECOMPUTE_SELECTIVE &&
@@ -701,10 +706,16 @@ void moe_eng_moe_bwd(struct moe_eng *e,
     float *d_fc1 = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)d->glu * (size_t)fel);
     moe_eng_act_bwd(e, d_fc1, d_act, a->e_fc1, p.rows_exp, fel);
     grouped_bwd(e, deo, w->e_fc1.g, w->e_fc1_bias.g, d_fc1, a->xe, w->e_fc1.w, &p, C, d->glu * fel);
+    if (!hier) {
+        moe_eng_tmark_release(e, mark_x);
+    }
     moe_eng_phase_enter(&e->ctx.timer, MOE_PHASE_DISPATCH);
     if (hier) {
         moe_eng_hier_dispatch_bwd(e, a, deo, dh);
     } else {
+        float *recv = moe_eng_arena_floats(t, (size_t)d->rows_recv * (size_t)C);
+        float *gath = moe_eng_arena_floats(t, (size_t)d->rows_exp * (size_t)C);
+        float *rows = moe_eng_arena_floats(t, (size_t)d->rows_send * (size_t)C);
         k->unsort_chunks(gath, deo, p.d_chunk_rows, p.d_chunk_order, d->etp * d->ep * El, C, e->kc);
         etp_reduce(e, &p, gath, recv);
         ep_exchange(e, &p, recv, rows, false);

@@ -638,6 +638,13 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
             buffers +=
                 2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * ab;
         }
+    } else if (sc->num_moe > 0 && lay->etp > 1) {
+        /* No all-to-all, but the permuted local rows and their all-gather over the ETP group
+         * (Megatron's alltoall dispatcher: gather_from_sequence_parallel_region at EP 1; the
+         * engine's etp_gather), each live while the expert GEMMs' neighbours run. */
+        double t_sp = t / lay->tp;
+        buffers +=
+            t_sp * cfg->moe_router_topk * (1.0 + lay->etp) * load_factor * cfg->hidden_size * ab;
     }
     double dynamic = out->activations + buffers;
     buffers += dynamic * cl->overheads.alloc_reserve_frac + cl->overheads.context_gib * GIB;
