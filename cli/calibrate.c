@@ -657,6 +657,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->optimizer_eff = fit->optimizer_eff;
     g->kernel_launch_us = 0.0; /* ops run synchronously on the CPU: no launch queue to expose */
     g->host_cpp_op_us = 0.0;
+    g->host_param_us = 0.0;
     g->quant_bytes_per_elem = fit->has_quant ? fit->quant_bytes_per_elem : 0.0;
 
     const struct moe_calib_line *ag = &fit->coll[MOE_CALIB_ALLGATHER];

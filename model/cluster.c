@@ -128,6 +128,7 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gpu.optimizer_eff", g->optimizer_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.kernel_launch_us", g->kernel_launch_us, 0.0, false, big, "microseconds"},
         {"gpu.host_cpp_op_us", g->host_cpp_op_us, 0.0, false, big, "microseconds"},
+        {"gpu.host_param_us", g->host_param_us, 0.0, false, big, "microseconds"},
         {"gpu.quant_bytes_per_elem", g->quant_bytes_per_elem, 0.0, false, big, "bytes"},
     };
     return check_ranges(cl, r, MOE_ARRAY_LEN(r), diag);

@@ -85,6 +85,9 @@ struct moe_gpu {
                                          compiled fusion or collective; no CUDA graph) */
     double host_cpp_op_us;            /* host time per kernel launched from C++ inside such a
                                          call (per-expert cuBLASLt GEMMs, FP8 quantisation) */
+    double host_param_us;             /* host time per parameter tensor per backward pass (the
+                                         data-parallel wrapper's Python gradient hook, TE's
+                                         per-weight work); 0 = none */
     double quant_bytes_per_elem;      /* extra HBM bytes per element to quantise for FP8/FP4 */
 };
 

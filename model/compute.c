@@ -57,9 +57,17 @@ struct host_ops {
     double exp_flex;   /* DeepEP / HybridEP: fused dispatch with permute, grouped MLP, combine */
     double shared;     /* shared expert fc1, activation, fc2, the add */
     double seq_expert; /* without --moe-grouped-gemm: per local expert, fc1, activation, fc2 */
+    double sched_f;    /* per model-chunk forward of one micro-batch, outside the layers */
+    double sched_b;    /* per model-chunk backward, outside the layers */
+    double sched_p2p;  /* per pipeline transfer the chunk receives or sends */
 };
-static const struct host_ops host_ops = {6.25, 2.0,  10.0, 2.0, 5.0, 7.0,
-                                         1.0,  4.75, 11.0, 9.0, 4.0, 3.0};
+/* The schedule's own work per chunk pass (megatron/core/pipeline_parallel/schedules.py
+ * forward_step / backward_step, p2p_communication.py): forward, the MoE auxiliary-loss scale (a
+ * ones tensor and its division), the token counter and the output's deallocation (4 plain ops);
+ * backward, the C++ autograd entry (custom_backward) and retain_grad on the input; each pipeline
+ * transfer, its receive buffer and its send or receive in the batched p2p call. */
+static const struct host_ops host_ops = {6.25, 2.0, 10.0, 2.0, 5.0, 7.0,  1.0, 4.75,
+                                         11.0, 9.0, 4.0,  3.0, 1.0, 1.25, 1.25};
 
 /* Kernels one FP8 quantisation of a GEMM input launches from C++ (TE v2.9 quantizer.cpp,
  * normalization.cpp, cast.cpp): current scaling zeroes the amax, reduces it, computes the scale
@@ -590,7 +598,9 @@ static void moe_block(const struct cctx *c,
 /*
  * Host work of one layer's forward pass: Python-level calls (*py) and kernels launched from C++
  * inside those calls (*cpp), from host_ops and fp8_quant_ops; modules a CUDA graph captures launch
- * nothing from the host. *syncs: device-to-host synchronisations (the dropless token counts).
+ * nothing from the host. *syncs: device-to-host synchronisations (the dropless token counts);
+ * *py_post, *cpp_post: the part launched after that synchronisation (the routed experts and their
+ * exchanges), included in *py and *cpp.
  */
 static void host_layer(const struct moe_model_cfg *cfg,
                        const struct moe_layout *lay,
@@ -598,6 +608,8 @@ static void host_layer(const struct moe_model_cfg *cfg,
                        struct moe_layer_kind kind,
                        double *py,
                        double *cpp,
+                       double *py_post,
+                       double *cpp_post,
                        double *syncs)
 {
     const struct host_ops *h = &host_ops;
@@ -611,6 +623,8 @@ static void host_layer(const struct moe_model_cfg *cfg,
     double keep = graph_keep(opt, MOE_CGM_ATTN);
     *py = a_py * keep;
     *cpp = a_cpp * keep;
+    *py_post = 0.0;
+    *cpp_post = 0.0;
     *syncs = 0.0;
     if (!kind.is_moe) {
         keep = graph_keep(opt, MOE_CGM_MLP);
@@ -633,6 +647,8 @@ static void host_layer(const struct moe_model_cfg *cfg,
     }
     *py += e_py * keep;
     *cpp += e_cpp * keep;
+    *py_post = e_py * keep;
+    *cpp_post = e_cpp * keep;
     if (cfg->moe_shared_expert_intermediate_size > 0) {
         /* The router's CUDA-graph scope captures the shared expert too. */
         double ks = graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
@@ -645,6 +661,40 @@ static void host_layer(const struct moe_model_cfg *cfg,
     bool full_graph =
         opt->cuda_graph_impl != MOE_CG_NONE && (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION);
     *syncs = opt->capacity_factor <= 0.0 && !full_graph ? 1.0 : 0.0;
+}
+
+/*
+ * Parameter tensors of one layer on a rank, each of which runs host work in every backward pass:
+ * Megatron-Core's DistributedDataParallel registers a Python hook on every parameter's gradient
+ * accumulator (distributed/distributed_data_parallel.py, _make_backward_post_hook: every
+ * micro-batch, it checks the gradient, clears param.grad and counts the parameter ready for its
+ * bucket), and Transformer Engine's GroupedLinear keeps one weight (and bias) per local expert,
+ * handled one by one in its backward. Counted per module: the attention's norm-fused QKV and
+ * output projection (MLA: the down and up projections and their norms), q/k norms, the MLP's
+ * norm-fused fc1 and fc2 (a MoE layer: its norm, the router and two GEMMs per local expert, the
+ * shared expert's two), biases where the model has them. Modules a CUDA graph captures run
+ * their parameters' hooks inside the graphed backward.
+ */
+static double layer_param_tensors(const struct moe_model_cfg *cfg,
+                                  const struct moe_layout *lay,
+                                  const struct moe_options *opt,
+                                  struct moe_layer_kind kind)
+{
+    double bias = cfg->has_linear_bias ? 1.0 : 0.0;
+    double attn = cfg->is_mla ? 8.0 : 3.0 + 2.0 * bias;
+    attn += cfg->has_qk_layernorm ? 2.0 : 0.0;
+    double n = attn * graph_keep(opt, MOE_CGM_ATTN);
+    if (!kind.is_moe) {
+        return n + (3.0 + 2.0 * bias) * graph_keep(opt, MOE_CGM_MLP);
+    }
+    double keep = graph_keep(opt, MOE_CGM_MOE);
+    double e_loc = (double)cfg->num_experts / lay->ep;
+    n += 1.0 * keep + 1.0 * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
+    n += 2.0 * e_loc * (1.0 + bias) * keep;
+    if (cfg->moe_shared_expert_intermediate_size > 0) {
+        n += 2.0 * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
+    }
+    return n;
 }
 
 void moe_compute_layer(const struct moe_model_cfg *cfg,
@@ -748,20 +798,37 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
      * quantisation). Full recompute launches the forward again inside the backward. */
     double py = 0.0;
     double cpp = 0.0;
+    double py_post = 0.0;
+    double cpp_post = 0.0;
     double syncs = 0.0;
-    host_layer(cfg, lay, opt, kind, &py, &cpp, &syncs);
+    host_layer(cfg, lay, opt, kind, &py, &cpp, &py_post, &cpp_post, &syncs);
     double t_py = cl->gpu.kernel_launch_us * 1e-6;
     double t_cpp = cl->gpu.host_cpp_op_us * 1e-6;
     out->host_fwd = py * t_py + cpp * t_cpp;
-    out->host_bwd = py * t_py + 2.0 * cpp * t_cpp;
+    out->host_bwd = py * t_py + 2.0 * cpp * t_cpp +
+                    layer_param_tensors(cfg, lay, opt, kind) * cl->gpu.host_param_us * 1e-6;
     out->rc_host = full ? out->host_fwd : 0.0;
     out->host_sync = syncs * cl->overheads.moe_host_sync_us * 1e-6;
+    out->host_fwd_post = syncs > 0.0 ? py_post * t_py + cpp_post * t_cpp : 0.0;
+    out->fwd_shared = shared_f;
 }
 
 double moe_compute_offload_copy_s(const struct moe_cluster *cl, double bytes)
 {
     double link = cl->host.link_gbps * GIBPS * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
     return bytes / link;
+}
+
+double moe_compute_sched_host_s(const struct moe_cluster *cl,
+                                const struct moe_options *opt,
+                                int chunks,
+                                int transfers,
+                                bool backward)
+{
+    const struct host_ops *h = &host_ops;
+    double calls = chunks * (backward ? h->sched_b : h->sched_f) + transfers * h->sched_p2p;
+    /* A full-iteration CUDA graph replays the schedule too. */
+    return calls * cl->gpu.kernel_launch_us * 1e-6 * graph_keep(opt, MOE_CGM_FULL_ITERATION);
 }
 
 void moe_compute_loss(const struct moe_model_cfg *cfg,

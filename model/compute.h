@@ -51,6 +51,8 @@ struct moe_layer_cost {
     double offload_copy;       /* host copies of offloaded activations (each way) */
     double host_fwd, host_bwd; /* CPU launch time */
     double host_sync;          /* exposed host synchronisation (dropless token counts) */
+    double host_fwd_post;      /* part of host_fwd launched after that synchronisation */
+    double fwd_shared;         /* shared experts' forward, inside fwd_expert */
     double tp_bytes, cp_bytes, ep_bytes, ep_inter_bytes; /* sent per layer pass, fwd+bwd */
 };
 
@@ -74,6 +76,15 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
                        double load_factor,
                        double offload_bytes,
                        struct moe_layer_cost *out);
+
+/* Host seconds of the pipeline schedule's own work outside the layers for `chunks` model-chunk
+ * passes of one micro-batch (forward or backward) with `transfers` pipeline transfers received or
+ * sent (model/compute.c host_ops); none under a full-iteration CUDA graph. */
+double moe_compute_sched_host_s(const struct moe_cluster *cl,
+                                const struct moe_options *opt,
+                                int chunks,
+                                int transfers,
+                                bool backward);
 
 /* Seconds to copy `bytes` of activations to host memory over the host link (offload). */
 double moe_compute_offload_copy_s(const struct moe_cluster *cl, double bytes);

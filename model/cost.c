@@ -49,6 +49,7 @@ const char *moe_phase_name(enum moe_phase p)
 struct pass_phases {
     double compute, expert, dispatch, combine, tp, cp, pp, host;
     double wait_d, wait_c;
+    double slack; /* GPU time of the pass its own host work leaves uncovered (not a phase) */
 };
 
 static double pos(double x)
@@ -68,6 +69,7 @@ static void phases_add(struct pass_phases *a, const struct pass_phases *b, doubl
     a->host += b->host * scale;
     a->wait_d += b->wait_d * scale;
     a->wait_c += b->wait_c * scale;
+    a->slack += b->slack * scale;
 }
 
 static double phases_sum(const struct pass_phases *p)
@@ -162,8 +164,30 @@ static void layer_exposed(const struct moe_cluster *cl,
 
     double gpu_f = phases_sum(fwd);
     double gpu_b = phases_sum(bwd);
-    fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
+    if (lc->host_fwd_post > 0.0) {
+        /* The forward's token-count synchronisation (every dropless dispatcher copies the counts
+         * to the host before the routed experts) empties the launch queue: the host work after
+         * it (the routed experts, their exchanges) hides only behind the GPU work it launches
+         * itself, and the work before it (attention, router) behind its own GPU work plus what
+         * the previous layer's experts left queued. CUDA graphs of the attention and router leave
+         * the experts' launches exposed (Megatron-LM docs/discussions/deepseek-v3-gb200-
+         * optimization: after partial graphs "only the routed experts part still has some CPU
+         * overhead"). */
+        bool flex =
+            opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
+        double gpu_post =
+            pos(fwd->expert - lc->fwd_shared) + fwd->combine + (flex ? 0.0 : fwd->dispatch);
+        double gpu_pre = pos(gpu_f - gpu_post);
+        double host_pre = pos(lc->host_fwd - lc->host_fwd_post);
+        double queued = pos(gpu_post - lc->host_fwd_post);
+        fwd->host =
+            pos(lc->host_fwd_post - gpu_post) + pos(host_pre - gpu_pre - queued) + lc->host_sync;
+    } else {
+        fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
+    }
     bwd->host = pos(host_bwd - gpu_b);
+    fwd->slack = pos(gpu_f - lc->host_fwd);
+    bwd->slack = pos(gpu_b - host_bwd);
     /* The wait for the busiest rank belongs to the exchange after the expert GEMMs: forward
      * combine, backward dispatch (the engine measures it there); a recomputed forward's combine
      * waits in the backward pass too. */
@@ -198,6 +222,7 @@ struct pctx {
     int rc_block;
     struct pass_phases loss_f, loss_b, mtp_f, mtp_b, emb_f, emb_b;
     double p2p_s;
+    double sched_f, sched_b, sched_move; /* host: the schedule's work per chunk pass, transfer */
     double ep_bytes_layer, ep_inter_layer, tp_bytes_layer, cp_bytes_layer;
     double ep_s_layer, tp_s_layer, cp_s_layer;
     double recompute_ratio; /* recompute / (fwd + bwd compute) of the last layer kind costed */
@@ -277,6 +302,10 @@ static void extras_init(struct pctx *x)
         x->opt->recompute == MOE_RECOMPUTE_FULL && x->opt->recompute_method == MOE_RECOMPUTE_BLOCK;
     x->rc_block = x->opt->recompute_num_layers > 0 ? x->opt->recompute_num_layers : 1;
 
+    x->sched_f = moe_compute_sched_host_s(x->cl, x->opt, 1, 0, false);
+    x->sched_b = moe_compute_sched_host_s(x->cl, x->opt, 1, 0, true);
+    x->sched_move = moe_compute_sched_host_s(x->cl, x->opt, 0, 1, false);
+
     /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
     const struct moe_layout *lay = x->lay;
     moe_comm_group_place(lay->dp * lay->cp, lay->tp, x->cl->nvlink.domain_gpus, &x->dp_group);
@@ -315,6 +344,7 @@ static void span_phases(struct pctx *x,
                         int num_mtp,
                         bool has_embedding,
                         bool has_loss,
+                        int chunks,
                         int sends_f,
                         int sends_b,
                         struct pass_phases *f,
@@ -357,6 +387,11 @@ static void span_phases(struct pctx *x,
         phases_add(f, &x->loss_f, 1.0);
         phases_add(b, &x->loss_b, 1.0);
     }
+    /* The schedule's own host work per chunk pass runs between the chunks' layers: hidden while
+     * the GPU still has work its layers' launches left it, exposed past that. */
+    int moves = sends_f + sends_b;
+    f->host += pos(chunks * x->sched_f + moves * x->sched_move - f->slack);
+    b->host += pos(chunks * x->sched_b + moves * x->sched_move - b->slack);
     /* Non-interleaved 1F1B blocks on its sends and receives; interleaving overlaps them. */
     if (x->lay->pp > 1) {
         double keep = x->lay->vpp > 1 ? 1.0 - x->cl->overheads.overlap_eff : 1.0;
@@ -371,7 +406,7 @@ static void chunk_phases(struct pctx *x, int c, struct pass_phases *f, struct pa
     const struct moe_pp_chunk *ch = &x->lay->chunks[c];
     int last = x->lay->num_chunks - 1;
     span_phases(x, x->kinds[c].n, rc_layers_of_chunk(x, ch->num_layers), ch->num_mtp,
-                ch->has_embedding, ch->has_loss, c<last, c> 0, f, b);
+                ch->has_embedding, ch->has_loss, 1, c<last, c> 0, f, b);
 }
 
 /* Forward/backward phases of all chunks of pipeline rank p for one micro-batch. */
@@ -394,7 +429,7 @@ static void stage_phases(struct pctx *x, int p, struct pass_phases *f, struct pa
     }
     const struct moe_stage_contents *sc = &x->contents[p];
     span_phases(x, (const int(*)[2])n, num_rc, sc->num_mtp, sc->has_embedding, sc->has_loss,
-                sends_f, sends_b, f, b);
+                lay->vpp, sends_f, sends_b, f, b);
 }
 
 /*

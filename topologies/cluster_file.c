@@ -123,6 +123,7 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GPU, "optimizer_eff", gpu.optimizer_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "kernel_launch_us", gpu.kernel_launch_us, 0, US_MAX),
     FIG_REAL(SEC_GPU, "host_cpp_op_us", gpu.host_cpp_op_us, 0, US_MAX),
+    FIG_REAL(SEC_GPU, "host_param_us", gpu.host_param_us, 0, US_MAX),
     FIG_REAL(SEC_GPU, "quant_bytes_per_elem", gpu.quant_bytes_per_elem, 0, 1.0e5),
 
     FIG_REAL(SEC_PEAK, "bf16", gpu.peak_tflops[MOE_MATH_BF16], 0, PEAK_MAX),

@@ -999,6 +999,72 @@ static void test_ep_wait_and_stage_offsets(void **state)
     assert_true(s.step_time_s <= c.step_time_s * (1.0 + 1e-9) + s.time.pp_bubble);
 }
 
+/*
+ * Host work the layer loop does not see. (1) Every parameter tensor of a layer runs a Python
+ * gradient hook in each backward (model/compute.c layer_param_tensors): the test MoE layer at
+ * EP4 holds QKV with its norm (2), the output projection (1), the MLP norm (1), the router (1),
+ * 2 GEMMs for each of its 4 local experts (8) and the shared expert's 2: 15 tensors. (2) The
+ * forward's token-count synchronisation empties the launch queue: with the attention and router
+ * in CUDA graphs, expert launches slower than the experts' own GPU time are exposed although the
+ * layer's host time stays under its GPU time. (3) The schedule's work per model chunk: more
+ * chunks, more host time where the host is the bottleneck.
+ */
+static void test_host_model(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 4, 1, 1, 1, 4);
+    struct moe_layer_kind moe = {true, false};
+    struct moe_layer_cost a;
+    struct moe_layer_cost b;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &a);
+    struct moe_cluster hooks = cl;
+    hooks.gpu.host_param_us = 10.0;
+    moe_compute_layer(&cfg, &hooks, &lay, &opt, moe, 1.0, 0.0, &b);
+    ASSERT_NEAR(b.host_bwd - a.host_bwd, 15.0 * 10.0e-6, 1e-12);
+    ASSERT_NEAR(b.host_fwd, a.host_fwd, 1e-15);
+
+    /* (2) attention and router graphed; the experts' launches at twice their GPU time. */
+    opt.cuda_graph_impl = MOE_CG_TE;
+    opt.cuda_graph_modules = MOE_CGM_ATTN | MOE_CGM_MOE_ROUTER | MOE_CGM_MOE_PREPROCESS;
+    opt.dispatcher = MOE_DISPATCH_ALLTOALL;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &a);
+    assert_true(a.host_fwd_post > 0.0);
+    double gpu_post = a.fwd_expert - a.fwd_shared + a.fwd_dispatch + a.fwd_combine;
+    double gpu_f = a.fwd_compute + a.fwd_expert + a.fwd_dispatch + a.fwd_combine + a.fwd_tp;
+    struct moe_cluster slow = cl;
+    slow.gpu.kernel_launch_us *= 2.0 * gpu_post / a.host_fwd_post;
+    slow.gpu.host_cpp_op_us *= 2.0 * gpu_post / a.host_fwd_post;
+    slow.overheads.moe_host_sync_us = 0.0;
+    slow.overheads.step_fixed_ms = 0.0;
+    moe_compute_layer(&cfg, &slow, &lay, &opt, moe, 1.0, 0.0, &b);
+    ASSERT_NEAR(b.host_fwd_post, 2.0 * gpu_post, 1e-9);
+    assert_true(b.host_fwd < gpu_f);
+    struct moe_prediction p = predict(&cfg, &slow, &lay, &opt, MOE_SCHED_SIMULATE);
+    /* Each MoE layer's forward exposes at least its experts' excess launch time. */
+    double moe_layers = cfg.num_layers - 1;
+    double m = (double)lay.gbs / (lay.mbs * lay.dp);
+    assert_true(p.time.host_overhead >= 0.99 * moe_layers * m * gpu_post);
+
+    /* (3) Host-bound: two chunks per stage cost more host time than one. */
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 2, 1, 4);
+    cl.gpu.kernel_launch_us = 5000.0;
+    struct moe_prediction one = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    struct moe_cluster same = cl;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 2, 2, 4);
+    struct moe_prediction two = predict(&cfg, &same, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(two.time.host_overhead > one.time.host_overhead);
+    ASSERT_NEAR(moe_compute_sched_host_s(&same, &opt, 2, 3, true) -
+                    moe_compute_sched_host_s(&same, &opt, 1, 3, true),
+                moe_compute_sched_host_s(&same, &opt, 1, 0, true), 1e-12);
+    opt.cuda_graph_impl = MOE_CG_LOCAL;
+    opt.cuda_graph_modules = MOE_CGM_FULL_ITERATION;
+    assert_true(moe_compute_sched_host_s(&same, &opt, 2, 3, true) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1024,6 +1090,7 @@ int main(void)
         cmocka_unit_test(test_pass_parts_price_offload),
         cmocka_unit_test(test_timeline),
         cmocka_unit_test(test_ep_wait_and_stage_offsets),
+        cmocka_unit_test(test_host_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
