@@ -20,6 +20,7 @@ void moe_accuracy_options_init(struct moe_accuracy_options *o)
 {
     memset(o, 0, sizeof(*o));
     moe_fit_options_init(&o->fit);
+    o->fit.from_priors = true; /* --refit: as make fit does (the stored leave-one-out's fit) */
 }
 
 const char *moe_accuracy_default_path(char *buf, size_t len)

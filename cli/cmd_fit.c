@@ -34,12 +34,14 @@ static void usage(FILE *f)
             "usage: moefold fit --cluster BASE --runs FILE [--runs FILE ...]\n"
             "                   [--megatron-log FILE ...] [--out PROFILE]\n"
             "                   [--json] [--no-loo] [--no-releases] [--incomplete-sd K]\n"
-            "                   [--run-sd X] [--constrain R]\n"
+            "                   [--run-sd X] [--constrain R] [--from-priors]\n"
             "Fits BASE's software figures (those with a \"prior\" in the cluster file: GEMM,\n"
             "grouped-GEMM, dispatcher, overlap and host figures; never hardware facts) to the\n"
             "measured runs of the same GPU generation, by nonlinear least squares on\n"
             "log(predicted/measured) with each figure kept in its physical range and held to\n"
-            "its prior. Only figures the runs constrain are fitted; the rest keep the prior.\n"
+            "BASE's value with its prior's sd: your runs refine the shipped profile (fitted to\n"
+            "the published runs). Only figures the runs constrain are fitted; the rest keep\n"
+            "BASE's values and say so.\n"
             "  --cluster BASE        cluster name or file whose figures are fitted\n"
             "  --runs FILE           measured runs (the published-runs format; repeatable)\n"
             "  --megatron-log FILE   a Megatron-LM training log as a measured run on BASE: its\n"
@@ -52,7 +54,10 @@ static void usage(FILE *f)
             "                        the run error (default 2; 0 leaves them out)\n"
             "  --run-sd X            model error of one run, log units (default 0.05)\n"
             "  --constrain R         a figure is fitted when the runs shrink its sd below R x\n"
-            "                        its prior sd (default 0.8); the rest keep their priors\n");
+            "                        its prior sd (default 0.8); the rest keep their values\n"
+            "  --from-priors         hold each figure to its prior as the file states it (the\n"
+            "                        microbenchmark) instead of BASE's value: how make fit\n"
+            "                        regenerates the shipped profiles from the published runs\n");
 }
 
 static int parse(int argc, char **argv, struct fit_args *a)
@@ -67,6 +72,7 @@ static int parse(int argc, char **argv, struct fit_args *a)
                                           {"incomplete-sd", required_argument, NULL, 'I'},
                                           {"run-sd", required_argument, NULL, 's'},
                                           {"constrain", required_argument, NULL, 'C'},
+                                          {"from-priors", no_argument, NULL, 'P'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     memset(a, 0, sizeof(*a));
@@ -133,6 +139,9 @@ static int parse(int argc, char **argv, struct fit_args *a)
                 return 2;
             }
             break;
+        case 'P':
+            a->opt.from_priors = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -184,7 +193,13 @@ static void summary(const struct moe_fit_result *res, bool loo, double *med, dou
 
 static void print_params(const struct moe_fit_result *res)
 {
-    printf("%-32s %16s %10s %8s %6s  %s\n", "figure", "prior (+- sd)", "fitted", "se", "ratio",
+    if (!res->opt.from_priors) {
+        printf("# held to %s's values (its fit to the published runs) with the priors' sd; "
+               "--from-priors: to the microbenchmark priors\n",
+               res->base);
+    }
+    printf("%-32s %16s %10s %8s %6s  %s\n", "figure",
+           res->opt.from_priors ? "prior (+- sd)" : "held to (+- sd)", "fitted", "se", "ratio",
            "constrained by");
     for (int j = 0; j < res->num_params; j++) {
         const struct moe_fit_param *fp = &res->params[j];
@@ -197,9 +212,12 @@ static void print_params(const struct moe_fit_result *res)
         if (fp->constrained) {
             printf("%-32s %16s %10.4g %8.2g %6.2f  %s\n", name, prior, fp->value, fp->se,
                    fp->sd_ratio, fp->runs[0] ? fp->runs : "(the runs jointly)");
-        } else {
+        } else if (res->opt.from_priors) {
             printf("%-32s %16s %10s %8s %6.2f  keeps its prior: no run constrains it\n", name,
                    prior, "(prior)", "-", fp->sd_ratio);
+        } else {
+            printf("%-32s %16s %10s %8s %6.2f  keeps %s's value: no run constrains it\n", name,
+                   prior, "(kept)", "-", fp->sd_ratio, res->base);
         }
     }
     printf("# [cluster]: that cluster's own figure (host, network, its GPU's GEMMs), fitted to its "

@@ -718,6 +718,21 @@ static enum moe_status read_candidates(const cJSON *root,
         fp->value = pr.value;
         fp->se = pr.sd;
         fp->sd_ratio = 1.0;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "value");
+        const cJSON *se = cJSON_GetObjectItemCaseSensitive(it, "se");
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(it, "source");
+        fp->file_value = cJSON_IsNumber(v) ? v->valuedouble : pr.value;
+        fp->file_se = cJSON_IsNumber(se) && se->valuedouble > 0.0 ? se->valuedouble : pr.sd;
+        (void)snprintf(fp->file_source, sizeof(fp->file_source), "%s",
+                       cJSON_IsString(src) ? src->valuestring : pr.source);
+        if (!res->opt.from_priors) {
+            /* Refining a fitted profile: its value is the best estimate before these runs, held
+             * with the prior's sd (as far as the microbenchmark let the first fit move it). */
+            double lo = pr.min + 1e-6 * (pr.max - pr.min);
+            double hi = pr.max - 1e-6 * (pr.max - pr.min);
+            fp->prior.value = fmin(hi, fmax(lo, fp->file_value));
+            fp->value = fp->prior.value;
+        }
         res->num_params++;
     }
     return MOE_OK;

@@ -50,10 +50,14 @@ struct moe_fit_options {
                                x run_sd (their unstated settings add error); 0: left out */
     bool loo;               /* leave-one-out predictions */
     bool releases;          /* per-release figures */
+    bool from_priors;       /* each figure held to its prior as the cluster file states it (make
+                               fit: the shipped profiles from the microbenchmark priors); false:
+                               held to the file's current value with the prior's sd (a profile
+                               already fitted, refined by the user's own runs) */
 };
 
 /* Defaults: run_sd 0.05, incomplete runs at 2 x run_sd, release_sd 0.3, constrain_ratio 0.8,
- * LOO and releases on. */
+ * LOO and releases on, priors centred on the file's current values (from_priors false). */
 void moe_fit_options_init(struct moe_fit_options *o);
 
 struct moe_fit_param {
@@ -62,11 +66,14 @@ struct moe_fit_param {
                       (prior "scope": "cluster"; only runs on that cluster inform it) */
     size_t offset; /* in struct moe_cluster */
     struct moe_json_prior prior;
-    bool constrained; /* fitted (the runs constrain it) */
-    double value;     /* fitted value, or the prior's when not constrained */
-    double se;        /* standard error; the prior sd when not constrained */
-    double sd_ratio;  /* posterior / prior sd at the prior (1: the runs say nothing) */
-    char runs[256];   /* ids of the runs that constrain it, comma separated */
+    bool constrained;      /* fitted (the runs constrain it) */
+    double value;          /* fitted value, or the prior's when not constrained */
+    double se;             /* standard error; the prior sd when not constrained */
+    double sd_ratio;       /* posterior / prior sd at the prior (1: the runs say nothing) */
+    double file_value;     /* the cluster file's value before this fit (its "value") */
+    double file_se;        /* its "se", or the prior sd where it has none */
+    char file_source[768]; /* its "source" */
+    char runs[256];        /* ids of the runs that constrain it, comma separated */
 };
 
 struct moe_fit_release {

@@ -77,15 +77,26 @@ static bool write_params(cJSON *root, const struct moe_fit_result *res, const ch
         if (fig == NULL) {
             return false;
         }
-        char src[1024];
-        if (fp->constrained) {
+        char src[1536];
+        double se = fp->se;
+        if (fp->constrained && res->opt.from_priors) {
             (void)snprintf(src, sizeof(src),
                            "fit: %s (moefold fit on %s; posterior/prior sd %.2f at the prior)",
                            fp->runs[0] ? fp->runs : "the runs jointly", runs_desc, fp->sd_ratio);
-        } else {
+        } else if (fp->constrained) {
+            (void)snprintf(src, sizeof(src),
+                           "fit: %s (moefold fit on %s, from %s's %.4g, held with the prior's sd; "
+                           "posterior/prior sd %.2f); before: %s",
+                           fp->runs[0] ? fp->runs : "the runs jointly", runs_desc, res->base,
+                           fp->file_value, fp->sd_ratio, fp->file_source);
+        } else if (res->opt.from_priors) {
             (void)snprintf(src, sizeof(src), "prior (no run constrains it): %s", fp->prior.source);
+        } else {
+            se = fp->file_se;
+            (void)snprintf(src, sizeof(src), "as %s (no run of %s constrains it): %s", res->base,
+                           runs_desc, fp->file_source);
         }
-        if (!update_figure(fig, fp->value, fp->se, src)) {
+        if (!update_figure(fig, fp->value, se, src)) {
             return false;
         }
     }
@@ -221,6 +232,35 @@ uncertainty_json(const struct moe_fit_result *res, const cJSON *base_unc, const 
             return NULL;
         }
         cJSON_AddItemToArray(runs, o);
+    }
+    /* Refining a fitted profile with a user's runs: the base's runs and their leave-one-out
+     * errors stay, so that an interval still says how the model errs on layouts and models those
+     * few runs do not show. */
+    int kept = 0;
+    const cJSON *old_runs =
+        base_unc != NULL ? cJSON_GetObjectItemCaseSensitive(base_unc, "runs") : NULL;
+    const cJSON *it = NULL;
+    const cJSON *keep_from = res->opt.from_priors ? NULL : old_runs;
+    cJSON_ArrayForEach(it, keep_from)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        bool refitted = false;
+        for (int i = 0; i < res->num_runs && cJSON_IsString(id); i++) {
+            refitted = refitted ||
+                       (res->runs[i].used && strcmp(res->runs[i].run->id, id->valuestring) == 0);
+        }
+        if (!refitted && cJSON_IsString(id)) {
+            cJSON_AddItemToArray(runs, cJSON_Duplicate(it, 1));
+            kept++;
+        }
+    }
+    if (kept > 0) {
+        char more[1024];
+        (void)snprintf(more, sizeof(more),
+                       "%s; and %d runs of %s's own fit with their errors then (the intervals "
+                       "keep them: how the model errs where these runs do not reach)",
+                       src, kept, res->base);
+        cJSON_ReplaceItemInObjectCaseSensitive(u, "source", cJSON_CreateString(more));
     }
     cJSON_AddItemToObject(u, "runs", runs);
     const cJSON *mem =

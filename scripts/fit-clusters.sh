@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate the shipped cluster files' fitted software figures from the shipped runs (`make fit`):
 # for every reference cluster in topologies/ (files that extend another inherit its figures),
-# `moefold fit --cluster C --runs tests/data/published_runs.json --out topologies/C.json`. The fit
+# `moefold fit --from-priors --cluster C --runs tests/data/published_runs.json --out topologies/C.json`. The fit
 # reads each figure's prior, never its current value, and other clusters' host and network
 # figures at their priors, so running this twice, or in another order, writes the same files.
 set -euo pipefail
@@ -17,5 +17,5 @@ for f in topologies/*.json; do
         continue
     fi
     grep -q '"prior"' "$f" || { echo "fit-clusters: $c has no prior: nothing to fit"; continue; }
-    "$bin" fit --cluster "$f" --runs "$runs" --out "$f" | tail -3
+    "$bin" fit --from-priors --cluster "$f" --runs "$runs" --out "$f" | tail -3
 done

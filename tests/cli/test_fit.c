@@ -115,6 +115,7 @@ static void test_recovers_known_figures(void **state)
     /* Figures not under test sit at their priors in the truth too. */
     struct moe_fit_options o;
     moe_fit_options_init(&o);
+    o.from_priors = true; /* the shipped profiles, from the microbenchmark priors */
     o.loo = false;
     o.releases = false;
     struct moe_fit_result probe;
@@ -184,6 +185,7 @@ static void test_leave_one_out(void **state)
     assert_int_equal(moe_runs_add(&three, &held, &d), MOE_OK);
     struct moe_fit_options o;
     moe_fit_options_init(&o);
+    o.from_priors = true; /* the shipped profiles, from the microbenchmark priors */
     o.releases = false;
     struct moe_fit_result a;
     struct moe_fit_result b;
@@ -202,6 +204,61 @@ static void test_leave_one_out(void **state)
     moe_runs_free(&shipped);
 }
 
+/*
+ * A user's sweep: three layouts of Qwen3-235B on 256 H100 fitted (refining the shipped profile:
+ * each figure held to its fitted value with the prior's sd), the fourth (Z4, PP32 x VPP3 with
+ * one-layer chunks) predicted. Measured when written: Z4 +16.4% refined, +63.7% from the
+ * microbenchmark priors (the three runs cannot pin the host figures B17 pinned). Every pair of the
+ * four measured more than 5% apart is ordered as measured.
+ */
+static void test_user_sweep(void **state)
+{
+    (void)state;
+    struct moe_run_set shipped;
+    shipped_runs(&shipped);
+    struct moe_run_set sweep;
+    memset(&sweep, 0, sizeof(sweep));
+    struct moe_diag d = {0};
+    const char *ids[] = {"Z1", "Z2", "B12", "Z4"};
+    for (int i = 0; i < 4; i++) {
+        struct moe_run r = *find_run(&shipped, ids[i]);
+        if (i == 3) {
+            r.known_miss[0] = 'x'; /* predicted, not fitted */
+            r.known_miss[1] = '\0';
+        }
+        assert_int_equal(moe_runs_add(&sweep, &r, &d), MOE_OK);
+    }
+    double err[2];
+    for (int mode = 0; mode < 2; mode++) {
+        struct moe_fit_options o;
+        moe_fit_options_init(&o);
+        o.loo = false;
+        o.from_priors = mode == 1;
+        struct moe_fit_result res;
+        assert_int_equal(moe_fit("dgx-h100", &sweep, &o, &res, &d), MOE_OK);
+        assert_true(res.runs[0].used && res.runs[1].used && res.runs[2].used && !res.runs[3].used);
+        err[mode] = res.runs[3].pred_fit / res.runs[3].run->measured - 1.0;
+        printf("  Z4 fitted on Z1, Z2, B12 %s: %+.1f%%\n",
+               mode == 0 ? "refining dgx-h100" : "from the priors", 100.0 * err[mode]);
+        if (mode == 0) {
+            for (int a = 0; a < 4; a++) {
+                for (int b = 0; b < 4; b++) {
+                    double ma = res.runs[a].run->measured;
+                    double mb = res.runs[b].run->measured;
+                    if (ma > 1.05 * mb) {
+                        assert_true(res.runs[a].pred_fit > res.runs[b].pred_fit);
+                    }
+                }
+            }
+        }
+        moe_fit_result_free(&res);
+    }
+    assert_true(fabs(err[0]) < 0.20);
+    assert_true(fabs(err[0]) < fabs(err[1]));
+    moe_runs_free(&sweep);
+    moe_runs_free(&shipped);
+}
+
 /* The shipped profiles hold what the fit writes (make fit reproduces them). */
 static void check_profile(const char *cluster)
 {
@@ -209,6 +266,7 @@ static void check_profile(const char *cluster)
     shipped_runs(&shipped);
     struct moe_fit_options o;
     moe_fit_options_init(&o);
+    o.from_priors = true; /* the shipped profiles, from the microbenchmark priors */
     o.loo = false;
     struct moe_fit_result res;
     struct moe_diag d = {0};
@@ -256,6 +314,7 @@ static void test_bad_input(void **state)
     (void)state;
     struct moe_fit_options o;
     moe_fit_options_init(&o);
+    o.from_priors = true; /* the shipped profiles, from the microbenchmark priors */
     o.loo = false;
     struct moe_fit_result res;
     struct moe_diag d = {0};
@@ -371,6 +430,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recovers_known_figures),
         cmocka_unit_test(test_leave_one_out),
+        cmocka_unit_test(test_user_sweep),
         cmocka_unit_test(test_shipped_profiles_reproduce),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_cli),
