@@ -212,6 +212,10 @@ static void print_params(const struct moe_fit_result *res)
         if (fp->constrained) {
             printf("%-32s %16s %10.4g %8.2g %6.2f  %s\n", name, prior, fp->value, fp->se,
                    fp->sd_ratio, fp->runs[0] ? fp->runs : "(the runs jointly)");
+        } else if (fp->borrowed >= 0) {
+            const struct moe_fit_param *sib = &res->params[fp->borrowed];
+            printf("%-32s %16s %10.4g %8.2g %6.2f  as %s (same prior; no run on this cluster)\n",
+                   name, prior, fp->value, fp->se, fp->sd_ratio, res->clusters[sib->cluster]);
         } else if (res->opt.from_priors) {
             printf("%-32s %16s %10s %8s %6.2f  keeps its prior: no run constrains it\n", name,
                    prior, "(prior)", "-", fp->sd_ratio);
@@ -314,6 +318,9 @@ static void print_json(const struct moe_fit_result *res, const char *out)
         cJSON_AddNumberToObject(p, "se", fp->se);
         cJSON_AddNumberToObject(p, "sd_ratio", fp->sd_ratio);
         cJSON_AddStringToObject(p, "runs", fp->runs);
+        cJSON_AddStringToObject(p, "borrowed_from",
+                                fp->borrowed >= 0 ? res->clusters[res->params[fp->borrowed].cluster]
+                                                  : "");
         cJSON_AddItemToArray(ps, p);
     }
     cJSON *rs = cJSON_AddArrayToObject(o, "runs");

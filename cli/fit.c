@@ -718,6 +718,7 @@ static enum moe_status read_candidates(const cJSON *root,
         fp->value = pr.value;
         fp->se = pr.sd;
         fp->sd_ratio = 1.0;
+        fp->borrowed = -1;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "value");
         const cJSON *se = cJSON_GetObjectItemCaseSensitive(it, "se");
         const cJSON *src = cJSON_GetObjectItemCaseSensitive(it, "source");
@@ -990,6 +991,45 @@ static enum moe_status predict_all(struct moe_fit_result *res,
     return MOE_OK;
 }
 
+/*
+ * A cluster's own figure (host, network, its GPU's kernels) that no run on that cluster
+ * constrains takes the fitted value of the same figure on a cluster of the generation that has
+ * runs and the same prior (the file's author gave them the same host or network class: an x86
+ * DGX host's time per Python call, Grace's; an InfiniBand fabric's all-to-all fraction), with the
+ * prior's sd as its se (how far two such clusters may differ): what the published runs measured
+ * for one is the best estimate for the other. The most precise such fit is taken. Only for a
+ * cluster none of whose runs is fitted: its own runs, constraining or not, speak for it.
+ */
+static void borrow_siblings(struct moe_fit_result *res, struct prun *const *used, int nused)
+{
+    for (int i = 0; i < nused; i++) {
+        if (used[i]->on_base) {
+            return; /* the cluster's own runs speak for it, constraining or not */
+        }
+    }
+    for (int j = 0; j < res->num_params; j++) {
+        struct moe_fit_param *fp = &res->params[j];
+        if (fp->cluster != 0 || fp->constrained) {
+            continue;
+        }
+        int best = -1;
+        for (int k = 0; k < res->num_params; k++) {
+            const struct moe_fit_param *sib = &res->params[k];
+            bool same = sib->cluster > 0 && sib->constrained && strcmp(sib->path, fp->path) == 0 &&
+                        sib->prior.value == fp->prior.value && sib->prior.sd == fp->prior.sd &&
+                        sib->prior.min == fp->prior.min && sib->prior.max == fp->prior.max;
+            if (same && (best < 0 || sib->se < res->params[best].se)) {
+                best = k;
+            }
+        }
+        if (best >= 0) {
+            fp->borrowed = best;
+            fp->value = res->params[best].value;
+            fp->se = fp->prior.sd;
+        }
+    }
+}
+
 /* The newest release with figures of its own (by date, then name). */
 static void pick_default(struct moe_fit_result *res)
 {
@@ -1079,6 +1119,7 @@ enum moe_status moe_fit(const char *base,
     }
     if (st == MOE_OK) {
         record_solution(res, &pb, &sol);
+        borrow_siblings(res, used, res->num_used);
         pick_default(res);
         st = predict_all(res, set, prs, &pb, &sol, diag);
     }

@@ -74,6 +74,10 @@ struct moe_fit_param {
     double file_se;        /* its "se", or the prior sd where it has none */
     char file_source[768]; /* its "source" */
     char runs[256];        /* ids of the runs that constrain it, comma separated */
+    int borrowed;          /* >= 0: not constrained by runs of its own cluster, it takes the
+                              fitted value of params[borrowed], the same figure of a cluster of
+                              the generation with the same prior (the same host or network
+                              class); -1: none */
 };
 
 struct moe_fit_release {

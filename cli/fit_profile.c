@@ -89,6 +89,15 @@ static bool write_params(cJSON *root, const struct moe_fit_result *res, const ch
                            "posterior/prior sd %.2f); before: %s",
                            fp->runs[0] ? fp->runs : "the runs jointly", runs_desc, res->base,
                            fp->file_value, fp->sd_ratio, fp->file_source);
+        } else if (fp->borrowed >= 0) {
+            const struct moe_fit_param *sib = &res->params[fp->borrowed];
+            (void)snprintf(src, sizeof(src),
+                           "as %s (no run on this cluster constrains it; %s has the same prior "
+                           "and its fit: %s, se %.2g, on %s; se here: the prior's sd, how far two "
+                           "such clusters may differ): %s",
+                           res->clusters[sib->cluster], res->clusters[sib->cluster],
+                           sib->runs[0] ? sib->runs : "the runs jointly", sib->se, runs_desc,
+                           fp->prior.source);
         } else if (res->opt.from_priors) {
             (void)snprintf(src, sizeof(src), "prior (no run constrains it): %s", fp->prior.source);
         } else {

@@ -259,6 +259,48 @@ static void test_user_sweep(void **state)
     moe_runs_free(&shipped);
 }
 
+/*
+ * A cluster without runs of its own (h800) takes the host and network figures the published runs
+ * fitted on a cluster with the same priors (dgx-h100: B17's host time per call, B12's all-to-all
+ * fraction), with the prior's sd as se; a cluster with a run of its own (gb300-nvl72: B15) keeps
+ * its own, even where that run does not constrain a figure.
+ */
+static void test_borrowed_figures(void **state)
+{
+    (void)state;
+    struct moe_run_set shipped;
+    shipped_runs(&shipped);
+    struct moe_fit_options o;
+    moe_fit_options_init(&o);
+    o.from_priors = true;
+    o.loo = false;
+    struct moe_diag d = {0};
+    struct moe_fit_result res;
+    assert_int_equal(moe_fit("h800", &shipped, &o, &res, &d), MOE_OK);
+    int own = -1;
+    int sib = -1;
+    for (int j = 0; j < res.num_params; j++) {
+        if (strcmp(res.params[j].path, "gpu.kernel_launch_us") == 0) {
+            *(res.params[j].cluster == 0 ? &own : &sib) = j;
+        }
+    }
+    assert_true(own >= 0 && sib >= 0);
+    assert_int_equal(res.params[own].borrowed, sib);
+    assert_true(res.params[sib].constrained);
+    assert_true(res.params[own].value == res.params[sib].value);
+    assert_true(res.params[own].value > 2.0 * res.params[own].prior.value);
+    assert_true(res.params[own].se == res.params[own].prior.sd);
+    moe_fit_result_free(&res);
+    assert_int_equal(moe_fit("gb300-nvl72", &shipped, &o, &res, &d), MOE_OK);
+    for (int j = 0; j < res.num_params; j++) {
+        if (res.params[j].cluster == 0) {
+            assert_int_equal(res.params[j].borrowed, -1);
+        }
+    }
+    moe_fit_result_free(&res);
+    moe_runs_free(&shipped);
+}
+
 /* The shipped profiles hold what the fit writes (make fit reproduces them). */
 static void check_profile(const char *cluster)
 {
@@ -431,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_recovers_known_figures),
         cmocka_unit_test(test_leave_one_out),
         cmocka_unit_test(test_user_sweep),
+        cmocka_unit_test(test_borrowed_figures),
         cmocka_unit_test(test_shipped_profiles_reproduce),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_cli),
