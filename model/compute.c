@@ -672,8 +672,9 @@ static void host_layer(const struct moe_model_cfg *cfg,
  * handled one by one in its backward. Counted per module: the attention's norm-fused QKV and
  * output projection (MLA: the down and up projections and their norms), q/k norms, the MLP's
  * norm-fused fc1 and fc2 (a MoE layer: its norm, the router and two GEMMs per local expert, the
- * shared expert's two), biases where the model has them. Modules a CUDA graph captures run
- * their parameters' hooks inside the graphed backward.
+ * shared expert's two), biases where the model has them. Modules a CUDA graph captures are
+ * counted as none, as their launches are (an assumption: their weight gradients come out of the
+ * graphed backward; no profile of a graphed layer's hooks was found).
  */
 static double layer_param_tensors(const struct moe_model_cfg *cfg,
                                   const struct moe_layout *lay,
