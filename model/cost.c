@@ -120,16 +120,18 @@ static void layer_exposed(const struct moe_cluster *cl,
     double ep_f = lc->fwd_dispatch + lc->fwd_combine;
     double ep_b = bwd_disp + bwd_comb;
     if (opt->overlap_moe_ep_comm && ep_f + ep_b > 0.0) {
-        /* 1F1B A2A overlap pairs one micro-batch's forward with another's backward, segment by
-         * segment: forward dispatch runs beside backward attention, forward combine beside backward
-         * experts, backward dispatch beside forward attention, backward combine beside forward
-         * experts. ep_overlap_eff of each pairing is achieved; the GEMMs lose the dispatcher's SMs.
-         */
+        /* 1F1B A2A overlap pairs one micro-batch's forward with another's backward, layer by
+         * layer, in Megatron-Core's issue order (docs/user-guide/features/moe_a2a_overlap.md,
+         * "Fine-grained execution": F.attn | B.combine, B.expert | F.dispatch, F.expert |
+         * B.dispatch, B.attn | F.combine): backward combine beside forward attention, forward
+         * dispatch beside backward experts, backward dispatch beside forward experts, forward
+         * combine beside backward attention. ep_overlap_eff of each pairing is achieved; the GEMMs
+         * lose the dispatcher's SMs. */
         double eo = cl->overheads.ep_overlap_eff;
-        double h_fd = eo * fmin(lc->fwd_dispatch, bwd->compute);
-        double h_fc = eo * fmin(lc->fwd_combine, bwd->expert);
-        double h_bd = eo * fmin(bwd_disp, fwd->compute);
-        double h_bc = eo * fmin(bwd_comb, fwd->expert);
+        double h_fd = eo * fmin(lc->fwd_dispatch, bwd->expert);
+        double h_fc = eo * fmin(lc->fwd_combine, bwd->compute);
+        double h_bd = eo * fmin(bwd_disp, fwd->expert);
+        double h_bc = eo * fmin(bwd_comb, fwd->compute);
         fwd->dispatch = lc->fwd_dispatch - h_fd;
         fwd->combine = lc->fwd_combine - h_fc;
         bwd->dispatch = bwd_disp - h_bd;
@@ -142,10 +144,10 @@ static void layer_exposed(const struct moe_cluster *cl,
         } else if (opt->dispatcher == MOE_DISPATCH_HYBRIDEP && cl->gpu.num_sms > 0) {
             loss = (double)cl->dispatch.hybridep_sms / cl->gpu.num_sms;
         }
-        fwd->compute += loss * h_bd;
-        fwd->expert += loss * h_bc;
-        bwd->compute += loss * h_fd;
-        bwd->expert += loss * h_fc;
+        fwd->compute += loss * h_bc;
+        fwd->expert += loss * h_bd;
+        bwd->compute += loss * h_fc;
+        bwd->expert += loss * h_fd;
     } else {
         fwd->dispatch = lc->fwd_dispatch;
         fwd->combine = lc->fwd_combine;

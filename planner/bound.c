@@ -260,8 +260,8 @@ void moe_plan_bound_group(const struct moe_plan_space *sp,
         if (ep_overlap) {
             /* Pairing of model/cost.c's 1F1B EP overlap, with no recompute (recompute never makes
              * the pass pair shorter) and no SM loss (>= 0). */
-            double hidden = least(r->fd[kd][d], r->bwdc[kd]) + least(r->fc[kd][d], r->bwde[kd][g]) +
-                            least(r->bd[kd][d], r->fwdc[kd]) + least(r->bc[kd][d], r->fwde[kd][g]);
+            double hidden = least(r->fd[kd][d], r->bwde[kd][g]) + least(r->fc[kd][d], r->bwdc[kd]) +
+                            least(r->bd[kd][d], r->fwde[kd][g]) + least(r->bc[kd][d], r->fwdc[kd]);
             ep = pos(ep - eo * hidden);
         }
         out->kind[m][w] = comp + r->tp[kd] + r->cp[kd] + ep;
