@@ -49,6 +49,14 @@ read_section(const cJSON *unc, struct moe_uncertainty *u, struct moe_diag *diag)
     static const char *const keys[] = {"source", "run_sd", "runs", "memory"};
     MOE_TRY(moe_json_check_keys(unc, keys, MOE_ARRAY_LEN(keys), where, diag));
     MOE_TRY(moe_json_get_string(unc, "source", false, u->source, sizeof(u->source), where, diag));
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(unc, "run_sd");
+    if (sd != NULL) {
+        if (!cJSON_IsNumber(sd) || !(sd->valuedouble >= 0.0) || sd->valuedouble > 1.0) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "%s.run_sd: expected a number in [0, 1]",
+                                where);
+        }
+        u->run_sd = sd->valuedouble;
+    }
     const cJSON *runs = cJSON_GetObjectItemCaseSensitive(unc, "runs");
     if (runs != NULL && !cJSON_IsArray(runs)) {
         return moe_diag_set(diag, MOE_ERR_INVALID, "%s.runs: expected an array", where);
@@ -158,7 +166,11 @@ void moe_unc_step(const struct moe_uncertainty *u,
                        "writes them)");
         return;
     }
-    double s = sqrt(ss / n) * sqrt(1.0 + 1.0 / n);
+    /* A few runs that happen to agree do not make the model better than the fit assumed it is
+     * on one run (run_sd): the interval's sd never goes below it. */
+    double rms = sqrt(ss / n);
+    bool floored = rms < u->run_sd;
+    double s = (floored ? u->run_sd : rms) * sqrt(1.0 + 1.0 / n);
     double t = t_quantile(level, n);
     out->ok = true;
     out->n = n;
@@ -178,8 +190,9 @@ void moe_unc_step(const struct moe_uncertainty *u,
                        MOE_UNC_MIN_RUNS);
     }
     (void)snprintf(out->basis, sizeof(out->basis),
-                   "%.0f%% interval from the leave-one-out errors of %d %s%s: rms %.1f%%",
-                   100.0 * level, n, like, what, 100.0 * sqrt(ss / n));
+                   "%.0f%% interval from the leave-one-out errors of %d %s%s: rms %.1f%%%s",
+                   100.0 * level, n, like, what, 100.0 * rms,
+                   floored ? " (below the fit's per-run model error: that is used)" : "");
 }
 
 void moe_unc_rate(const struct moe_interval *step, double rate, double *lo, double *hi)

@@ -531,10 +531,12 @@ static void moe_block(const struct cctx *c,
         permute_f = (t_sp * k * h * c->ab * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
         unpermute_f = (r * h * c->ab * 2.0 + t_sp * h * c->ab) / (c->gpu->hbm_tbps * TBPS * pe);
     }
-    /* DeepEP/HybridEP dispatch the quantised tokens (with their scales) under FP8/MX recipes;
-     * combine and every backward transfer carry BF16. */
-    double disp_bytes =
-        (flex && opt->recipe != MOE_RECIPE_BF16) ? moe_mem_recipe_elem_bytes(opt->recipe) : c->ab;
+    /* Every exchange carries the activations' precision (BF16): Megatron-Core hands the
+     * dispatcher the unquantised hidden states and Transformer Engine quantises after it, in the
+     * expert GEMM (fused_a2a.py sizes DeepEP's buffer for >= 2 bytes per element; the GB200
+     * DeepSeek-V3 guide: MXFP8 "EP Dispatch ... not yet supported"). DeepSeek's own framework
+     * dispatches FP8; Megatron-Core does not. */
+    double disp_bytes = c->ab;
     double d_f = 0.0;
     double comb = 0.0;
     double d_b = 0.0;

@@ -87,6 +87,21 @@ static void test_step_interval(void **state)
     moe_unc_rate(&many, 1000.0, &lo, &hi);
     assert_true(fabs(lo * many.hi / 10.0 - 1000.0) < 1e-9); /* rates invert the step */
     assert_true(fabs(hi * many.lo / 10.0 - 1000.0) < 1e-9);
+    /* A few runs that agree closely do not beat the fit's own per-run error: with run_sd 5%,
+     * three runs at 1% give the interval of three at 5% (and say so). */
+    struct moe_uncertainty *v = calloc(1, sizeof(*v));
+    assert_non_null(v);
+    add_run(v, "p", "m1", "fp8", "intra", 0.01);
+    add_run(v, "q", "m2", "fp8", "intra", -0.01);
+    add_run(v, "r", "m3", "fp8", "intra", 0.01);
+    struct moe_interval tight;
+    moe_unc_step(v, "fp8", "intra", NULL, 10.0, 0.8, &tight);
+    assert_true(fabs(log(tight.hi / 10.0) - t2 * 0.01 * sqrt(4.0 / 3.0)) < 1e-6);
+    v->run_sd = 0.05;
+    moe_unc_step(v, "fp8", "intra", NULL, 10.0, 0.8, &tight);
+    assert_true(fabs(log(tight.hi / 10.0) - t2 * 0.05 * sqrt(4.0 / 3.0)) < 1e-6);
+    assert_non_null(strstr(tight.basis, "per-run model error"));
+    free(v);
     free(u);
 }
 
