@@ -10,11 +10,25 @@
 #include "engine/context.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static double elapsed_us(double t0, int iters)
 {
     return (moe_eng_now() - t0) * 1e6 / (double)(iters > 0 ? iters : 1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of x[0..n) (sorts x in place); n > 0. */
+static double median_of(double *x, size_t n)
+{
+    qsort(x, n, sizeof(*x), cmp_double);
+    return n % 2 == 1 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 static void fill(float *x, size_t n, uint64_t seed)
@@ -456,6 +470,8 @@ attn_row_ok(const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, 
     return ok;
 }
 
+#define ATTN_MAX_ITERS 256 /* per-call times kept for the median */
+
 enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
                                         moe_k_ctx_t *kc,
                                         const struct moe_bench_cfg *cfg,
@@ -492,24 +508,28 @@ enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
     fill(b.v, b.nkv, 9);
     fill(b.dout, b.nq, 10);
     float scale = 1.0f / sqrtf((float)head_dim);
-    double t0 = 0.0;
-    for (int it = -cfg->warmup; it < cfg->iters; it++) {
-        if (it == 0) {
-            t0 = moe_eng_now();
-        }
+    /* Each call timed alone and the median kept: a call here is 0.1-100 ms, and on a shared
+     * host a few disturbed calls moved the mean by up to 70% between runs minutes apart (the
+     * calibrated narrow-head term with it); the engine's steady calls are the median's. */
+    int n = cfg->iters < ATTN_MAX_ITERS ? cfg->iters : ATTN_MAX_ITERS;
+    n = n > 0 ? n : 1;
+    double tf[ATTN_MAX_ITERS];
+    double tb[ATTN_MAX_ITERS];
+    for (int it = -cfg->warmup; it < n; it++) {
+        double t0 = moe_eng_now();
         k->attention_fwd(b.o, b.lse, b.q, b.k, b.v, batch, seq, seq, heads, kv_heads, head_dim,
                          head_dim, 0, 0, scale, true, b.ws, b.ws_bytes, kc);
-    }
-    out->fwd_us = elapsed_us(t0, cfg->iters);
-    for (int it = -cfg->warmup; it < cfg->iters; it++) {
-        if (it == 0) {
-            t0 = moe_eng_now();
-        }
+        double t1 = moe_eng_now();
         k->attention_bwd(b.dq, b.dk, b.dv, b.dout, b.q, b.k, b.v, b.o, b.lse, batch, seq, seq,
                          heads, kv_heads, head_dim, head_dim, 0, 0, scale, true, false, b.ws,
                          b.ws_bytes, kc);
+        if (it >= 0) {
+            tf[it] = (t1 - t0) * 1e6;
+            tb[it] = (moe_eng_now() - t1) * 1e6;
+        }
     }
-    out->bwd_us = elapsed_us(t0, cfg->iters);
+    out->fwd_us = median_of(tf, (size_t)n);
+    out->bwd_us = median_of(tb, (size_t)n);
     double flops = 4.0 * batch * (double)heads * seq * (double)seq * head_dim / 2.0;
     out->batch = batch;
     out->seq = seq;

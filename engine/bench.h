@@ -109,10 +109,10 @@ MOE_NODISCARD enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
 
 struct moe_bench_attention {
     int batch, seq, heads, kv_heads, head_dim; /* causal self-attention, Tq = Tk = seq */
-    double fwd_us, bwd_us;
-    double fwd_gflops; /* 4 B Hq T^2 D / 2 (causal half) per forward */
-    double bwd_gflops; /* 2.5 x the forward FLOPs (P recomputed from the log-sum-exp) */
-    bool is_ok;        /* one output row equals a double-precision softmax(q k^T) v */
+    double fwd_us, bwd_us; /* median time of one call over min(iters, 256) calls, interleaved */
+    double fwd_gflops;     /* 4 B Hq T^2 D / 2 (causal half) per forward */
+    double bwd_gflops;     /* 2.5 x the forward FLOPs (P recomputed from the log-sum-exp) */
+    bool is_ok;            /* one output row equals a double-precision softmax(q k^T) v */
 };
 
 /* Causal GQA attention forward and backward (the kernels' attention ops). */

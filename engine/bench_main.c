@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -428,6 +429,21 @@ static int bench_act(moe_comm_t *w,
     return bad;
 }
 
+/* Three passes of one shape: each direction's least per-call median (the rates with it), failed
+ * if any pass failed. Other work on a shared host's cores slowed whole passes by up to 2x for
+ * tens of seconds (the rates of a quiet host are what the model prices, as validate runs each
+ * plan after waiting for an idle host). */
+static struct moe_bench_attention least_pass(const struct moe_bench_attention *r)
+{
+    struct moe_bench_attention m = r[0];
+    m.fwd_us = fmin(r[0].fwd_us, fmin(r[1].fwd_us, r[2].fwd_us));
+    m.bwd_us = fmin(r[0].bwd_us, fmin(r[1].bwd_us, r[2].bwd_us));
+    m.fwd_gflops = m.fwd_us > 0.0 ? r[0].fwd_gflops * r[0].fwd_us / m.fwd_us : 0.0;
+    m.bwd_gflops = m.bwd_us > 0.0 ? r[0].bwd_gflops * r[0].bwd_us / m.bwd_us : 0.0;
+    m.is_ok = r[0].is_ok && r[1].is_ok && r[2].is_ok;
+    return m;
+}
+
 static int bench_attention(moe_comm_t *w,
                            const struct moe_k_ops *k,
                            moe_k_ctx_t *kc,
@@ -445,7 +461,8 @@ static int bench_attention(moe_comm_t *w,
                                      * narrow-dimension term. */
                                     {1, 256, 4, 2, 16},
                                     {1, 512, 4, 4, 16},
-                                    {1, 256, 8, 4, 32}};
+                                    {1, 256, 8, 4, 32},
+                                    {1, 128, 8, 4, 32}};
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "attention") : NULL;
     if (root && js == NULL) {
@@ -453,14 +470,24 @@ static int bench_attention(moe_comm_t *w,
         (void)printf("#%4s %6s %5s %5s %4s %12s %12s %10s %10s %6s\n", "B", "T", "Hq", "Hkv", "D",
                      "fwd(us)", "bwd(us)", "fwd GF/s", "bwd GF/s", "check");
     }
-    int bad = 0;
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        struct moe_bench_attention r;
-        memset(&r, 0, sizeof(r));
-        if (moe_bench_attention_run(k, kc, &a->cfg, shapes[i][0], shapes[i][1], shapes[i][2],
-                                    shapes[i][3], shapes[i][4], &r) != MOE_OK) {
-            r.is_ok = false;
+    /* Three passes over all shapes, each timing every call and keeping the median; the least of
+     * the three passes' medians is the shape's figure. A disturbance on a shared host lasts
+     * seconds to tens of seconds and hits one pass of a shape, rarely all three (calibrations
+     * minutes apart had fitted forward efficiencies 0.43-0.60 from one pass's means). */
+    enum { ATTN_ROUNDS = 3, ATTN_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
+    struct moe_bench_attention runs[ATTN_SHAPES][ATTN_ROUNDS];
+    memset(runs, 0, sizeof(runs));
+    for (int round = 0; round < ATTN_ROUNDS; round++) {
+        for (size_t i = 0; i < ATTN_SHAPES; i++) {
+            if (moe_bench_attention_run(k, kc, &a->cfg, shapes[i][0], shapes[i][1], shapes[i][2],
+                                        shapes[i][3], shapes[i][4], &runs[i][round]) != MOE_OK) {
+                runs[i][round].is_ok = false;
+            }
         }
+    }
+    int bad = 0;
+    for (size_t i = 0; i < ATTN_SHAPES; i++) {
+        struct moe_bench_attention r = least_pass(runs[i]);
         double fu = world_mean(w, r.fwd_us), bu = world_mean(w, r.bwd_us);
         double fg = world_mean(w, r.fwd_gflops), bg = world_mean(w, r.bwd_gflops);
         int wrong = all_ok(w, r.is_ok);
