@@ -654,6 +654,9 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->act_bwd_eff = fit->act_bwd_eff;
     g->attn_rect = 1.0; /* kernels/cpu/attention.c: one sgemm per sequence or CP chunk, masked
                            scores computed and zeroed */
+    g->bias_pass = 1.0; /* engine/experts.c: one bias op per local expert after its GEMM (2.0 and
+                           1.4 us a call at GPT-OSS's miniature under CP2: its rows' bytes at the
+                           elementwise rate) */
     g->optimizer_eff = fit->optimizer_eff;
     g->kernel_launch_us = 0.0; /* ops run synchronously on the CPU: no launch queue to expose */
     g->host_cpp_op_us = 0.0;

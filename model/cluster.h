@@ -72,6 +72,11 @@ struct moe_gpu {
                                          up to its last query's (masked scores computed, then
                                          zeroed: the CPU reference, one sgemm per sequence or CP
                                          chunk); 0: masked blocks skipped (fused GPU kernels) */
+    double bias_pass;                 /* 1: routed experts' linear biases added in a pass of their
+                                         own over each expert's rows (forward: rows read and
+                                         written; backward: rows read for the bias gradient), at
+                                         elem_eff: the CPU engine's per-expert bias ops; 0: fused
+                                         into the GEMM epilogue (Transformer Engine, GPU files) */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
     double act_eff;                   /* the MLP activation's (SwiGLU / GELU: an exp or tanh per

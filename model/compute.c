@@ -453,6 +453,13 @@ static struct fb routed_experts(const struct cctx *c,
     double act_bytes = rows * fe_loc * (mats + 1.0) * c->ab;
     *act_f = act(c, act_bytes);
     struct fb r = {fc1.f + fc2.f + *act_f, fc1.b + fc2.b + act_bwd(c, act_bytes, mats)};
+    if (cfg->has_linear_bias && c->gpu->bias_pass > 0.0) {
+        /* fc1's and fc2's biases in their own pass: the outputs read and written forward, the
+         * output gradients read for the bias gradients backward. */
+        double out_bytes = rows * (fe_loc * mats + h) * c->ab;
+        r.f += elem(c, 2.0 * out_bytes);
+        r.b += elem(c, out_bytes);
+    }
     return r;
 }
 

@@ -108,6 +108,7 @@ static void test_real_host_fit(void **state)
      * attention kernel computes whole rectangles. */
     assert_true(fit.act_bwd_eff == 0.0 && cl.gpu.act_bwd_eff == 0.0);
     assert_true(cl.gpu.attn_rect == 1.0);
+    assert_true(cl.gpu.bias_pass == 1.0); /* engine/experts.c: a bias op per local expert */
     /* Every size the bench measured for the largest group is kept as measured, ascending, and
      * prices that size inside the domain (at a measured size: its measured time). */
     const struct moe_busbw_table *tab = &cl.nvlink.busbw_by_size;

@@ -347,6 +347,42 @@ static void test_attention_rect(void **state)
     assert_true(no_cp_rect.attn_core_bwd == no_cp.attn_core_bwd);
 }
 
+/* Routed experts' biases in their own pass (gpu.bias_pass, the CPU engine): forward reads and
+ * writes fc1's and fc2's outputs, backward reads their gradients, at the elementwise rate; with
+ * bias_pass 0 (GPU files: fused into the GEMM epilogue) or a model without biases, nothing. */
+static void test_expert_bias_pass(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1);
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    cfg.has_linear_bias = true;
+    struct moe_layer_cost fused;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &fused);
+    cl.gpu.bias_pass = 1.0;
+    struct moe_layer_cost pass;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &pass);
+    double rows = (double)lay.mbs * lay.seq_length * cfg.moe_router_topk;
+    double out_bytes =
+        rows * (2.0 * cfg.moe_ffn_hidden_size + cfg.hidden_size) * 2.0; /* SwiGLU fc1, BF16 */
+    double bw = cl.gpu.hbm_tbps * 1e12 * cl.gpu.elem_eff;
+    assert_true(cfg.is_swiglu && !opt.is_fp32_training);
+    ASSERT_NEAR(pass.fwd_expert - fused.fwd_expert, 2.0 * out_bytes / bw, 1e-9 * pass.fwd_expert);
+    ASSERT_NEAR(pass.bwd_expert - fused.bwd_expert, out_bytes / bw, 1e-9 * pass.bwd_expert);
+    assert_true(pass.fwd_compute == fused.fwd_compute);
+    cfg.has_linear_bias = false;
+    struct moe_layer_cost no_bias;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &no_bias);
+    cl.gpu.bias_pass = 0.0;
+    struct moe_layer_cost no_bias_fused;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &no_bias_fused);
+    assert_true(no_bias.fwd_expert == no_bias_fused.fwd_expert);
+    assert_true(no_bias.bwd_expert == no_bias_fused.bwd_expert);
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -1073,6 +1109,7 @@ int main(void)
         cmocka_unit_test(test_activation_rate),
         cmocka_unit_test(test_activation_bwd_rate),
         cmocka_unit_test(test_attention_rect),
+        cmocka_unit_test(test_expert_bias_pass),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),
