@@ -708,6 +708,11 @@ void moe_eng_ran_options(const struct moe_eng *e,
              "measured imbalance (compare --observed-load prices it)",
              e->opts.router_skew);
     }
+    if (e->plan.model.is_quick_geglu) {
+        diff(diffs, num,
+             "activation: the model's quick-GeGLU ran as SwiGLU (the same GEMMs and elementwise "
+             "passes; the engine has no quick-GeGLU kernel)");
+    }
     if (p->tp_comm_overlap) {
         ran->tp_comm_overlap = false;
         diff(diffs, num, "tp_comm_overlap: the engine's TP collectives block (no overlap)");

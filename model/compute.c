@@ -60,14 +60,49 @@ struct host_ops {
     double sched_f;    /* per model-chunk forward of one micro-batch, outside the layers */
     double sched_b;    /* per model-chunk backward, outside the layers */
     double sched_p2p;  /* per pipeline transfer the chunk receives or sends */
+    double plain_op;   /* a plain launching torch op, as a share of one call */
+    double quick_geglu; /* GPT-OSS's clamped quick-GeGLU beyond a SwiGLU's fused call: chunk, two
+                           clamps, cat, and the offset tensor made on the device (a host sync,
+                           counted in host_layer's syncs) */
+    double rc_wrap;     /* selective recompute: the checkpoint wrapper of one module in forward */
+    double rc_norm;     /* re-run of one separate norm module (TENorm) and its output's restore */
+    double rc_act;      /* re-run of the fused MLP activation and its output's restore */
+    double rc_up_proj;  /* re-run of MLA's q/kv up projections and their RoPE */
+    double rc_core;     /* re-run of the core attention call */
 };
 /* The schedule's own work per chunk pass (megatron/core/pipeline_parallel/schedules.py
  * forward_step / backward_step, p2p_communication.py): forward, the MoE auxiliary-loss scale (a
  * ones tensor and its division), the token counter and the output's deallocation (4 plain ops);
  * backward, the C++ autograd entry (custom_backward) and retain_grad on the input; each pipeline
- * transfer, its receive buffer and its send or receive in the batched p2p call. */
-static const struct host_ops host_ops = {6.25, 2.0, 10.0, 2.0, 5.0, 7.0,  1.0, 4.75,
-                                         11.0, 9.0, 4.0,  3.0, 1.0, 1.25, 1.25};
+ * transfer, its receive buffer and its send or receive in the batched p2p call. GPT-OSS's expert
+ * path (experts.py _apply_bias, fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl, MCore
+ * 2edffadb as Megatron-Bridge 26.04 runs it) and selective recompute (tensor_parallel.
+ * CheckpointWithoutOutput: the forward wraps the module in one autograd Function, the backward
+ * re-runs the module's calls and copies the output back into its freed storage, one plain op;
+ * transformer_layer.py recomputes only norms that are modules of their own: the MoE layer's
+ * pre-MLP norm and MLA's input norm, not the norms fused into a linear). */
+static const struct host_ops host_ops = {6.25,
+                                         2.0,
+                                         10.0,
+                                         2.0,
+                                         5.0,
+                                         7.0,
+                                         1.0,
+                                         4.75,
+                                         11.0,
+                                         9.0,
+                                         4.0,
+                                         3.0,
+                                         1.0,
+                                         1.25,
+                                         1.25,
+                                         .plain_op = 0.25,
+                                         .quick_geglu = 1.0,
+                                         .rc_wrap = 1.0,
+                                         .rc_norm = 1.25,
+                                         .rc_act = 1.25,
+                                         .rc_up_proj = 4.25,
+                                         .rc_core = 1.0};
 
 /* Kernels one FP8 quantisation of a GEMM input launches from C++ (TE v2.9 quantizer.cpp,
  * normalization.cpp, cast.cpp): current scaling zeroes the amax, reduces it, computes the scale
@@ -605,21 +640,22 @@ static void moe_block(const struct cctx *c,
 }
 
 /*
- * Host work of one layer's forward pass: Python-level calls (*py) and kernels launched from C++
- * inside those calls (*cpp), from host_ops and fp8_quant_ops; modules a CUDA graph captures launch
- * nothing from the host. *syncs: device-to-host synchronisations (the dropless token counts);
- * *py_post, *cpp_post: the part launched after that synchronisation (the routed experts and their
- * exchanges), included in *py and *cpp.
+ * Host work of one layer's forward pass: Python-level calls (py) and kernels launched from C++
+ * inside those calls (cpp), from host_ops and fp8_quant_ops; modules a CUDA graph captures launch
+ * nothing from the host. syncs: host synchronisations (the dropless token counts; GPT-OSS's
+ * activation); py_post, cpp_post: the part launched after the token counts' synchronisation (the
+ * routed experts and their exchanges), moe_py, moe_cpp: the MoE block's part (router onwards), both
+ * included in py and cpp.
  */
+struct host_counts {
+    double py, cpp, py_post, cpp_post, syncs, moe_py, moe_cpp;
+};
+
 static void host_layer(const struct moe_model_cfg *cfg,
                        const struct moe_layout *lay,
                        const struct moe_options *opt,
                        struct moe_layer_kind kind,
-                       double *py,
-                       double *cpp,
-                       double *py_post,
-                       double *cpp_post,
-                       double *syncs)
+                       struct host_counts *hc)
 {
     const struct host_ops *h = &host_ops;
     const struct fp8_quant_ops *q = &fp8_quant_ops[opt->recipe];
@@ -630,46 +666,128 @@ static void host_layer(const struct moe_model_cfg *cfg,
     double a_cpp = cfg->is_mla ? 3.0 * q->linear + 2.0 * q->ln_linear + 5.0 * q->per_gemm
                                : q->linear + q->ln_linear + 2.0 * q->per_gemm;
     double keep = graph_keep(opt, MOE_CGM_ATTN);
-    *py = a_py * keep;
-    *cpp = a_cpp * keep;
-    *py_post = 0.0;
-    *cpp_post = 0.0;
-    *syncs = 0.0;
+    *hc = (struct host_counts){.py = a_py * keep, .cpp = a_cpp * keep};
     if (!kind.is_moe) {
         keep = graph_keep(opt, MOE_CGM_MLP);
-        *py += (h->dense_mlp + tp_blocks) * keep;
-        *cpp += (q->linear + q->ln_linear + 2.0 * q->per_gemm) * keep;
+        hc->py += (h->dense_mlp + tp_blocks) * keep;
+        hc->cpp += (q->linear + q->ln_linear + 2.0 * q->per_gemm) * keep;
         return;
     }
     double n = (double)cfg->num_experts / lay->ep; /* local experts */
     bool flex = opt->dispatcher == MOE_DISPATCH_DEEPEP || opt->dispatcher == MOE_DISPATCH_HYBRIDEP;
     double router = h->router + (opt->force_load_balancing ? h->forced : 0.0);
-    *py += router * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
-    *py += (flex ? 0.0 : h->pre_a2a) * graph_keep(opt, MOE_CGM_MOE_PREPROCESS | MOE_CGM_MOE);
+    double py_attn = hc->py;
+    double cpp_attn = hc->cpp;
+    hc->py += router * graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
+    hc->py += (flex ? 0.0 : h->pre_a2a) * graph_keep(opt, MOE_CGM_MOE_PREPROCESS | MOE_CGM_MOE);
     keep = graph_keep(opt, MOE_CGM_MOE);
     double e_py = flex ? h->exp_flex : h->exp_a2a;
     double e_cpp = 2.0 * (n * q->grouped_per_expert + q->grouped_fixed + q->per_gemm);
     if (opt->moe_grouped_gemm) {
         e_cpp += 2.0 * n; /* one cuBLASLt matmul per local expert, fc1 and fc2 */
+        /* With linear biases the grouped fc2 skips its bias and TEGroupedMLP._apply_bias adds it
+         * in a Python loop: per local expert t + b * p (two launching ops), then torch.cat. */
+        e_py += cfg->has_linear_bias ? (2.0 * n + 1.0) * h->plain_op : 0.0;
     } else {
         e_py += h->seq_expert * n;
     }
-    *py += e_py * keep;
-    *cpp += e_cpp * keep;
-    *py_post = e_py * keep;
-    *cpp_post = e_cpp * keep;
+    e_py += cfg->is_quick_geglu ? h->quick_geglu : 0.0;
+    hc->py += e_py * keep;
+    hc->cpp += e_cpp * keep;
+    hc->py_post = e_py * keep;
+    hc->cpp_post = e_cpp * keep;
     if (cfg->moe_shared_expert_intermediate_size > 0) {
         /* The router's CUDA-graph scope captures the shared expert too. */
         double ks = graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
-        *py += (h->shared + tp_blocks) * ks;
-        *cpp += (2.0 * q->linear + 2.0 * q->per_gemm) * ks;
+        hc->py += (h->shared + tp_blocks) * ks;
+        hc->cpp += (2.0 * q->linear + 2.0 * q->per_gemm) * ks;
     }
     /* Every dropless dispatcher copies its token counts to the host once per forward (EP=1
      * included); a capacity factor pads instead, and a full-iteration graph keeps them on the
      * device (paged stash). */
     bool full_graph =
         opt->cuda_graph_impl != MOE_CG_NONE && (opt->cuda_graph_modules & MOE_CGM_FULL_ITERATION);
-    *syncs = opt->capacity_factor <= 0.0 && !full_graph ? 1.0 : 0.0;
+    hc->syncs = opt->capacity_factor <= 0.0 && !full_graph ? 1.0 : 0.0;
+    hc->syncs += cfg->is_quick_geglu ? keep : 0.0;
+    hc->moe_py = hc->py - py_attn;
+    hc->moe_cpp = hc->cpp - cpp_attn;
+}
+
+/*
+ * Host work selective recompute adds to one layer (--recompute-granularity selective): *fwd_py,
+ * the checkpoint wrappers' calls in the forward (each an autograd Function, so a backward node
+ * too); *rc_py, *rc_cpp and *rc_syncs, the recomputed modules' calls, C++ launches and host
+ * synchronisations, run again inside the backward. A module a CUDA graph captures re-runs inside
+ * its graph. Full recompute re-runs the whole forward (moe_compute_layer).
+ */
+static void host_recompute(const struct moe_model_cfg *cfg,
+                           const struct moe_layout *lay,
+                           const struct moe_options *opt,
+                           struct moe_layer_kind kind,
+                           const struct host_counts *hc,
+                           double *fwd_py,
+                           double *rc_py,
+                           double *rc_cpp,
+                           double *rc_syncs)
+{
+    const struct host_ops *h = &host_ops;
+    const struct fp8_quant_ops *q = &fp8_quant_ops[opt->recipe];
+    unsigned rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE ? opt->recompute_modules : 0u;
+    *fwd_py = 0.0;
+    *rc_py = 0.0;
+    *rc_cpp = 0.0;
+    *rc_syncs = 0.0;
+    double wraps = 0.0;
+    double ka = graph_keep(opt, MOE_CGM_ATTN);
+    if (rc & MOE_RC_CORE_ATTN) {
+        wraps += ka;
+        *rc_py += h->rc_core * ka;
+    }
+    if ((rc & MOE_RC_MLA_UP_PROJ) && cfg->is_mla) {
+        wraps += ka;
+        *rc_py += h->rc_up_proj * ka;
+        *rc_cpp += 2.0 * (q->linear + q->per_gemm) * ka;
+    }
+    if ((rc & MOE_RC_LAYERNORM) && cfg->is_mla) {
+        wraps += ka;
+        *rc_py += h->rc_norm * ka;
+    }
+    if (!kind.is_moe) {
+        double km = graph_keep(opt, MOE_CGM_MLP);
+        if (rc & MOE_RC_MLP) {
+            double tp_blocks = lay->tp > 1 ? h->tp_sp : 0.0;
+            wraps += km;
+            *rc_py += (h->dense_mlp + tp_blocks) * km;
+            *rc_cpp += (q->linear + q->ln_linear + 2.0 * q->per_gemm) * km;
+        }
+    } else {
+        double kr = graph_keep(opt, MOE_CGM_MOE_ROUTER | MOE_CGM_MOE);
+        double ke = graph_keep(opt, MOE_CGM_MOE);
+        if (rc & MOE_RC_LAYERNORM) {
+            wraps += kr;
+            *rc_py += h->rc_norm * kr;
+        }
+        if (rc & MOE_RC_MOE) {
+            /* The whole MoE block again, its token-count synchronisations included; its own
+             * modules are not checkpointed inside it. */
+            wraps += ke;
+            *rc_py += hc->moe_py;
+            *rc_cpp += hc->moe_cpp;
+            *rc_syncs += hc->syncs;
+        } else {
+            if (rc & MOE_RC_MOE_ACT) {
+                wraps += ke;
+                *rc_py += (h->rc_act + (cfg->is_quick_geglu ? h->quick_geglu : 0.0)) * ke;
+                *rc_syncs += cfg->is_quick_geglu ? ke : 0.0;
+            }
+            if ((rc & MOE_RC_SHARED_EXPERTS) && cfg->moe_shared_expert_intermediate_size > 0) {
+                wraps += kr;
+                *rc_py += h->shared * kr;
+                *rc_cpp += (2.0 * q->linear + 2.0 * q->per_gemm) * kr;
+            }
+        }
+    }
+    *fwd_py = wraps * h->rc_wrap;
 }
 
 /*
@@ -806,20 +924,25 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     /* Host: the forward's calls and C++ launches; backward runs one Python backward node per
      * forward call and twice the C++ launches (dgrad and wgrad GEMMs per expert, the gradients'
      * quantisation). Full recompute launches the forward again inside the backward. */
-    double py = 0.0;
-    double cpp = 0.0;
-    double py_post = 0.0;
-    double cpp_post = 0.0;
-    double syncs = 0.0;
-    host_layer(cfg, lay, opt, kind, &py, &cpp, &py_post, &cpp_post, &syncs);
+    struct host_counts hc;
+    host_layer(cfg, lay, opt, kind, &hc);
+    double rc_wrap_py = 0.0;
+    double rc_py = 0.0;
+    double rc_cpp = 0.0;
+    double rc_syncs = 0.0;
+    host_recompute(cfg, lay, opt, kind, &hc, &rc_wrap_py, &rc_py, &rc_cpp, &rc_syncs);
+    double py = hc.py + (full ? 0.0 : rc_wrap_py);
+    double cpp = hc.cpp;
     double t_py = cl->gpu.kernel_launch_us * 1e-6;
     double t_cpp = cl->gpu.host_cpp_op_us * 1e-6;
+    double t_sync = cl->overheads.moe_host_sync_us * 1e-6;
     out->host_fwd = py * t_py + cpp * t_cpp;
     out->host_bwd = py * t_py + 2.0 * cpp * t_cpp +
                     layer_param_tensors(cfg, lay, opt, kind) * cl->gpu.host_param_us * 1e-6;
-    out->rc_host = full ? out->host_fwd : 0.0;
-    out->host_sync = syncs * cl->overheads.moe_host_sync_us * 1e-6;
-    out->host_fwd_post = syncs > 0.0 ? py_post * t_py + cpp_post * t_cpp : 0.0;
+    out->host_sync = hc.syncs * t_sync;
+    out->rc_host = full ? out->host_fwd : rc_py * t_py + rc_cpp * t_cpp;
+    out->rc_host_sync = full ? out->host_sync : rc_syncs * t_sync;
+    out->host_fwd_post = hc.syncs > 0.0 ? hc.py_post * t_py + hc.cpp_post * t_cpp : 0.0;
     out->fwd_shared = shared_f;
 }
 

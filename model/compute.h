@@ -48,6 +48,7 @@ struct moe_layer_cost {
     double rc_dispatch, rc_combine; /* EP dispatch / combine re-issued (full or moe recompute) */
     double rc_combine_wait;
     double rc_host;            /* host time of the re-run ops */
+    double rc_host_sync;       /* host synchronisations of the re-run ops (exposed) */
     double offload_copy;       /* host copies of offloaded activations (each way) */
     double host_fwd, host_bwd; /* CPU launch time */
     double host_sync;          /* exposed host synchronisation (dropless token counts) */

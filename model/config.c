@@ -158,13 +158,14 @@ static const struct moe_model_cfg moe_presets[] = {
     },
     /* openai/gpt-oss-120b config.json: 36 layers, 64/8 heads of 64, 128 experts top-4 of 2880,
      * biases on attention and expert linears (and the router), sliding window 128 on every other
-     * layer starting with layer 0 (layer_types). */
+     * layer starting with layer 0 (layer_types); the GLU gate is quick-GELU (clamped at
+     * swiglu_limit 7, +1 on the linear half), as Megatron-Bridge runs it with --quick-geglu. */
     {
         .name = "gpt-oss-120b",
         .num_layers = 36, .hidden_size = 2880, .ffn_hidden_size = 2880,
         .num_attention_heads = 64, .num_query_groups = 8, .kv_channels = 64,
-        .is_swiglu = true, .is_untied_embeddings = true, .has_linear_bias = true,
-        .has_attention_sinks = true,
+        .is_swiglu = true, .is_quick_geglu = true, .is_untied_embeddings = true,
+        .has_linear_bias = true, .has_attention_sinks = true,
         .vocab_size = 201088, .make_vocab_size_divisible_by = 128, .seq_length = 4096,
         .window_size = 128,
         .num_experts = 128, .moe_ffn_hidden_size = 2880, .moe_router_topk = 4,
@@ -456,6 +457,11 @@ static enum moe_status validate_trunk(const struct moe_model_cfg *cfg, struct mo
     MOE_TRY(check_range("seq_length", "--seq-length", cfg->seq_length, 1, MOE_CFG_MAX_SEQ, diag));
     MOE_TRY(check_range("ffn_hidden_size", "--ffn-hidden-size", cfg->ffn_hidden_size, 0,
                         MOE_CFG_MAX_FFN, diag));
+    if (cfg->is_quick_geglu && !cfg->is_swiglu) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "is_quick_geglu = true needs is_swiglu = true: quick-GeGLU is a gated "
+                            "MLP (two fc1 halves)");
+    }
     return MOE_OK;
 }
 

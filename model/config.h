@@ -50,6 +50,8 @@ struct moe_model_cfg {
     int num_query_groups;      /* g, KV heads (== a without GQA) */
     int kv_channels;           /* d, per-head dim of Q/K/V for GQA/MHA */
     bool is_swiglu;            /* gated linear unit: 3 GEMMs per MLP instead of 2 */
+    bool is_quick_geglu;       /* the gate is quick-GELU, not SiLU (GPT-OSS; Megatron --quick-geglu;
+                                  needs is_swiglu) */
     bool is_untied_embeddings; /* separate output layer (untie-embeddings-and-output-weights) */
     bool has_qk_layernorm;     /* per-head RMSNorm on q and k (Qwen3) */
     bool has_linear_bias;      /* bias on attention/MLP linears (GPT-OSS) */

@@ -187,7 +187,7 @@ static void layer_exposed(const struct moe_cluster *cl,
     } else {
         fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
     }
-    bwd->host = pos(host_bwd - gpu_b);
+    bwd->host = pos(host_bwd - gpu_b) + rc * lc->rc_host_sync;
     fwd->slack = pos(gpu_f - lc->host_fwd);
     bwd->slack = pos(gpu_b - host_bwd);
     /* The wait for the busiest rank belongs to the exchange after the expert GEMMs: forward

@@ -41,6 +41,7 @@ enum moe_megatron_field {
     MOE_MF_SWIGLU,
     MOE_MF_UNTIE_EMBEDDINGS,
     MOE_MF_QK_LAYERNORM,
+    MOE_MF_QUICK_GEGLU,
     MOE_MF_VOCAB_SIZE,
     MOE_MF_VOCAB_DIVISOR,
     MOE_MF_SEQ_LENGTH, /* sets both the model's and the layout's sequence length */

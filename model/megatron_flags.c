@@ -63,6 +63,12 @@ const char *const moe_mf_why_text[WHY_COUNT] = {
         .name = n, .arity = A0, .kind = K_BOOL, to, .field = fld, .write = w, .when = c,           \
         .doc = doc_                                                                                \
     }
+/* A flag alone whose writing a function decides. */
+#define BOOLW(n, to, fld, wfn, c, doc_)                                                            \
+    {                                                                                              \
+        .name = n, .arity = A0, .kind = K_BOOL, to, .field = fld, .write = W_CALL,                 \
+        .write_fn = wfn, .when = c, .doc = doc_                                                    \
+    }
 #define CHOICE(n, to, fld, ch, w, c, doc_)                                                         \
     {                                                                                              \
         .name = n, .arity = A1, .kind = K_CHOICE, to, .field = fld, CHOICES(ch), .write = w,       \
@@ -137,7 +143,10 @@ const struct moe_mf_flag moe_mf_flags[] = {
         "key-value groups (written with --group-query-attention)"),
     INT("--kv-channels", CFG(kv_channels), MOE_MF_KV_CHANNELS, 1, 65536, W_POS, C_ALWAYS, 0,
         "head dim (default hidden / heads: a rule)"),
-    BOOL("--swiglu", CFG(is_swiglu), MOE_MF_SWIGLU, W_TRUE, C_ALWAYS, "gated SwiGLU FFNs"),
+    BOOLW("--swiglu", CFG(is_swiglu), MOE_MF_SWIGLU, moe_mf_write_swiglu, C_ALWAYS,
+        "gated SwiGLU FFNs"),
+    BOOL("--quick-geglu", CFG(is_quick_geglu), MOE_MF_QUICK_GEGLU, W_TRUE, C_ALWAYS,
+        "gated FFNs with a quick-GELU gate (GPT-OSS; implies the gated MLP)"),
     BOOL("--untie-embeddings-and-output-weights", CFG(is_untied_embeddings), MOE_MF_UNTIE_EMBEDDINGS, W_TRUE, C_ALWAYS,
         "separate output weights"),
     BOOL("--qk-layernorm", CFG(has_qk_layernorm), MOE_MF_QK_LAYERNORM, W_TRUE, C_ALWAYS,
@@ -356,7 +365,6 @@ const struct moe_mf_flag moe_mf_flags[] = {
     IGN("--fp32-residual-connection", A0, WHY_NOT_MODELLED),
     IGN("--softmax-type", A1, WHY_PERF),
     IGN("--squared-relu", A0, WHY_PERF),
-    IGN("--quick-geglu", A0, WHY_PERF),
     IGN("--openai-gelu", A0, WHY_PERF),
     IGN("--qk-l2-norm", A0, WHY_PERF),
     IGN("--activation-func-clamp-value", A1, WHY_PERF),

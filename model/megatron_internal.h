@@ -272,6 +272,7 @@ void moe_mf_w_modules(struct moe_mf_writer *w,
 
 /* W_CALL writers (megatron_write.c): each writes its row and the rows it stands for. */
 void moe_mf_write_gqa(struct moe_mf_writer *w, const struct moe_mf_flag *f);
+void moe_mf_write_swiglu(struct moe_mf_writer *w, const struct moe_mf_flag *f);
 void moe_mf_write_seq_length(struct moe_mf_writer *w, const struct moe_mf_flag *f);
 void moe_mf_write_window(struct moe_mf_writer *w, const struct moe_mf_flag *f);
 void moe_mf_write_layer_freq(struct moe_mf_writer *w, const struct moe_mf_flag *f);

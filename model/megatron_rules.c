@@ -248,6 +248,11 @@ static enum moe_status finalize_model(struct moe_mf_parse *x)
     if (cfg->ffn_hidden_size == 0 && h > 0) {
         cfg->ffn_hidden_size = cfg->is_swiglu ? (int)((8L * h / 3) / 64 * 64) : 4 * h;
     }
+    /* --quick-geglu makes the MLP gated (arguments.py: gated_linear_unit), after the ffn default,
+     * which follows --swiglu alone. */
+    if (cfg->is_quick_geglu) {
+        cfg->is_swiglu = true;
+    }
     if (cfg->num_experts > 0) {
         if (cfg->moe_ffn_hidden_size == 0) {
             cfg->moe_ffn_hidden_size = cfg->ffn_hidden_size;

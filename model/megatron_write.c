@@ -221,6 +221,13 @@ void moe_mf_write_gqa(struct moe_mf_writer *w, const struct moe_mf_flag *f)
     }
 }
 
+/* --swiglu for a gated MLP, unless its gate is quick-GELU: Megatron refuses both flags together
+ * (arguments.py asserts not args.swiglu under --quick-geglu, which makes the MLP gated itself). */
+void moe_mf_write_swiglu(struct moe_mf_writer *w, const struct moe_mf_flag *f)
+{
+    moe_mf_w_bool(w, f->name, w->cfg->is_swiglu && !w->cfg->is_quick_geglu);
+}
+
 /* The layout's sequence length, else the model's. */
 void moe_mf_write_seq_length(struct moe_mf_writer *w, const struct moe_mf_flag *f)
 {

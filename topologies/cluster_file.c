@@ -950,6 +950,21 @@ static cJSON *field_json(const struct cluster_field *f, const unsigned char *bas
     return NULL;
 }
 
+/* The release whose figures cl carries: its values are already the fields' own, so the release
+ * is written without figures, as the file's default, and reading the file back names it again. */
+static bool add_applied_release(cJSON *root, const struct moe_cluster *cl)
+{
+    if (cl->software[0] == '\0') {
+        return true;
+    }
+    cJSON *sw = cJSON_AddObjectToObject(root, "software");
+    cJSON *rels = sw != NULL ? cJSON_AddObjectToObject(sw, "releases") : NULL;
+    cJSON *rel = rels != NULL ? cJSON_AddObjectToObject(rels, cl->software) : NULL;
+    return rel != NULL && cJSON_AddStringToObject(sw, "default", cl->software) != NULL &&
+           cJSON_AddStringToObject(rel, "note",
+                                   "applied: its fitted figures are the values above") != NULL;
+}
+
 cJSON *moe_cluster_to_json(const struct moe_cluster *cl, const char *source)
 {
     const char *src = source != NULL && source[0] != '\0' ? source : "moefold";
@@ -959,7 +974,8 @@ cJSON *moe_cluster_to_json(const struct moe_cluster *cl, const char *source)
     }
     if (cJSON_AddStringToObject(root, "format", MOE_CLUSTER_FILE_FORMAT) == NULL ||
         cJSON_AddNumberToObject(root, "version", MOE_CLUSTER_FILE_VERSION) == NULL ||
-        !add_fields(root, SEC_ROOT, (const unsigned char *)cl, src)) {
+        !add_fields(root, SEC_ROOT, (const unsigned char *)cl, src) ||
+        !add_applied_release(root, cl)) {
         cJSON_Delete(root);
         return NULL;
     }

@@ -16,7 +16,7 @@
  *     intermediate_size); sliding_window, when not null, on every layer.
  *   GptOssForCausalLM: every layer MoE (num_local_experts, experts_per_token /
  *     num_experts_per_tok); layer_types marks sliding_attention layers (default: even layers, as
- *     GptOssConfig); biases on attention, experts and router.
+ *     GptOssConfig); biases on attention, experts and router; the GLU gate is quick-GELU.
  *   LlamaForCausalLM: dense.
  * All of them use a gated (SwiGLU) MLP and default to untied embeddings, as their config classes
  * do. HF files carry no training length: seq_length is 4096 (the MoE recipes' length), or
@@ -157,6 +157,7 @@ static const struct int_field moe_int_fields[] = {
     }
 static const struct bool_field moe_bool_fields[] = {
     MOE_BOOL_FIELD(is_swiglu),
+    MOE_BOOL_FIELD(is_quick_geglu),
     MOE_BOOL_FIELD(is_untied_embeddings),
     MOE_BOOL_FIELD(has_qk_layernorm),
     MOE_BOOL_FIELD(has_linear_bias),
@@ -752,6 +753,7 @@ hf_gpt_oss(const cJSON *root, const char *source, struct moe_model_cfg *c, struc
     c->moe_ffn_hidden_size = c->ffn_hidden_size;
     c->has_linear_bias = true;
     c->has_attention_sinks = true; /* GptOssAttention's per-head sinks */
+    c->is_quick_geglu = true;      /* GptOssExperts: gate * sigmoid(1.702 gate), clamped */
     moe_cfg_set_moe_every(c, 1);
     return hf_gpt_oss_windows(root, source, c, diag);
 }

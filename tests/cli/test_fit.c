@@ -208,8 +208,9 @@ static void test_leave_one_out(void **state)
  * A user's sweep: three layouts of Qwen3-235B on 256 H100 fitted (refining the shipped profile:
  * each figure held to its fitted value with the prior's sd), the fourth (Z4, PP32 x VPP3 with
  * one-layer chunks) predicted. Measured when written: Z4 +16.4% refined (+18.7% once dispatch was
- * priced in BF16), +63.7% from the microbenchmark priors (the three runs cannot pin the host
- * figures B17 pinned). Every pair of the four measured more than 5% apart is ordered as measured.
+ * priced in BF16, -3.4% once selective recompute's re-run calls were counted on the host),
+ * +63.7% (+27.6%) from the microbenchmark priors (the three runs cannot pin the host figures
+ * B17 and B19 pinned). Every pair of the four measured more than 5% apart is ordered as measured.
  */
 static void test_user_sweep(void **state)
 {
@@ -253,7 +254,7 @@ static void test_user_sweep(void **state)
         }
         moe_fit_result_free(&res);
     }
-    assert_true(fabs(err[0]) < 0.20);
+    assert_true(fabs(err[0]) < 0.15); /* the bar for a user's sweep */
     assert_true(fabs(err[0]) < fabs(err[1]));
     moe_runs_free(&sweep);
     moe_runs_free(&shipped);

@@ -421,6 +421,10 @@ static void test_validate_trunk(void **state)
     c.num_query_groups = 64;
     expect_invalid(&c, "num_query_groups");
     c = tiny_dense();
+    c.is_swiglu = false;
+    c.is_quick_geglu = true;
+    expect_invalid(&c, "is_quick_geglu = true needs is_swiglu = true");
+    c = tiny_dense();
     c.vocab_size = 0;
     expect_invalid(&c, "vocab_size");
     c = tiny_dense();

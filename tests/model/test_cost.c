@@ -1101,6 +1101,84 @@ static void test_host_model(void **state)
     assert_true(moe_compute_sched_host_s(&same, &opt, 2, 3, true) == 0.0);
 }
 
+/* GPT-OSS's expert path and selective recompute on the host (model/compute.c host_ops): the
+ * per-expert bias loop, the quick-GeGLU's clamps and device-made offset (a host sync), and each
+ * checkpointed module's wrapper in the forward and re-run in the backward. */
+static void test_host_bias_geglu_recompute(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 4, 1, 1, 1, 4);
+    cl.overheads.moe_host_sync_us = 25.0;
+    double t_py = cl.gpu.kernel_launch_us * 1e-6;
+    double n = (double)cfg.num_experts / lay.ep;
+    struct moe_layer_kind moe = {true, false};
+    struct moe_layer_cost a;
+    struct moe_layer_cost b;
+    struct moe_layer_cost c;
+    struct moe_layer_cost d;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &a);
+    cfg.has_linear_bias = true;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &b);
+    /* _apply_bias: 2 ops per local expert and a cat, a quarter call each, after the sync. */
+    ASSERT_NEAR(b.host_fwd - a.host_fwd, (2.0 * n + 1.0) * 0.25 * t_py, 1e-12);
+    ASSERT_NEAR(b.host_fwd_post - a.host_fwd_post, (2.0 * n + 1.0) * 0.25 * t_py, 1e-12);
+    ASSERT_NEAR(b.host_sync, a.host_sync, 1e-15);
+    opt.moe_grouped_gemm = false; /* TE Linear per expert adds its own bias: no loop */
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &c);
+    cfg.has_linear_bias = false;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &d);
+    ASSERT_NEAR(c.host_fwd, d.host_fwd, 1e-15);
+    opt.moe_grouped_gemm = true;
+    cfg.has_linear_bias = true;
+
+    cfg.is_quick_geglu = true;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &c);
+    ASSERT_NEAR(c.host_fwd - b.host_fwd, 1.0 * t_py, 1e-12);
+    ASSERT_NEAR(c.host_sync - b.host_sync, 25.0e-6, 1e-15);
+    ASSERT_NEAR(c.rc_host, 0.0, 0.0);
+    ASSERT_NEAR(c.rc_host_sync, 0.0, 0.0);
+
+    /* Selective layernorm + moe_act: two wrappers forward (and their backward nodes); the
+     * pre-MLP norm, the activation and the GeGLU's extras (its sync too) again in backward. */
+    opt.recompute = MOE_RECOMPUTE_SELECTIVE;
+    opt.recompute_modules = MOE_RC_LAYERNORM | MOE_RC_MOE_ACT;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &d);
+    ASSERT_NEAR(d.host_fwd - c.host_fwd, 2.0 * t_py, 1e-12);
+    ASSERT_NEAR(d.host_bwd - c.host_bwd, 2.0 * t_py, 1e-12);
+    ASSERT_NEAR(d.rc_host, (1.25 + 1.25 + 1.0) * t_py, 1e-12);
+    ASSERT_NEAR(d.rc_host_sync, 25.0e-6, 1e-15);
+    /* A GQA layer's input norm is fused into its QKV linear: a dense layer recomputes none. */
+    struct moe_layer_kind dense = {false, false};
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &a);
+    ASSERT_NEAR(a.rc_host, 0.0, 0.0);
+
+    /* The whole MoE block: every call after the attention again, both syncs included. */
+    opt.recompute_modules = MOE_RC_MOE;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &d);
+    assert_true(d.rc_host > (2.0 * n + 1.0) * 0.25 * t_py);
+    assert_true(d.rc_host < c.host_fwd);
+    ASSERT_NEAR(d.rc_host_sync, 2.0 * 25.0e-6, 1e-15);
+
+    /* Full recompute re-runs the forward's calls and syncs. */
+    opt.recompute = MOE_RECOMPUTE_FULL;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &d);
+    ASSERT_NEAR(d.rc_host, d.host_fwd, 1e-15);
+    ASSERT_NEAR(d.rc_host_sync, d.host_sync, 1e-15);
+
+    /* A host-bound step gets slower with the recomputed modules' host work. */
+    cl.gpu.kernel_launch_us = 2000.0;
+    opt.recompute = MOE_RECOMPUTE_NONE;
+    struct moe_prediction none = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    opt.recompute = MOE_RECOMPUTE_SELECTIVE;
+    opt.recompute_modules = MOE_RC_LAYERNORM | MOE_RC_MOE_ACT;
+    struct moe_prediction sel = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(sel.time.host_overhead > none.time.host_overhead);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1128,6 +1206,7 @@ int main(void)
         cmocka_unit_test(test_timeline),
         cmocka_unit_test(test_ep_wait_and_stage_offsets),
         cmocka_unit_test(test_host_model),
+        cmocka_unit_test(test_host_bias_geglu_recompute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -355,6 +355,20 @@ static void test_cross_flag_rules(void **state)
     assert_int_equal(p->lay.etp, 1);
     assert_int_equal(p->lay.vpp, 2); /* 16 layers / pp 4 / 2 per virtual stage */
 
+    /* --quick-geglu is a gated MLP of its own (arguments.py): the ffn default stays 4h, and the
+     * writer never pairs it with --swiglu, which Megatron refuses. */
+    fresh(p);
+    expect_ok(p, "--num-layers 16 --hidden-size 4096 --num-attention-heads 32 --quick-geglu");
+    assert_true(p->cfg.is_quick_geglu);
+    assert_true(p->cfg.is_swiglu);
+    assert_int_equal(p->cfg.ffn_hidden_size, 16384);
+    char written[4096];
+    assert_int_equal(moe_megatron_format_args(&p->cfg, &p->lay, &p->opt, 0, written,
+                                              sizeof(written), NULL, NULL),
+                     MOE_OK);
+    assert_non_null(strstr(written, "--quick-geglu"));
+    assert_null(strstr(written, "--swiglu"));
+
     fresh(p);
     expect_ok(p, "--fp8-format hybrid");
     assert_int_equal(p->opt.recipe, MOE_RECIPE_FP8_DELAYED); /* --fp8-recipe default */
@@ -547,6 +561,7 @@ static void gen_model(struct moe_test_rng *r, struct moe_model_cfg *c)
     c->num_query_groups = coin(r) ? c->num_attention_heads : c->num_attention_heads >> pick(r, 4);
     c->ffn_hidden_size = 256 * (1 + pick(r, 64));
     c->is_swiglu = coin(r);
+    c->is_quick_geglu = c->is_swiglu && pick(r, 4) == 0;
     c->is_untied_embeddings = coin(r);
     c->has_qk_layernorm = coin(r);
     c->vocab_size = 1000 + pick(r, 200000);
@@ -708,6 +723,7 @@ static void compare_cfg(const struct moe_model_cfg *a,
     SAME(num_query_groups);
     SAME(kv_channels);
     SAME(is_swiglu);
+    SAME(is_quick_geglu);
     SAME(is_untied_embeddings);
     SAME(has_qk_layernorm);
     SAME(vocab_size);
