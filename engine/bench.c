@@ -24,6 +24,8 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+#define BENCH_MAX_ITERS 256 /* per-call times kept for a median */
+
 /* Median of x[0..n) (sorts x in place); n > 0. */
 static double median_of(double *x, size_t n)
 {
@@ -265,11 +267,13 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
     for (size_t i = 0; i < (size_t)C; i++) {
         ss_in += (double)a[i] * (double)a[i];
     }
-    double t0 = 0.0;
-    for (int it = -cfg->warmup; it < cfg->iters; it++) {
-        if (it == 0) {
-            t0 = moe_eng_now();
-        }
+    /* Each call timed alone, the median kept (as the attention bench: a few disturbed calls on
+     * a shared host moved the mean, and the fitted elementwise efficiency with it). */
+    int iters = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
+    iters = iters > 0 ? iters : 1;
+    double tc[BENCH_MAX_ITERS];
+    for (int it = -cfg->warmup; it < iters; it++) {
+        double t0 = moe_eng_now();
         switch (which) {
         case 0:
             memcpy(b, a, n * sizeof(float));
@@ -302,9 +306,12 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
             break;
         }
         }
+        if (it >= 0) {
+            tc[it] = (moe_eng_now() - t0) * 1e6;
+        }
     }
     out->name = names[which];
-    out->time_us = elapsed_us(t0, cfg->iters);
+    out->time_us = median_of(tc, (size_t)iters);
     out->bytes = (size_t)(moved[which] * (double)n * sizeof(float));
     out->gbps = (double)out->bytes / (out->time_us * 1e3);
     out->is_ok = true;
@@ -376,17 +383,22 @@ enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
     if (in != NULL && d_in != NULL && y != NULL && dy != NULL) {
         fill(in, 2 * n, 11);
         fill(dy, n, 12);
-        double t0 = 0.0;
-        for (int it = -cfg->warmup; it < cfg->iters; it++) {
-            t0 = it == 0 ? moe_eng_now() : t0;
+        int iters = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
+        iters = iters > 0 ? iters : 1;
+        double tf[BENCH_MAX_ITERS];
+        double tb[BENCH_MAX_ITERS];
+        for (int it = -cfg->warmup; it < iters; it++) {
+            double t0 = moe_eng_now();
             k->swiglu_fwd(y, in, rows, ffn, kc);
-        }
-        out->fwd_us = elapsed_us(t0, cfg->iters);
-        for (int it = -cfg->warmup; it < cfg->iters; it++) {
-            t0 = it == 0 ? moe_eng_now() : t0;
+            double t1 = moe_eng_now();
             k->swiglu_bwd(d_in, dy, in, rows, ffn, kc);
+            if (it >= 0) {
+                tf[it] = (t1 - t0) * 1e6;
+                tb[it] = (moe_eng_now() - t1) * 1e6;
+            }
         }
-        out->bwd_us = elapsed_us(t0, cfg->iters);
+        out->fwd_us = median_of(tf, (size_t)iters);
+        out->bwd_us = median_of(tb, (size_t)iters);
         out->rows = rows;
         out->ffn = ffn;
         out->fwd_bytes = n * 3 * sizeof(float);
@@ -470,8 +482,6 @@ attn_row_ok(const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, 
     return ok;
 }
 
-#define ATTN_MAX_ITERS 256 /* per-call times kept for the median */
-
 enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
                                         moe_k_ctx_t *kc,
                                         const struct moe_bench_cfg *cfg,
@@ -511,10 +521,10 @@ enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
     /* Each call timed alone and the median kept: a call here is 0.1-100 ms, and on a shared
      * host a few disturbed calls moved the mean by up to 70% between runs minutes apart (the
      * calibrated narrow-head term with it); the engine's steady calls are the median's. */
-    int n = cfg->iters < ATTN_MAX_ITERS ? cfg->iters : ATTN_MAX_ITERS;
+    int n = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
     n = n > 0 ? n : 1;
-    double tf[ATTN_MAX_ITERS];
-    double tb[ATTN_MAX_ITERS];
+    double tf[BENCH_MAX_ITERS];
+    double tb[BENCH_MAX_ITERS];
     for (int it = -cfg->warmup; it < n; it++) {
         double t0 = moe_eng_now();
         k->attention_fwd(b.o, b.lse, b.q, b.k, b.v, batch, seq, seq, heads, kv_heads, head_dim,
