@@ -75,8 +75,9 @@ struct moe_gpu {
     double bias_pass;                 /* 1: routed experts' linear biases added in a pass of their
                                          own over each expert's rows (forward: rows read and
                                          written; backward: rows read for the bias gradient), at
-                                         elem_eff: the CPU engine's per-expert bias ops; 0: fused
-                                         into the GEMM epilogue (Transformer Engine, GPU files) */
+                                         elem_eff: the CPU engine's per-expert bias ops; 0: not
+                                         priced (GPU files: fc1's in the grouped GEMM, fc2's a
+                                         per-expert loop of host calls, bytes negligible) */
     double hbm_eff;                   /* achieved fraction of HBM bandwidth, memory-bound kernels */
     double elem_eff;                  /* elementwise kernels' achieved fraction of HBM bandwidth */
     double act_eff;                   /* the MLP activation's (SwiGLU / GELU: an exp or tanh per

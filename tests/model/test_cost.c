@@ -349,7 +349,7 @@ static void test_attention_rect(void **state)
 
 /* Routed experts' biases in their own pass (gpu.bias_pass, the CPU engine): forward reads and
  * writes fc1's and fc2's outputs, backward reads their gradients, at the elementwise rate; with
- * bias_pass 0 (GPU files: fused into the GEMM epilogue) or a model without biases, nothing. */
+ * bias_pass 0 (GPU files: bytes not priced) or a model without biases, nothing. */
 static void test_expert_bias_pass(void **state)
 {
     (void)state;
