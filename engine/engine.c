@@ -108,6 +108,11 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                                                 : (o->dispatcher == MOE_DISPATCH_DEEPEP ||
                                                    o->dispatcher == MOE_DISPATCH_HYBRIDEP);
     e->is_hierarchical = hier && e->d.experts > 0 && e->d.ep > 1; /* EP1: nothing to dispatch */
+    if (hier && e->d.experts > 0 && e->d.ep == 1 && !e->opts.has_dispatcher_override) {
+        /* The flat path's permute and expert sort still run (locally): run.json says so, and
+         * compare prices them as the flat dispatcher's, not as a fused kernel's. */
+        e->fallbacks |= MOE_ENG_FB_HIER_EP1;
+    }
     if (e->is_hierarchical && (e->d.etp > 1 || e->is_device)) {
         /* Not implemented there: the flat all-to-all runs instead, and run.json says so. */
         e->is_hierarchical = false;
@@ -753,6 +758,13 @@ void moe_eng_ran_options(const struct moe_eng *e,
              moe_dispatcher_name(p->dispatcher),
              (e->fallbacks & MOE_ENG_FB_HIER_DEVICE) ? "on the CPU backend only"
                                                      : "with etp = 1 only");
+    }
+    if (e->fallbacks & MOE_ENG_FB_HIER_EP1) {
+        ran->dispatcher = MOE_DISPATCH_ALLTOALL;
+        diff(diffs, num,
+             "dispatcher %s: at EP 1 nothing is exchanged; ran the flat path's local permute and "
+             "expert sort",
+             moe_dispatcher_name(p->dispatcher));
     }
     if (e->fallbacks & MOE_ENG_FB_EP_OVERLAP) {
         ran->overlap_moe_ep_comm = false;

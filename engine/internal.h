@@ -544,6 +544,8 @@ enum {
     MOE_ENG_FB_HIER_DEVICE = 1u << 1, /* hierarchical dispatcher on CUDA: flat all-to-all */
     MOE_ENG_FB_EP_OVERLAP = 1u << 2,  /* EP overlap beside hierarchical, allgather, etp > 1 or a
                                          capacity factor: not overlapped */
+    MOE_ENG_FB_HIER_EP1 = 1u << 3,    /* hierarchical dispatcher at EP 1: the flat path's local
+                                         permute and sort (nothing to exchange) */
 };
 /* The options the engine runs (*ran: the plan's with what it does otherwise) and one line per
  * difference from the plan (diffs[*num], each a sentence naming the option). */
