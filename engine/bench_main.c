@@ -8,7 +8,7 @@
  *
  *   mpirun -np N moefold-bench [--only gemm,grouped,mem,attention,quant,coll] [--min-bytes 8]
  *                              [--max-bytes 16M]
- *                              [--iters 20] [--warmup 5] [--json] [--bind]
+ *                              [--iters 20] [--warmup 5] [--passes 3] [--json] [--bind]
  *
  * Compute benchmarks run on every rank at once (as training does) and report the mean over ranks;
  * collectives run in groups of g consecutive ranks for every power of two g <= N (and N).
@@ -27,12 +27,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Passes over each table of kernel rates (memory, activation, attention); each point keeps its
+ * least per-call median. Other work on a shared host's cores slowed whole passes by up to 2x for
+ * tens of seconds; the rates of a quiet host are what the model prices, as validate runs each
+ * plan after waiting for an idle host. */
+enum { BENCH_MAX_PASSES = 8 };
+
 struct bench_args {
     bool do_gemm, do_grouped, do_mem, do_attn, do_quant, do_coll;
     size_t min_bytes, max_bytes;
     struct moe_bench_cfg cfg;
     bool is_json;
     bool is_bound; /* bind each rank to one core (its index among the node's ranks) */
+    int passes;    /* passes over the memory, activation and attention tables (least kept) */
 };
 
 /* "16M", "64K", "8" -> bytes; -1 on error. */
@@ -65,6 +72,9 @@ static void usage(FILE *f)
                      "  --max-bytes SIZE  largest collective size (default 16M)\n"
                      "  --iters N         timed iterations per point (default 20)\n"
                      "  --warmup N        untimed iterations first (default 5)\n"
+                     "  --passes N        passes over the memory, activation and attention\n"
+                     "                    tables, each point's least per-call median kept\n"
+                     "                    (default 3, at most 8)\n"
                      "  --json            one JSON object on stdout instead of tables\n"
                      "  --bind            bind each rank to one core (hwloc) before measuring\n"
                      "  --help, --version\n");
@@ -77,13 +87,14 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                                           {"max-bytes", required_argument, NULL, 'b'},
                                           {"iters", required_argument, NULL, 'i'},
                                           {"warmup", required_argument, NULL, 'w'},
+                                          {"passes", required_argument, NULL, 'p'},
                                           {"json", no_argument, NULL, 'j'},
                                           {"bind", no_argument, NULL, 'B'},
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
-    *a = (struct bench_args){true, true,      true,    true,  true, true,
-                             8,    16u << 20, {20, 5}, false, false};
+    *a = (struct bench_args){true, true,      true,    true,  true,  true,
+                             8,    16u << 20, {20, 5}, false, false, 3};
     opterr = root ? 1 : 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -140,6 +151,17 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                 return 2;
             }
             *(c == 'i' ? &a->cfg.iters : &a->cfg.warmup) = (int)v;
+            break;
+        case 'p':
+            v = parse_size(optarg);
+            if (v < 1 || v > BENCH_MAX_PASSES) {
+                if (root) {
+                    (void)fprintf(stderr, "moefold-bench: bad --passes '%s' (1 to %d)\n", optarg,
+                                  BENCH_MAX_PASSES);
+                }
+                return 2;
+            }
+            a->passes = (int)v;
             break;
         case 'j':
             a->is_json = true;
@@ -332,12 +354,6 @@ static int bench_grouped(moe_comm_t *w,
     return bad;
 }
 
-/* Passes over each table of kernel rates (memory, activation, attention); each point keeps its
- * least per-call median. Other work on a shared host's cores slowed whole passes by up to 2x for
- * tens of seconds; the rates of a quiet host are what the model prices, as validate runs each
- * plan after waiting for an idle host. */
-enum { BENCH_PASSES = 3 };
-
 static int bench_mem(moe_comm_t *w,
                      const struct moe_k_ops *k,
                      moe_k_ctx_t *kc,
@@ -355,16 +371,16 @@ static int bench_mem(moe_comm_t *w,
             "ranks\n");
         (void)printf("#%9s %12s %12s %10s %6s\n", "kernel", "bytes", "time(us)", "GB/s", "check");
     }
-    /* Three passes over the table, each point's least per-call median kept (as the attention
-     * bench's): calibrations minutes apart had fitted elementwise efficiencies 0.23-0.44 from
-     * one pass's means. */
+    /* --passes over the table (default 3), each point's least per-call median kept (as the
+     * attention bench's): calibrations minutes apart had fitted elementwise efficiencies 0.23-0.44
+     * from one pass's means. */
     enum {
         MEM_NAMES = sizeof(names) / sizeof(names[0]),
         MEM_SIZES = sizeof(sizes) / sizeof(sizes[0])
     };
     struct moe_bench_mem runs[MEM_NAMES][MEM_SIZES];
     memset(runs, 0, sizeof(runs));
-    for (int pass = 0; pass < BENCH_PASSES; pass++) {
+    for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < MEM_NAMES; i++) {
             for (size_t s = 0; s < MEM_SIZES; s++) {
                 struct moe_bench_mem m;
@@ -424,14 +440,14 @@ static int bench_act(moe_comm_t *w,
         (void)printf("#%6s %6s %10s %10s %9s %10s %10s %9s %6s\n", "ffn", "rows", "fwd_bytes",
                      "fwd(us)", "fwd GB/s", "bwd_bytes", "bwd(us)", "bwd GB/s", "check");
     }
-    /* Three passes, each direction's least per-call median kept (as the memory table's). */
+    /* --passes, each direction's least per-call median kept (as the memory table's). */
     enum {
         ACT_WIDTHS = sizeof(widths) / sizeof(widths[0]),
         ACT_SIZES = sizeof(sizes) / sizeof(sizes[0])
     };
     struct moe_bench_act runs[ACT_WIDTHS][ACT_SIZES];
     memset(runs, 0, sizeof(runs));
-    for (int pass = 0; pass < BENCH_PASSES; pass++) {
+    for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < ACT_WIDTHS; i++) {
             for (size_t s = 0; s < ACT_SIZES; s++) {
                 struct moe_bench_act m = {0};
@@ -485,16 +501,18 @@ static int bench_act(moe_comm_t *w,
     return bad;
 }
 
-/* Three passes of one shape (BENCH_PASSES): each direction's least per-call median (the rates
- * with it), failed if any pass failed. */
-static struct moe_bench_attention least_pass(const struct moe_bench_attention *r)
+/* n passes of one shape (n >= 1): each direction's least per-call median (the rates with it),
+ * failed if any pass failed. */
+static struct moe_bench_attention least_pass(const struct moe_bench_attention *r, int n)
 {
     struct moe_bench_attention m = r[0];
-    m.fwd_us = fmin(r[0].fwd_us, fmin(r[1].fwd_us, r[2].fwd_us));
-    m.bwd_us = fmin(r[0].bwd_us, fmin(r[1].bwd_us, r[2].bwd_us));
+    for (int i = 1; i < n; i++) {
+        m.fwd_us = fmin(m.fwd_us, r[i].fwd_us);
+        m.bwd_us = fmin(m.bwd_us, r[i].bwd_us);
+        m.is_ok = m.is_ok && r[i].is_ok;
+    }
     m.fwd_gflops = m.fwd_us > 0.0 ? r[0].fwd_gflops * r[0].fwd_us / m.fwd_us : 0.0;
     m.bwd_gflops = m.bwd_us > 0.0 ? r[0].bwd_gflops * r[0].bwd_us / m.bwd_us : 0.0;
-    m.is_ok = r[0].is_ok && r[1].is_ok && r[2].is_ok;
     return m;
 }
 
@@ -524,14 +542,14 @@ static int bench_attention(moe_comm_t *w,
         (void)printf("#%4s %6s %5s %5s %4s %12s %12s %10s %10s %6s\n", "B", "T", "Hq", "Hkv", "D",
                      "fwd(us)", "bwd(us)", "fwd GF/s", "bwd GF/s", "check");
     }
-    /* Three passes over all shapes, each timing every call and keeping the median; the least of
-     * the three passes' medians is the shape's figure. A disturbance on a shared host lasts
+    /* --passes over all shapes (default 3), each timing every call and keeping the median; the
+     * least of the passes' medians is the shape's figure. A disturbance on a shared host lasts
      * seconds to tens of seconds and hits one pass of a shape, rarely all three (calibrations
      * minutes apart had fitted forward efficiencies 0.43-0.60 from one pass's means). */
     enum { ATTN_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
-    struct moe_bench_attention runs[ATTN_SHAPES][BENCH_PASSES];
+    struct moe_bench_attention runs[ATTN_SHAPES][BENCH_MAX_PASSES];
     memset(runs, 0, sizeof(runs));
-    for (int round = 0; round < BENCH_PASSES; round++) {
+    for (int round = 0; round < a->passes; round++) {
         for (size_t i = 0; i < ATTN_SHAPES; i++) {
             if (moe_bench_attention_run(k, kc, &a->cfg, shapes[i][0], shapes[i][1], shapes[i][2],
                                         shapes[i][3], shapes[i][4], &runs[i][round]) != MOE_OK) {
@@ -541,7 +559,7 @@ static int bench_attention(moe_comm_t *w,
     }
     int bad = 0;
     for (size_t i = 0; i < ATTN_SHAPES; i++) {
-        struct moe_bench_attention r = least_pass(runs[i]);
+        struct moe_bench_attention r = least_pass(runs[i], a->passes);
         double fu = world_mean(w, r.fwd_us), bu = world_mean(w, r.bwd_us);
         double fg = world_mean(w, r.fwd_gflops), bg = world_mean(w, r.bwd_gflops);
         int wrong = all_ok(w, r.is_ok);

@@ -140,7 +140,8 @@ static void test_cli(void **state)
     assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "GFLOP/s"));
     assert_non_null(strstr(out, "all checks passed"));
-    (void)snprintf(cmd, sizeof(cmd), "%s%s --only mem --iters 1 --warmup 0 --json", clean, path);
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --only mem --iters 1 --warmup 0 --passes 1 --json",
+                   clean, path);
     assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
     cJSON *j = cJSON_Parse(out);
     assert_non_null(j);
@@ -150,6 +151,9 @@ static void test_cli(void **state)
     (void)snprintf(cmd, sizeof(cmd), "%s%s --only gpu", clean, path);
     assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
     assert_non_null(strstr(out, "unknown benchmark 'gpu'"));
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --passes 9 2>&1", clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "bad --passes '9' (1 to 8)"));
 }
 
 int main(int argc, char **argv)
