@@ -32,6 +32,32 @@
 #define MAX_CLUSTER 32
 #define TABLE_LEN   16384
 
+/* Under the sanitizers the tables of five clusters, one of each kind (Hopper, H800, x86 and
+ * Grace Blackwell, a rented system that extends a reference one): the search's memory use does
+ * not depend on the cluster's figures, and every cluster took a minute of CI's sanitizer pass.
+ * The plain build compares every table. */
+#if defined(__SANITIZE_ADDRESS__)
+static const char *const san_clusters[] = {"dgx-h100", "h800", "hgx-b300", "gb200-nvl72", "aws-p5"};
+#define MIN_COMPARED 5
+#else
+#define MIN_COMPARED 7
+#endif
+
+static bool compared_here(const char *name)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    for (size_t i = 0; i < sizeof(san_clusters) / sizeof(san_clusters[0]); i++) {
+        if (strcmp(name, san_clusters[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+#else
+    (void)name;
+    return true;
+#endif
+}
+
 /* The golden table of one cluster, as text. */
 static void table(const char *cluster, char *out, size_t len)
 {
@@ -98,6 +124,9 @@ static void test_golden_tables(void **state)
         if (strncmp(names[i], "local", 5) == 0) {
             continue; /* a calibrated host (gitignored), not a published cluster */
         }
+        if (!regen && !compared_here(names[i])) {
+            continue;
+        }
         table(names[i], got, TABLE_LEN);
         char rel[256];
         char path[600];
@@ -130,7 +159,7 @@ static void test_golden_tables(void **state)
         assert_string_equal(got, want);
         compared++;
     }
-    assert_true(regen || compared >= 7);
+    assert_true(regen || compared >= MIN_COMPARED);
     free(got);
     free(want);
 }
