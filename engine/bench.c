@@ -33,6 +33,13 @@ static double median_of(double *x, size_t n)
     return n % 2 == 1 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* Timed calls of one bench point: cfg->iters, at least 1, at most the times a median keeps. */
+static int timed_iters(const struct moe_bench_cfg *cfg)
+{
+    int n = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
+    return n > 0 ? n : 1;
+}
+
 static void fill(float *x, size_t n, uint64_t seed)
 {
     struct moe_eng_rng r;
@@ -269,8 +276,7 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
     }
     /* Each call timed alone, the median kept (as the attention bench: a few disturbed calls on
      * a shared host moved the mean, and the fitted elementwise efficiency with it). */
-    int iters = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
-    iters = iters > 0 ? iters : 1;
+    int iters = timed_iters(cfg);
     double tc[BENCH_MAX_ITERS];
     for (int it = -cfg->warmup; it < iters; it++) {
         double t0 = moe_eng_now();
@@ -383,8 +389,7 @@ enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
     if (in != NULL && d_in != NULL && y != NULL && dy != NULL) {
         fill(in, 2 * n, 11);
         fill(dy, n, 12);
-        int iters = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
-        iters = iters > 0 ? iters : 1;
+        int iters = timed_iters(cfg);
         double tf[BENCH_MAX_ITERS];
         double tb[BENCH_MAX_ITERS];
         for (int it = -cfg->warmup; it < iters; it++) {
@@ -521,8 +526,7 @@ enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
     /* Each call timed alone and the median kept: a call here is 0.1-100 ms, and on a shared
      * host a few disturbed calls moved the mean by up to 70% between runs minutes apart (the
      * calibrated narrow-head term with it); the engine's steady calls are the median's. */
-    int n = cfg->iters < BENCH_MAX_ITERS ? cfg->iters : BENCH_MAX_ITERS;
-    n = n > 0 ? n : 1;
+    int n = timed_iters(cfg);
     double tf[BENCH_MAX_ITERS];
     double tb[BENCH_MAX_ITERS];
     for (int it = -cfg->warmup; it < n; it++) {

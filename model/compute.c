@@ -931,7 +931,7 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     double rc_cpp = 0.0;
     double rc_syncs = 0.0;
     host_recompute(cfg, lay, opt, kind, &hc, &rc_wrap_py, &rc_py, &rc_cpp, &rc_syncs);
-    double py = hc.py + (full ? 0.0 : rc_wrap_py);
+    double py = hc.py + rc_wrap_py; /* 0 unless selective recompute */
     double cpp = hc.cpp;
     double t_py = cl->gpu.kernel_launch_us * 1e-6;
     double t_cpp = cl->gpu.host_cpp_op_us * 1e-6;
