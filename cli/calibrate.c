@@ -557,6 +557,13 @@ fit_collectives(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *
             if (!(t > 0.0) || !(busbw > 0.0)) {
                 continue;
             }
+            /* A step's calls (cold caches, fresh inputs, one at a time) when the bench timed
+             * them: what the engine's collectives meet. Bus bytes are the same either way. */
+            double step = num_of(it, "step_us");
+            if (step > 0.0) {
+                busbw *= t / step;
+                t = step;
+            }
             keep_size(&kept, bytes, busbw);
             if (bytes < 4096.0) {
                 continue;

@@ -747,6 +747,42 @@ static void coll_once(moe_comm_t *g,
     moe_comm_wait(g, &rs);
 }
 
+/* The median time of one call as a step runs it (moe_bench_coll_result.step_us); collective
+ * over g. Without memory for the streamed buffer, the calls run with hot caches. */
+static double coll_step_us(moe_comm_t *g,
+                           const struct moe_bench_cfg *cfg,
+                           enum moe_bench_coll op,
+                           float *x,
+                           float *y,
+                           size_t count,
+                           size_t sn,
+                           int *cnt,
+                           int *dsp)
+{
+    int rank = moe_comm_rank(g), n = moe_comm_size(g);
+    struct moe_eng_heap heap = {0};
+    size_t ev_n = cfg->evict_bytes / sizeof(float);
+    float *ev = ev_n > 0 ? moe_eng_heap_alloc(&heap, ev_n * sizeof(float)) : NULL;
+    if (ev != NULL) {
+        memset(ev, 0, ev_n * sizeof(float));
+    }
+    int calls = timed_iters(cfg);
+    double times[BENCH_MAX_ITERS];
+    for (int i = 0; i < calls; i++) {
+        for (size_t j = 0; ev != NULL && j < ev_n; j += 16) { /* one float per 64-byte line */
+            ev[j] += 1.0f;
+        }
+        coll_fill(op, x, sn, count, rank, n);
+        moe_comm_barrier(g);
+        double t0 = moe_eng_now();
+        coll_once(g, op, x, y, count, cnt, dsp);
+        times[i] = (moe_eng_now() - t0) * 1e6;
+    }
+    moe_comm_allreduce(g, times, times, (size_t)calls, MOE_COMM_F64, MOE_COMM_MAX);
+    moe_eng_heap_free(&heap, ev, ev_n * sizeof(float));
+    return median_of(times, (size_t)calls);
+}
+
 enum moe_status moe_bench_coll_run(moe_comm_t *g,
                                    const struct moe_bench_cfg *cfg,
                                    enum moe_bench_coll op,
@@ -785,6 +821,8 @@ enum moe_status moe_bench_coll_run(moe_comm_t *g,
     }
     double us = elapsed_us(t0, cfg->iters);
     long wrong = coll_check(op, y, rn, count, rank, n);
+    out->step_us = coll_step_us(g, cfg, op, x, y, count, sn, cnt, dsp);
+    wrong += coll_check(op, y, rn, count, rank, n);
     moe_comm_allreduce(g, &us, &us, 1, MOE_COMM_F64, MOE_COMM_MAX);
     double w = (double)wrong;
     moe_comm_allreduce(g, &w, &w, 1, MOE_COMM_F64, MOE_COMM_SUM);

@@ -30,6 +30,10 @@ extern "C" {
 struct moe_bench_cfg {
     int iters;  /* timed iterations per point */
     int warmup; /* untimed iterations first */
+    /* Collectives timed as a step runs them (moe_bench_coll_result.step_us): the bytes each rank
+     * streams through before each call, as the kernels between two collectives of a training step
+     * do (0: none; moefold-bench uses the host's last-level cache per core). */
+    size_t evict_bytes;
 };
 
 struct moe_bench_gemm {
@@ -164,9 +168,14 @@ struct moe_bench_coll_result {
     int group_size;
     size_t bytes;   /* nccl-tests' size for this op */
     size_t count;   /* floats per rank in the send buffer */
-    double time_us; /* slowest rank */
+    double time_us; /* slowest rank, back-to-back calls on hot buffers (as nccl-tests) */
     double algbw_gbps;
     double busbw_gbps;
+    /* As a training step runs it: before each call every rank streams cfg->evict_bytes (the
+     * step's kernels between two collectives) and rewrites its send buffer (the kernel that
+     * produced it), the group meets at a barrier, and the call is timed alone; the median over
+     * the calls of the slowest rank's time. What `moefold calibrate` fits. */
+    double step_us;
     long wrong; /* elements differing from the exact result, summed over the group */
 };
 

@@ -38,9 +38,14 @@ struct bench_args {
     size_t min_bytes, max_bytes;
     struct moe_bench_cfg cfg;
     bool is_json;
-    bool is_bound; /* bind each rank to one core (its index among the node's ranks) */
-    int passes;    /* passes over the memory, activation and attention tables (least kept) */
+    bool is_bound;   /* bind each rank to one core (its index among the node's ranks) */
+    int passes;      /* passes over the memory, activation and attention tables (least kept) */
+    long long evict; /* --evict-bytes, -1: the host's last-level cache per core */
 };
+
+/* Streamed before each step-like collective call when the host's cache is unknown: more than the
+ * private L2 of current server cores (1-2 MiB). */
+#define BENCH_EVICT_FALLBACK (8LL << 20)
 
 /* "16M", "64K", "8" -> bytes; -1 on error. */
 static long long parse_size(const char *s)
@@ -77,6 +82,9 @@ static void usage(FILE *f)
                      "                    (default 3, at most 8)\n"
                      "  --json            one JSON object on stdout instead of tables\n"
                      "  --bind            bind each rank to one core (hwloc) before measuring\n"
+                     "  --evict-bytes SIZE  streamed by each rank before each collective of the\n"
+                     "                    step(us) column (default: the last-level cache per\n"
+                     "                    core; 0 for hot caches)\n"
                      "  --help, --version\n");
 }
 
@@ -90,11 +98,12 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                                           {"passes", required_argument, NULL, 'p'},
                                           {"json", no_argument, NULL, 'j'},
                                           {"bind", no_argument, NULL, 'B'},
+                                          {"evict-bytes", required_argument, NULL, 'E'},
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
-    *a = (struct bench_args){true, true,      true,    true,  true,  true,
-                             8,    16u << 20, {20, 5}, false, false, 3};
+    *a = (struct bench_args){true,      true,       true,  true,  true, true, 8,
+                             16u << 20, {20, 5, 0}, false, false, 3,    -1};
     opterr = root ? 1 : 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -163,6 +172,19 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
             }
             a->passes = (int)v;
             break;
+        case 'E':
+            v = parse_size(optarg);
+            if (v < 0 || v > (1LL << 30)) {
+                if (root) {
+                    (void)fprintf(stderr,
+                                  "moefold-bench: bad --evict-bytes '%s' (0 to 1G, K/M/G "
+                                  "suffixes)\n",
+                                  optarg);
+                }
+                return 2;
+            }
+            a->evict = v;
+            break;
         case 'j':
             a->is_json = true;
             break;
@@ -220,6 +242,7 @@ static void header(moe_comm_t *w, const struct bench_args *a, cJSON *js)
         cJSON_AddNumberToObject(o, "llc_bytes", have ? h.llc_bytes : 0.0);
         cJSON_AddNumberToObject(js, "ranks", moe_comm_size(w));
         cJSON_AddNumberToObject(js, "iters", a->cfg.iters);
+        cJSON_AddNumberToObject(js, "evict_bytes", (double)a->cfg.evict_bytes);
         return;
     }
     (void)printf(
@@ -235,6 +258,26 @@ static void header(moe_comm_t *w, const struct bench_args *a, cJSON *js)
     } else {
         (void)printf("# host: hwloc discovery failed: %s\n", diag.message);
     }
+    (void)printf("# collectives' step(us): one call at a time after each rank streams %.1f MiB "
+                 "(--evict-bytes%s) and rewrites its input, as the kernels before it in a "
+                 "step\n",
+                 (double)a->cfg.evict_bytes / 1048576.0,
+                 a->evict >= 0 ? "" : "; the last-level cache per core");
+}
+
+/* --evict-bytes, or the host's last-level cache per core (a fallback when hwloc cannot say). */
+static size_t evict_default(const struct bench_args *a)
+{
+    if (a->evict >= 0) {
+        return (size_t)a->evict;
+    }
+    struct moe_host_info h;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    if (moe_host_discover(&h, &diag) == MOE_OK && h.llc_bytes > 0.0 && h.num_cores > 0) {
+        return (size_t)(h.llc_bytes / h.num_cores);
+    }
+    return (size_t)BENCH_EVICT_FALLBACK;
 }
 
 static int bench_gemm(moe_comm_t *w,
@@ -661,8 +704,8 @@ static int bench_coll(moe_comm_t *w, const struct bench_args *a, cJSON *js)
                 (void)printf(
                     "\n# %s, groups of %d consecutive ranks (%d group(s) at once), float\n",
                     moe_bench_coll_name((enum moe_bench_coll)op), gsize, n / gsize);
-                (void)printf("#%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
-                             "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+                (void)printf("#%12s %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
+                             "algbw(GB/s)", "busbw(GB/s)", "step(us)", "#wrong");
             }
             for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes *= 4) {
                 struct moe_bench_coll_result r;
@@ -678,13 +721,15 @@ static int bench_coll(moe_comm_t *w, const struct bench_args *a, cJSON *js)
                     cJSON_AddNumberToObject(o, "group_size", r.group_size);
                     cJSON_AddNumberToObject(o, "bytes", (double)r.bytes);
                     cJSON_AddNumberToObject(o, "time_us", r.time_us);
+                    cJSON_AddNumberToObject(o, "step_us", r.step_us);
                     cJSON_AddNumberToObject(o, "algbw_gbps", r.algbw_gbps);
                     cJSON_AddNumberToObject(o, "busbw_gbps", r.busbw_gbps);
                     cJSON_AddNumberToObject(o, "wrong", (double)r.wrong);
                     cJSON_AddItemToArray(arr, o);
                 } else if (root) {
-                    (void)printf(" %12zu %12zu %12.2f %12.3f %12.3f %8ld\n", r.bytes, r.count,
-                                 r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong);
+                    (void)printf(" %12zu %12zu %12.2f %12.3f %12.3f %12.2f %8ld\n", r.bytes,
+                                 r.count, r.time_us, r.algbw_gbps, r.busbw_gbps, r.step_us,
+                                 r.wrong);
                 }
             }
         }
@@ -737,6 +782,7 @@ int main(int argc, char **argv)
         cJSON_AddStringToObject(js, "format", "moefold-bench");
         cJSON_AddNumberToObject(js, "version", 1);
     }
+    a.cfg.evict_bytes = evict_default(&a);
     header(w, &a, js);
     int bad = 0;
     if (a.do_gemm) {

@@ -151,6 +151,46 @@ static void test_real_host_fit(void **state)
     cJSON_Delete(bench);
 }
 
+/* A bench that timed its collectives as a step runs them (step_us): the cluster prices every
+ * measured size at that time, not at the back-to-back hot-buffer time. */
+static void test_step_collectives(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    cJSON *c = NULL;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(bench, "collectives"))
+    {
+        double us = cJSON_GetObjectItemCaseSensitive(c, "time_us")->valuedouble;
+        cJSON_AddNumberToObject(c, "step_us", 2.5 * us + 3.0);
+    }
+    struct moe_calib_fit fit;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    struct moe_cluster cl;
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    int checked = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(bench, "collectives"))
+    {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(c, "op");
+        int gs = (int)cJSON_GetObjectItemCaseSensitive(c, "group_size")->valuedouble;
+        if (strcmp(op->valuestring, "allgather") != 0 || gs != fit.ranks) {
+            continue;
+        }
+        double bytes = cJSON_GetObjectItemCaseSensitive(c, "bytes")->valuedouble;
+        double step = cJSON_GetObjectItemCaseSensitive(c, "step_us")->valuedouble;
+        struct moe_group_place g;
+        moe_comm_group_place(gs, 1, cl.nvlink.domain_gpus, &g);
+        double t = moe_comm_allgather_s(&cl, &g, bytes) * 1e6;
+        if (fabs(t - step) > 1e-6 * step) {
+            fail_msg("allgather %g B: priced %.3f us, the step-like call took %.3f us", bytes, t,
+                     step);
+        }
+        checked++;
+    }
+    assert_true(checked >= 4);
+    cJSON_Delete(bench);
+}
+
 /* GEMM rates drawn from a known curve; the fit must return its figures. */
 static void check_recovers(double peak, double half_flops, double half_dim)
 {
@@ -263,9 +303,9 @@ static void test_optimizer_eff(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_host_fit),      cmocka_unit_test(test_activation_rows),
-        cmocka_unit_test(test_synthetic_recovery), cmocka_unit_test(test_optimizer_eff),
-        cmocka_unit_test(test_attention_fit),
+        cmocka_unit_test(test_real_host_fit),   cmocka_unit_test(test_step_collectives),
+        cmocka_unit_test(test_activation_rows), cmocka_unit_test(test_synthetic_recovery),
+        cmocka_unit_test(test_optimizer_eff),   cmocka_unit_test(test_attention_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
