@@ -17,11 +17,27 @@
 # Plans with expert parallelism are compared at the expert load the run observed
 # (compare --observed-load): an untrained router's imbalance is a property of the data, not of the
 # system model under test.
+# Each run trains VALIDATE_STEPS steps (default 11: 10 measured after the warm-up step; a step of
+# this suite moves 10-40% from the next on a shared VM, so 5 left the mean to one slow step). Each
+# plan is trained VALIDATE_REPEATS times (default 3), in passes over the whole suite so a
+# plan's runs lie minutes apart, and the run with the least step time is compared: the bench keeps
+# each rate's least pass too, so both sides are measured the same way, and a slow spell of a
+# shared or virtual host (other tenants' load, invisible from inside: the same plan measured up
+# to 40% slower a minute later on this project's VM) costs a repeat instead of a false error. The
+# table says how far the slowest run was from the kept one.
 set -uo pipefail
 build=${1:-build}
 bin="$build/bin"
 out=${VALIDATE_OUT:-$build/validate}
-steps=${VALIDATE_STEPS:-6}
+steps=${VALIDATE_STEPS:-11}
+repeats=${VALIDATE_REPEATS:-3}
+case "$repeats" in
+'' | *[!0-9]*) echo "validate: VALIDATE_REPEATS '$repeats': expected an integer 1-9" >&2; exit 2 ;;
+esac
+if [ "$repeats" -lt 1 ] || [ "$repeats" -gt 9 ]; then
+    echo "validate: VALIDATE_REPEATS $repeats: expected 1-9" >&2
+    exit 2
+fi
 model=tests/data/models/validate-moe.json
 cluster=topologies/local.json
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -89,13 +105,10 @@ suite=(
     "gptoss-cp2|2||$d --seq-length 256 --context-parallel-size 2|tiny-gpt-oss-120b"
 )
 
-printf '\n%-16s %5s %12s %12s %9s %9s  %s\n' "plan" "ranks" "pred_s" "meas_s" "step_err" "mem_err" \
-    "largest category error"
-errs=()
-mems=()
-cats=()
-phases=()
-phase_rows=()
+# 3. Predict every plan once; train them in VALIDATE_REPEATS passes over the suite.
+names=()
+nps=()
+flags=()
 fail=0
 for row in "${suite[@]}"; do
     IFS='|' read -r name np train_flags plan_flags preset <<<"$row"
@@ -109,7 +122,7 @@ for row in "${suite[@]}"; do
         continue
     fi
     plan="$out/$name.plan.json"
-    run="$out/$name.run.json"
+    rm -f "$out/$name".run*.json
     # shellcheck disable=SC2086
     if ! "$bin/moefold" predict "${model_arg[@]}" --cluster "$cluster" --gpus "$np" \
         --fp32-training $common $plan_flags --emit "$plan" >"$out/$name.predict.txt" 2>&1; then
@@ -117,16 +130,74 @@ for row in "${suite[@]}"; do
         fail=1
         continue
     fi
-    wait_quiet
-    # shellcheck disable=SC2086
-    if ! mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$plan" --steps "$steps" \
-        --synthetic --out "$run" --trace "$out/$name.measured.trace.json" --profile-kernels \
-        $train_flags \
-        >"$out/$name.train.txt" 2>&1; then
-        printf '%-16s %5s  training failed: %s\n' "$name" "$np" "$(tail -1 "$out/$name.train.txt")"
+    names+=("$name")
+    nps+=("$np")
+    flags+=("$train_flags|$plan_flags")
+done
+
+step_of() { # step_time_s of a run.json ("" if none)
+    [ -f "$1" ] && grep -o '"step_time_s":[[:space:]]*[0-9.eE+-]*' "$1" | head -1 | sed 's/.*:[[:space:]]*//'
+}
+
+for ((pass = 1; pass <= repeats; pass++)); do
+    for i in "${!names[@]}"; do
+        name=${names[i]}
+        np=${nps[i]}
+        train_flags=${flags[i]%%|*}
+        [ -f "$out/$name.failed" ] && continue
+        wait_quiet
+        # shellcheck disable=SC2086
+        if ! mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$out/$name.plan.json" \
+            --steps "$steps" --synthetic --out "$out/$name.run$pass.json" \
+            --trace "$out/$name.measured$pass.trace.json" --profile-kernels $train_flags \
+            >"$out/$name.train.txt" 2>&1; then
+            printf '%-16s %5s  training failed: %s\n' "$name" "$np" "$(tail -1 "$out/$name.train.txt")"
+            touch "$out/$name.failed"
+            fail=1
+        fi
+    done
+done
+
+printf '\n%-16s %5s %12s %12s %9s %9s  %-26s %s\n' "plan" "ranks" "pred_s" "meas_s" "step_err" \
+    "mem_err" "largest category error" "runs (slowest)"
+errs=()
+mems=()
+cats=()
+phases=()
+phase_rows=()
+for i in "${!names[@]}"; do
+    name=${names[i]}
+    np=${nps[i]}
+    plan_flags=${flags[i]#*|}
+    plan="$out/$name.plan.json"
+    if [ -f "$out/$name.failed" ]; then
+        rm -f "$out/$name.failed"
+        continue
+    fi
+    # The run with the least step time, and the slowest, of this plan's repeats.
+    best=""
+    best_s=""
+    worst_s=""
+    for ((pass = 1; pass <= repeats; pass++)); do
+        s=$(step_of "$out/$name.run$pass.json")
+        [ -n "$s" ] || continue
+        if [ -z "$best_s" ] || awk -v a="$s" -v b="$best_s" 'BEGIN {exit !(a < b)}'; then
+            best=$pass
+            best_s=$s
+        fi
+        if [ -z "$worst_s" ] || awk -v a="$s" -v b="$worst_s" 'BEGIN {exit !(a > b)}'; then
+            worst_s=$s
+        fi
+    done
+    if [ -z "$best" ]; then
+        printf '%-16s %5s  no run wrote its record\n' "$name" "$np"
         fail=1
         continue
     fi
+    run="$out/$name.run.json"
+    cp "$out/$name.run$best.json" "$run"
+    cp "$out/$name.measured$best.trace.json" "$out/$name.measured.trace.json" 2>/dev/null
+    spread=$(awk -v a="$worst_s" -v b="$best_s" 'BEGIN {printf "%+.0f%%", 100 * (a / b - 1)}')
     cmp_flags=()
     case "$plan_flags" in *--expert-model-parallel-size*) cmp_flags=(--observed-load) ;; esac
     "$bin/moefold" compare "$plan" "$run" --cluster "$cluster" "${cmp_flags[@]}" \
@@ -139,13 +210,13 @@ for row in "${suite[@]}"; do
     fi
     # phase_errors: name pct name pct ... (phases holding >= 10% of the measured step)
     read -r -a pe <<<"$(grep '^phase_errors:' "$out/$name.compare.txt" | cut -d: -f2)"
-    for ((i = 0; i + 1 < ${#pe[@]}; i += 2)); do
-        phases+=("${pe[i + 1]}")
-        phase_rows+=("$name ${pe[i]} ${pe[i + 1]}")
+    for ((k = 0; k + 1 < ${#pe[@]}; k += 2)); do
+        phases+=("${pe[k + 1]}")
+        phase_rows+=("$name ${pe[k]} ${pe[k + 1]}")
     done
     read -r _ _ pred _ meas _ err _ mem _ cat _ catpct <<<"$line"
-    printf '%-16s %5s %12.4f %12.4f %8.1f%% %8.1f%%  %s %+.1f%%\n' "$name" "$np" "$pred" "$meas" \
-        "$err" "$mem" "$cat" "$catpct"
+    printf '%-16s %5s %12.4f %12.4f %8.1f%% %8.1f%%  %-26s %d (%s)\n' "$name" "$np" "$pred" \
+        "$meas" "$err" "$mem" "$cat $(printf '%+.1f%%' "$catpct")" "$repeats" "$spread"
     errs+=("$err")
     mems+=("$mem")
     cats+=("$catpct")
@@ -171,5 +242,6 @@ echo "# memory |error| (largest category holding >= 10% of the total): median ${
 if [ "$quiet_wait" -gt 0 ]; then
     echo "# VALIDATE_QUIET_WAIT=$quiet_wait: the host was not idle before $loaded of the timed steps"
 fi
+echo "# each plan trained $repeats time(s) (VALIDATE_REPEATS), the run with the least step time compared; runs: $out/<plan>.run<k>.json"
 echo "# per-plan details: $out/<plan>.compare.txt, timelines: $out/<plan>.trace.json"
 exit $fail
