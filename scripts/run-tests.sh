@@ -40,18 +40,20 @@ for bin in $(find "$build/bin/tests" -type f -perm -u+x | sort); do
             fail=$((fail + 1))
             failed+=("$rel(np=$np,rc=$rc)")
         fi
-        # Per-test result lines follow each "[ RUN      ] name" (rank 0's stdout; cmocka's summary
-        # lists go to every rank's stderr and are not counted). A skip's reason is the test's
-        # "# skipped: REASON" line before it.
+        # Per-test result lines name their test; under mpirun the ranks' lines interleave, so a
+        # result is matched by name to a test some rank started, not to the last "[ RUN ]" line
+        # (that dropped a pass now and then). A failure on any rank wins over passes. A skip's
+        # reason is the test's "# skipped: REASON" line before it.
         awk -v bin="$rel" '
-            /^\[ RUN      \] / { cur = $4; why = ""; next }
+            /^\[ RUN      \] / { seen[$4] = 1; why = ""; next }
             /^# skipped: / { why = substr($0, 12); next }
-            cur != "" && /^\[       OK \] / && $4 == cur { res[cur] = "pass"; cur = ""; next }
-            cur != "" && /^\[  FAILED  \] / && $4 == cur { res[cur] = "fail"; cur = ""; next }
-            cur != "" && /^\[  SKIPPED \] / && $4 == cur {
+            /^\[       OK \] / && ($4 in seen) { if (!($4 in res)) res[$4] = "pass"; next }
+            /^\[  FAILED  \] / && ($4 in seen) { res[$4] = "fail"; next }
+            /^\[  SKIPPED \] / && ($4 in seen) {
                 if (why == "") why = "no reason printed (" bin ")"
                 if (why ~ /CUDA|cuda|GPU|[Dd]evice|NCCL|nvcc/) why = "no GPU"
-                res[cur] = "skip " why; cur = ""; next
+                if (res[$4] != "fail") res[$4] = "skip " why
+                next
             }
             END { for (t in res) print res[t] }' "$log" >>"$results"
     done
