@@ -265,6 +265,31 @@ static void test_gpt_oss_megatron_count(void **state)
     assert_rel(b.core_attn_exec / b.core_attn, (2048.0 + keys_window) / (2 * 2048.0), 1e-12);
 }
 
+/* Megatron's count for DeepSeek-V3 without MTP at s=4096, GBS 2048, as the GB200 ladder (L0,
+ * L12) reported TFLOPS: training.py num_floating_point_operations at Megatron-LM eb0783b6d3
+ * (2025-11-03, the commit of the ladder's guide), MLA branch with the causal halving, 3 dense and
+ * 58 MoE layers (--moe-layer-freq ([0]*3+[1]*58)), the reproduce guide's vocabulary 129280
+ * (divisible by its 3232). Per token, inside its 3 x 2 factor: q_term + kv_term + rope k + o proj
+ * + core attention per layer; MLP 12 h (f 1.5 x 3 + 2048 x 8 x 1.5 x 58 + 2048 x 1.5 x 58); logits
+ * 6 h V. The step is 2.0956e18 FLOPs: a convention mismatch here would bias every TFLOPS run. */
+static void test_deepseek_v3_megatron_count(void **state)
+{
+    (void)state;
+    double h = 7168, a = 128, ql = 1536, kvl = 512, qk = 128, rope = 64, vd = 128, s = 4096;
+    double q_term = ql * (h + a * (qk + rope) + 1);
+    double kv_term = kvl * (h + a * (qk + vd) + 1);
+    double core = s * a * (qk + rope) / 2 + s * a * vd / 2;
+    double attn = 61 * 6 * (q_term + kv_term + h * rope + a * vd * h + core);
+    double mlp = 12 * h * (18432 * 1.5 * 3 + 2048 * 8 * 1.5 * 58 + 2048 * 1.5 * 58);
+    double logits = 6 * h * 129280;
+    double per_token = attn + mlp + logits;
+    assert_rel(gflop_per_token("deepseek-v3", 0) * GFLOP, per_token, 1e-12);
+    struct moe_model_cfg c = preset("deepseek-v3");
+    c.mtp_num_layers = 0;
+    assert_rel(moe_flops_per_step(&c, 4096, 2048, 1), 2048 * s * per_token, 1e-12);
+    assert_rel(moe_flops_per_step(&c, 4096, 2048, 1), 2.095575e18, 1e-6);
+}
+
 static void test_invariants(void **state)
 {
     (void)state;
@@ -327,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_tiny_mla_moe_mtp),
         cmocka_unit_test(test_published_per_token),
         cmocka_unit_test(test_gpt_oss_megatron_count),
+        cmocka_unit_test(test_deepseek_v3_megatron_count),
         cmocka_unit_test(test_invariants),
         cmocka_unit_test(test_terms_counts),
     };
