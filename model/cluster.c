@@ -182,6 +182,8 @@ static enum moe_status validate_links(const struct moe_cluster *cl, struct moe_d
         {"host.mem_gib_per_gpu", cl->host.mem_gib_per_gpu, 0.0, false, big, "GiB"},
         {"host.link_gbps", cl->host.link_gbps, 0.0, true, big, "GB/s per GPU per direction"},
         {"host.link_eff", cl->host.link_eff, 0.0, true, fmax, "fraction of link_gbps"},
+        {"host.optimizer_gbps", cl->host.optimizer_gbps, 0.0, false, big,
+         "GB/s per GPU, 0 = bounded by the host link"},
     };
     MOE_TRY(check_ranges(cl, r, MOE_ARRAY_LEN(r), diag));
     if (nv->has_nvls != (nv->nvls_busbw_gbps > 0.0)) {

@@ -149,6 +149,9 @@ struct moe_host {
     double mem_gib_per_gpu; /* host DRAM usable per GPU for offload */
     double link_gbps;       /* GPU<->host per GPU per direction (PCIe or C2C share) */
     double link_eff;        /* achieved fraction of link_gbps for offload copies */
+    double optimizer_gbps;  /* the host's optimizer step (AdamW over master, moments, gradient)
+                             * per GPU, bytes streamed per second, for an offloaded optimizer;
+                             * 0: not measured, the host link bounds the step */
 };
 
 /* Expert-parallel dispatcher kernels (DeepEP, HybridEP) achieved bandwidth and SM cost. */

@@ -501,10 +501,15 @@ static void stage_tail(const struct pctx *x,
         double frac = opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
         double link =
             cl->host.link_gbps * 1e9 * (cl->host.link_eff > 0.0 ? cl->host.link_eff : 1.0);
-        /* Gradients down and weights up over the host link; the CPU Adam pass itself streams the
-         * same state at host-link speed or better, so the link bounds it. */
-        double moved = shard * frac * (grad_b + param_b + per_param);
-        opt_s = shard * (1.0 - frac) * per_param / hbm + zero_grads + moved / link;
+        /* Gradients down and weights up over the host link, then the host's optimizer pass
+         * over its share of the state: at the host's measured optimizer rate where the cluster
+         * has one (a CPU host calibration: the same cores run it), else bounded by the link
+         * (streaming the state at link speed or better). */
+        double copies = shard * frac * (grad_b + param_b) / link;
+        double host_pass = cl->host.optimizer_gbps > 0.0
+                               ? shard * frac * per_param / (cl->host.optimizer_gbps * 1e9)
+                               : shard * frac * per_param / link;
+        opt_s = shard * (1.0 - frac) * per_param / hbm + zero_grads + copies + host_pass;
     }
     out->optimizer = opt_s;
     out->opt_pre = shard * grad_b / hbm; /* the norm's read of the gradient shard */

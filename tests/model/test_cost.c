@@ -383,6 +383,43 @@ static void test_expert_bias_pass(void **state)
     assert_true(no_bias.bwd_expert == no_bias_fused.bwd_expert);
 }
 
+/* An offloaded optimizer: gradients down and weights up over the host link, then the host's pass
+ * over the state at host.optimizer_gbps (a CPU host's calibration: its optimizer kernel's rate);
+ * 0 keeps the link as the bound. On a host whose "device" is the host itself (link = memory
+ * bandwidth, optimizer rate = memory x optimizer_eff) offloading never pays. */
+static void test_offloaded_optimizer_rate(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    opt.optimizer_cpu_offload = true;
+    opt.optimizer_offload_fraction = 1.0;
+    double link = cl.host.link_gbps * (cl.host.link_eff > 0.0 ? cl.host.link_eff : 1.0);
+    cl.host.optimizer_gbps = 0.0;
+    double bound = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM).time.optimizer;
+    cl.host.optimizer_gbps = link;
+    double at_link = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM).time.optimizer;
+    ASSERT_NEAR(at_link, bound, 1e-12 * bound);
+    cl.host.optimizer_gbps = link / 2.0;
+    double half = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM).time.optimizer;
+    cl.host.optimizer_gbps = link / 4.0;
+    double quarter = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM).time.optimizer;
+    assert_true(half > at_link);
+    ASSERT_NEAR(quarter - at_link, 3.0 * (half - at_link), 1e-9 * quarter);
+
+    /* A CPU host: the link is its memory, the host pass its optimizer rate. */
+    cl.host.link_gbps = cl.gpu.hbm_tbps * 1e3;
+    cl.host.link_eff = 1.0;
+    cl.host.optimizer_gbps = cl.host.link_gbps * cl.gpu.optimizer_eff;
+    double offloaded = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM).time.optimizer;
+    opt.optimizer_cpu_offload = false;
+    double on_device = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM).time.optimizer;
+    assert_true(offloaded > on_device);
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -1188,6 +1225,7 @@ int main(void)
         cmocka_unit_test(test_activation_bwd_rate),
         cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_expert_bias_pass),
+        cmocka_unit_test(test_offloaded_optimizer_rate),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),
