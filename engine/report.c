@@ -97,8 +97,9 @@ static const char *const phase_how[MOE_NUM_PHASES] = {
     /* dp_comm */
     "gradient reduce-scatters / all-reduces over DP x CP and EDP, the TP all-reduce of "
     "sequence-parallel replicated gradients, the tied-embedding all-reduce and the parameter "
-    "all-gathers; with overlap the waits for them and the progress polls between layers (a CPU "
-    "rank moves the data inside those calls)",
+    "all-gathers; with overlap the waits for them and the progress polls between layers, and "
+    "the step's expert-counts all-reduce while parameter all-gathers are in flight (a CPU rank "
+    "moves the data inside those calls)",
     /* pp_bubble */
     "blocking receives of activations or gradients from the neighbouring stage: idle time of the "
     "schedule's bubble plus any imbalance between stages",
