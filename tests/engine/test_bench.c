@@ -165,6 +165,17 @@ static void test_cli(void **state)
     (void)snprintf(cmd, sizeof(cmd), "%s%s --passes 9 2>&1", clean, path);
     assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
     assert_non_null(strstr(out, "bad --passes '9' (1 to 8)"));
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --evict-bytes 2G 2>&1", clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "bad --evict-bytes '2G' (0 to 1G"));
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --evict-bytes -1 2>&1", clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "bad --evict-bytes '-1'"));
+    /* The header says what the step-like column streamed. */
+    (void)snprintf(cmd, sizeof(cmd), "%s%s --only gemm --iters 1 --warmup 0 --evict-bytes 1M",
+                   clean, path);
+    assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "after each rank streams 1.0 MiB (--evict-bytes)"));
 }
 
 int main(int argc, char **argv)
