@@ -505,10 +505,9 @@ static void stage_tail(const struct pctx *x,
          * over its share of the state: at the host's measured optimizer rate where the cluster
          * has one (a CPU host calibration: the same cores run it), else bounded by the link
          * (streaming the state at link speed or better). */
+        double host_rate = cl->host.optimizer_gbps > 0.0 ? cl->host.optimizer_gbps * 1e9 : link;
         double copies = shard * frac * (grad_b + param_b) / link;
-        double host_pass = cl->host.optimizer_gbps > 0.0
-                               ? shard * frac * per_param / (cl->host.optimizer_gbps * 1e9)
-                               : shard * frac * per_param / link;
+        double host_pass = shard * frac * per_param / host_rate;
         opt_s = shard * (1.0 - frac) * per_param / hbm + zero_grads + copies + host_pass;
     }
     out->optimizer = opt_s;
