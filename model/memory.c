@@ -514,6 +514,82 @@ static void stage_activations(const struct moe_model_cfg *cfg,
     *host_bytes = host;
 }
 
+/*
+ * FP32 training that emulates a low-precision recipe (moefold's engine, --emulate-precision)
+ * quantises and dequantises every GEMM operand into per-call copies; the engine reserves, on top of
+ * the deepest caller's temporaries, two row operands at the widest GEMM dimension and the largest
+ * weight tensor of the rank (engine/activations.c qdq_reserve). The same bound here, in FP32.
+ * Megatron on a GPU caches quantised copies instead (weight_cache_bytes): 0 there.
+ */
+static double emulation_qdq_bytes(const struct moe_model_cfg *cfg,
+                                  const struct moe_layout *lay,
+                                  const struct moe_options *opt,
+                                  const struct moe_stage_contents *sc,
+                                  double load_factor)
+{
+    if (!opt->is_fp32_training || opt->recipe == MOE_RECIPE_BF16) {
+        return 0.0;
+    }
+    double h = cfg->hidden_size;
+    double tp = lay->tp;
+    double g = cfg->is_swiglu ? 2.0 : 1.0;
+    double hl = cfg->num_attention_heads / tp;
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / tp : t;
+    bool is_moe = cfg->num_experts > 0 && moe_cfg_num_moe_layers(cfg) > 0;
+    /* Widest operand dimension and row count: the engine's (model-wide) dimensions. */
+    double head = cfg->kv_channels;
+    double kv_heads = cfg->num_query_groups / tp;
+    double qk = head;
+    double v_dim = head;
+    if (cfg->is_mla) {
+        qk = cfg->qk_head_dim + cfg->qk_pos_emb_head_dim;
+        head = qk;
+        kv_heads = hl;
+        v_dim = cfg->v_head_dim;
+    }
+    double ffn_l = moe_cfg_num_moe_layers(cfg) < cfg->num_layers ? cfg->ffn_hidden_size / tp : 0.0;
+    double fe_l = is_moe ? (double)cfg->moe_ffn_hidden_size / lay->etp : 0.0;
+    double sh_l = is_moe ? cfg->moe_shared_expert_intermediate_size / tp : 0.0;
+    double dim = fmax(h, (hl + 2.0 * kv_heads) * head);
+    dim = fmax(dim, g * fmax(ffn_l, fmax(fe_l, sh_l)));
+    if (cfg->is_mla) {
+        dim = fmax(dim, fmax(hl * qk, hl * (cfg->qk_head_dim + v_dim)));
+        dim = fmax(dim, fmax(cfg->kv_lora_rank + cfg->qk_pos_emb_head_dim, cfg->q_lora_rank));
+    }
+    double rows = t;
+    double e_loc = 1.0;
+    if (is_moe) {
+        rows = fmax(rows, t_sp * cfg->moe_router_topk * lay->etp * load_factor);
+        e_loc = (double)cfg->num_experts / lay->ep;
+    }
+    /* Largest weight tensor this rank holds. */
+    double wmax = h * hl * v_dim; /* the attention output projection */
+    if (cfg->is_mla) {
+        double q_in = cfg->q_lora_rank > 0 ? cfg->q_lora_rank : h;
+        wmax = fmax(wmax,
+                    fmax(cfg->q_lora_rank * h, (cfg->kv_lora_rank + cfg->qk_pos_emb_head_dim) * h));
+        wmax =
+            fmax(wmax, fmax(hl * qk * q_in, hl * (cfg->qk_head_dim + v_dim) * cfg->kv_lora_rank));
+    } else {
+        wmax = fmax(wmax, (hl + 2.0 * kv_heads) * head * h);
+    }
+    if (sc->num_dense > 0) {
+        wmax = fmax(wmax, g * ffn_l * h);
+    }
+    if (sc->num_moe > 0 || (sc->num_mtp > 0 && is_moe)) {
+        wmax = fmax(wmax, fmax(e_loc * g * fe_l * h, (double)cfg->num_experts * h));
+        wmax = fmax(wmax, g * sh_l * h);
+    }
+    if (sc->has_embedding || sc->has_output_weight) {
+        wmax = fmax(wmax, moe_cfg_padded_vocab(cfg, lay->tp) / tp * h);
+    }
+    if (sc->num_mtp > 0) {
+        wmax = fmax(wmax, h / tp * 2.0 * h);
+    }
+    return 4.0 * (e_loc + 2.0 * rows * dim + wmax);
+}
+
 /* DeepEP/HybridEP preallocate a fixed pool (the cluster's figure); a cluster without one (0:
  * moefold's own engine on a CPU host) dispatches into per-call row buffers as the all-to-all path
  * does. */
@@ -616,7 +692,7 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     if (sc->num_moe > 0 && set->bwd_working[1] > working) {
         working = set->bwd_working[1];
     }
-    double buffers = transient + working;
+    double buffers = transient + working + emulation_qdq_bytes(cfg, lay, opt, sc, load_factor);
     if (sc->num_mtp > 0) {
         /* an MTP depth's backward holds the gradients of its hidden state (from its head and from
          * the next depth) while its transformer layer runs backward */

@@ -1000,6 +1000,43 @@ static void test_memory_vs_prediction(void **state)
     }
 }
 
+/* Precision emulation's per-call quantised copies (the engine's temporaries) are priced: the
+ * buffers the engine adds for them equal what the model adds for FP32 training under an FP8 recipe
+ * (tiny-moe: the stacked expert weights and two row operands, ~0.5 MiB on 1.1 MiB of buffers). */
+static void test_memory_emulation(void **state)
+{
+    (void)state;
+    double engine[2];
+    double model[2];
+    for (int emu = 0; emu < 2; emu++) {
+        struct moe_plan plan;
+        eng_test_plan(&plan, "tiny-moe", &one_rank);
+        plan.options.recipe = emu ? MOE_RECIPE_FP8_BLOCKWISE : MOE_RECIPE_BF16;
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, 1);
+        o.moe_buffer_factor = 1.0;
+        o.emulate_precision = emu == 1;
+        struct fixture f;
+        make(&f, &plan, &o);
+        struct moe_eng_mem_report m;
+        moe_eng_memory(f.e, &m);
+        struct moe_cluster cl;
+        memset(&cl, 0, sizeof(cl));
+        struct moe_options opt = plan.options;
+        opt.is_fp32_training = true;
+        struct moe_mem_bytes pred;
+        moe_mem_stage(&plan.model, &cl, moe_eng_layout(f.e), &opt, 0, 1.0, &pred);
+        release(&f);
+        engine[emu] = m.buffers;
+        model[emu] = pred.buffers;
+    }
+    double de = engine[1] - engine[0];
+    double dm = model[1] - model[0];
+    printf("  emulation temporaries: engine +%.0f B, model +%.0f B\n", de, dm);
+    assert_true(de > 0.2 * engine[0]);
+    assert_true(fabs(dm / de - 1.0) <= 0.01);
+}
+
 /* ---- Errors ---------------------------------------------------------------------------------- */
 
 static enum moe_status
@@ -1114,6 +1151,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_huge_finite_activations_train_on),
         cmocka_unit_test(test_grad_norm_in_double),
         cmocka_unit_test(test_memory_vs_prediction),
+        cmocka_unit_test(test_memory_emulation),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cli),
     };
