@@ -297,6 +297,56 @@ static void chunk_policy(const struct moe_eng *e, struct moe_eng_chunk *ch)
     }
 }
 
+/* The arenas a slot is carved from (moe_eng_acts_carve). */
+struct slot_arenas {
+    struct moe_eng_arena *acts;    /* saved activations */
+    struct moe_eng_arena *bufs;    /* the slot's pipeline send buffers */
+    struct moe_eng_arena *host;    /* offloaded activations */
+    struct moe_eng_arena *mirror;  /* CUDA host copies; NULL on the CPU */
+    struct moe_eng_arena *scratch; /* recompute scratch, shared by every slot */
+    struct moe_eng_arena *stage;   /* [2] offload staging, shared by every slot */
+};
+
+/* Activation slot s of chunk ch: its input, output and gradient buffers and every layer's saved
+ * tensors. */
+static void
+carve_slot(struct moe_eng *e, struct moe_eng_chunk *ch, int s, const struct slot_arenas *ar)
+{
+    size_t ms_c = (size_t)e->d.tokens_sp * (size_t)e->d.hidden;
+    struct moe_eng_slot *sl = &ch->slots[s];
+    struct moe_eng_layer_act *acts_arr = sl->acts; /* allocated at create */
+    struct moe_eng_mtp_act *mtp_arr = sl->mtp;
+    memset(sl, 0, sizeof(*sl));
+    sl->acts = acts_arr;
+    sl->mtp = mtp_arr;
+    sl->x0 = moe_eng_arena_floats(ar->acts, ms_c);
+    sl->dout = ch->has_loss ? moe_eng_arena_floats(ar->acts, ms_c) : NULL;
+    sl->out = moe_eng_arena_floats(ar->bufs, ms_c);
+    sl->dx_send = ch->c > 0 ? moe_eng_arena_floats(ar->bufs, ms_c) : NULL;
+    for (int i = 0; i < ch->num_layers; i++) {
+        const struct moe_eng_rc *rc = &ch->rc[i];
+        if (!rc->is_full || rc->is_unit_start) {
+            moe_eng_arena_reset(ar->scratch);
+        }
+        moe_eng_arena_reset(&ar->stage[i % 2]);
+        struct placement pl = {.slot = ar->acts,
+                               .scratch = ar->scratch,
+                               .stage = &ar->stage[i % 2],
+                               .mirror = ar->mirror};
+        struct moe_eng_layer_act *a = &sl->acts[i];
+        carve_layer(e, &e->layers[ch->first_layer + i], rc, i == 0, &pl, a);
+        if (i == 0) {
+            a->x = sl->x0;
+        }
+        a->host = a->offload_bytes > 0 ? moe_eng_arena_take(ar->host, a->offload_bytes) : NULL;
+    }
+    if (ch->num_mtp > 0) {
+        struct placement pl = {
+            .slot = ar->acts, .scratch = ar->scratch, .stage = &ar->stage[0], .mirror = ar->mirror};
+        carve_mtp(e, ch, sl, &pl, ar->stage, ar->host);
+    }
+}
+
 void moe_eng_acts_carve(struct moe_eng *e)
 {
     const struct moe_eng_dims *d = &e->d;
@@ -320,40 +370,43 @@ void moe_eng_acts_carve(struct moe_eng *e)
     }
     size_t ms_c = (size_t)d->tokens_sp * (size_t)d->hidden;
     size_t bufs_start = moe_eng_arena_mark(bufs);
+    struct slot_arenas ar = {acts, bufs, host, mirror, &scratch, stage};
     for (int v = 0; v < e->num_chunks_local; v++) {
-        struct moe_eng_chunk *ch = &e->chunks[v];
-        chunk_policy(e, ch);
-        for (int s = 0; s < ch->num_slots; s++) {
-            struct moe_eng_slot *sl = &ch->slots[s];
-            struct moe_eng_layer_act *acts_arr = sl->acts; /* allocated at create */
-            struct moe_eng_mtp_act *mtp_arr = sl->mtp;
-            memset(sl, 0, sizeof(*sl));
-            sl->acts = acts_arr;
-            sl->mtp = mtp_arr;
-            sl->x0 = moe_eng_arena_floats(acts, ms_c);
-            sl->dout = ch->has_loss ? moe_eng_arena_floats(acts, ms_c) : NULL;
-            sl->out = moe_eng_arena_floats(bufs, ms_c);
-            sl->dx_send = ch->c > 0 ? moe_eng_arena_floats(bufs, ms_c) : NULL;
-            for (int i = 0; i < ch->num_layers; i++) {
-                const struct moe_eng_rc *rc = &ch->rc[i];
-                if (!rc->is_full || rc->is_unit_start) {
-                    moe_eng_arena_reset(&scratch);
-                }
-                moe_eng_arena_reset(&stage[i % 2]);
-                struct placement pl = {
-                    .slot = acts, .scratch = &scratch, .stage = &stage[i % 2], .mirror = mirror};
-                struct moe_eng_layer_act *a = &sl->acts[i];
-                carve_layer(e, &e->layers[ch->first_layer + i], rc, i == 0, &pl, a);
-                if (i == 0) {
-                    a->x = sl->x0;
-                }
-                a->host = a->offload_bytes > 0 ? moe_eng_arena_take(host, a->offload_bytes) : NULL;
+        chunk_policy(e, &e->chunks[v]);
+    }
+    if (!e->share_slots) {
+        for (int v = 0; v < e->num_chunks_local; v++) {
+            struct moe_eng_chunk *ch = &e->chunks[v];
+            for (int s = 0; s < ch->num_slots; s++) {
+                size_t before = moe_eng_arena_mark(acts);
+                size_t before_bufs = moe_eng_arena_mark(bufs);
+                carve_slot(e, ch, s, &ar);
+                ch->slot_act_bytes = moe_eng_arena_mark(acts) - before;
+                ch->slot_pipe_bytes = moe_eng_arena_mark(bufs) - before_bufs;
             }
-            if (ch->num_mtp > 0) {
-                struct placement pl = {
-                    .slot = acts, .scratch = &scratch, .stage = &stage[0], .mirror = mirror};
-                carve_mtp(e, ch, sl, &pl, stage, host);
+        }
+    } else {
+        /* Slot g of every chunk over the same activation (and offload) memory: the pool's
+         * assignment never gives one slot to two live chunk-micro-batches. The send buffers stay
+         * each chunk's own (a gradient's send may still be in flight when its slot is freed). */
+        for (int g = 0; g < e->num_shared_slots; g++) {
+            size_t a0 = moe_eng_arena_mark(acts);
+            size_t h0 = moe_eng_arena_mark(host);
+            size_t a_end = a0;
+            size_t h_end = h0;
+            for (int v = 0; v < e->num_chunks_local; v++) {
+                moe_eng_arena_release(acts, a0);
+                moe_eng_arena_release(host, h0);
+                carve_slot(e, &e->chunks[v], g, &ar);
+                size_t a = moe_eng_arena_mark(acts);
+                size_t h = moe_eng_arena_mark(host);
+                a_end = a > a_end ? a : a_end;
+                h_end = h > h_end ? h : h_end;
             }
+            moe_eng_arena_release(acts, a0);
+            moe_eng_arena_release(host, h0);
+            (void)moe_eng_arena_take(acts, a_end - a0);
+            (void)moe_eng_arena_take(host, h_end - h0);
         }
     }
     if (sizing) {

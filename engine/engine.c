@@ -237,7 +237,44 @@ static void free_category(struct moe_eng *e, int c)
     e->mem[c].block = NULL;
 }
 
-static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
+/*
+ * Interleaved schedules: one activation pool for the rank's chunks when it is smaller than each
+ * chunk's own slots. A chunk alone peaks at its own slots, but the chunks do not peak together:
+ * Megatron's caching allocator holds at most warm-up + 1 chunk-micro-batches (the pool's slots,
+ * each as large as the largest chunk's), where per-chunk slots hold the sum of the chunks' peaks
+ * (PP2 VPP2, 8 micro-batches, last stage: 3 slots instead of 3 + 1). Every chunk then has a slot
+ * struct, and its send buffers, per pool slot. Called after a sizing pass with each chunk's own
+ * slots; true when it switched to the pool (sizing must be redone).
+ */
+static bool share_slots_if_smaller(struct moe_eng *e)
+{
+    if (e->num_chunks_local < 2) {
+        return false;
+    }
+    size_t own = 0;
+    size_t largest = 0;
+    size_t pipes = 0;
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        const struct moe_eng_chunk *ch = &e->chunks[v];
+        own += (size_t)ch->num_slots * (ch->slot_act_bytes + ch->slot_pipe_bytes);
+        largest = ch->slot_act_bytes > largest ? ch->slot_act_bytes : largest;
+        pipes += ch->slot_pipe_bytes;
+    }
+    if ((size_t)e->num_shared_slots * (largest + pipes) >= own) {
+        return false;
+    }
+    for (int v = 0; v < e->num_chunks_local; v++) {
+        struct moe_eng_chunk *ch = &e->chunks[v];
+        int *own_slots = ch->mb_slot;
+        ch->mb_slot = ch->mb_slot_shared;
+        ch->mb_slot_shared = own_slots;
+        ch->num_slots = e->num_shared_slots;
+    }
+    e->share_slots = true;
+    return true;
+}
+
+static void sizing_pass(struct moe_eng *e)
 {
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
         moe_eng_arena_init_sizing(&e->mem[c].arena);
@@ -245,6 +282,14 @@ static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
     e->rc_scratch_bytes = 0;
     e->staging_bytes = 0;
     carve_all(e);
+}
+
+static enum moe_status allocate_memory(struct moe_eng *e, struct moe_diag *diag)
+{
+    sizing_pass(e);
+    if (share_slots_if_smaller(e)) {
+        sizing_pass(e);
+    }
     size_t temp = moe_eng_temp_bytes(e, &e->temp_dispatch_bytes);
     e->temp_bytes = moe_eng_align(temp);
     size_t htemp = e->is_device ? moe_eng_host_temp_bytes(e) : 0;
@@ -434,16 +479,17 @@ void moe_eng_destroy(moe_eng_t *e)
         for (int v = 0; v < e->num_chunks_local; v++) {
             struct moe_eng_chunk *ch = &e->chunks[v];
             size_t nl = (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
-            for (int s = 0; s < ch->num_slots && ch->slots != NULL; s++) {
+            for (int s = 0; s < ch->slots_cap && ch->slots != NULL; s++) {
                 moe_eng_heap_free(h, ch->slots[s].acts, nl * sizeof(struct moe_eng_layer_act));
                 moe_eng_heap_free(h, ch->slots[s].mtp,
                                   (size_t)ch->num_mtp * sizeof(struct moe_eng_mtp_act));
             }
-            moe_eng_heap_free(h, ch->slots, (size_t)ch->num_slots * sizeof(*ch->slots));
+            moe_eng_heap_free(h, ch->slots, (size_t)ch->slots_cap * sizeof(*ch->slots));
             moe_eng_heap_free(h, ch->mb_slot, (size_t)m * sizeof(int));
+            moe_eng_heap_free(h, ch->mb_slot_shared, (size_t)m * sizeof(int));
             moe_eng_heap_free(h, ch->rc, nl * sizeof(*ch->rc));
             if (ch->graphs != NULL) {
-                size_t ng = (size_t)ch->num_slots * nl;
+                size_t ng = (size_t)ch->slots_cap * nl;
                 for (size_t i = 0; i < ng; i++) {
                     moe_eng_dev_graph_destroy(ch->graphs[i].exec);
                 }

@@ -322,8 +322,13 @@ struct moe_eng_chunk {
     int prev_pp; /* pp-group rank holding chunk c-1, -1 when c == 0 */
     int next_pp; /* pp-group rank holding chunk c+1, -1 for the last chunk */
     int num_slots;
+    int slots_cap; /* slot structs (and graph rows) allocated: num_slots or the shared pool's */
     struct moe_eng_slot *slots;
     int *mb_slot;                      /* [num_microbatches] slot a micro-batch uses */
+    int *mb_slot_shared;               /* [num_microbatches] its slot in the rank's shared pool
+                                          (moe_eng.share_slots) */
+    size_t slot_act_bytes;             /* activation bytes of one of its own slots (sizing pass) */
+    size_t slot_pipe_bytes;            /* and its pipeline send buffers (each chunk has its own) */
     struct moe_eng_rc *rc;             /* [num_layers] */
     struct moe_eng_rc mtp_rc;          /* the MTP layers' (selective recompute and offload only) */
     struct moe_eng_graph_slot *graphs; /* [num_slots, num_layers] (NULL without --cuda-graphs) */
@@ -450,6 +455,11 @@ struct moe_eng {
     /* Pipeline */
     struct moe_eng_chunk *chunks; /* [vpp] */
     int num_chunks_local;
+    /* Interleaved schedules: the chunks' saved activations in one pool of num_shared_slots slots
+     * (the most chunk-micro-batches live at once), slot g of every chunk over the same memory,
+     * when that is smaller than each chunk's own slots (engine.c, allocate_memory). */
+    bool share_slots;
+    int num_shared_slots;
     struct moe_eng_op *ops;
     int num_ops;
 

@@ -81,18 +81,22 @@ static void build_ops(struct moe_eng *e)
     }
 }
 
-/* Slots per chunk and the slot of every micro-batch, by simulating the op order. */
+/* Slots per chunk and the slot of every micro-batch, by simulating the op order: each chunk's own
+ * slots (mb_slot, num_slots) and one pool shared by the rank's chunks (mb_slot_shared,
+ * e->num_shared_slots: the most chunk-micro-batches live at once, Megatron's warm-up + 1). */
 static enum moe_status assign_slots(struct moe_eng *e, struct moe_diag *diag)
 {
     int m = e->plan.layout.num_microbatches;
-    for (int v = 0; v < e->num_chunks_local; v++) {
+    int nv = e->num_chunks_local;
+    /* free-slot stacks: at most m slots per chunk, m * vpp in the pool */
+    size_t cap = (size_t)m * (size_t)(nv + 1);
+    int *free_stack = moe_eng_heap_alloc(&e->ctx.heap, cap * sizeof(int));
+    if (free_stack == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the schedule");
+    }
+    for (int v = 0; v < nv; v++) {
         struct moe_eng_chunk *ch = &e->chunks[v];
         int live = 0, max_live = 0;
-        /* free-slot stack: at most m slots */
-        int *free_stack = moe_eng_heap_alloc(&e->ctx.heap, (size_t)m * sizeof(int));
-        if (free_stack == NULL) {
-            return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the schedule");
-        }
         int top = 0, next_new = 0;
         for (int i = 0; i < e->num_ops; i++) {
             const struct moe_eng_op *op = &e->ops[i];
@@ -108,10 +112,22 @@ static enum moe_status assign_slots(struct moe_eng *e, struct moe_diag *diag)
                 live--;
             }
         }
-        moe_eng_heap_free(&e->ctx.heap, free_stack, (size_t)m * sizeof(int));
         ch->num_slots = next_new;
         MOE_ASSERT(max_live == next_new);
     }
+    int top = 0, next_new = 0;
+    for (int i = 0; i < e->num_ops; i++) {
+        const struct moe_eng_op *op = &e->ops[i];
+        struct moe_eng_chunk *ch = &e->chunks[op->v];
+        if (!op->is_backward) {
+            ch->mb_slot_shared[op->mb] = top > 0 ? free_stack[--top] : next_new++;
+        } else {
+            free_stack[top++] = ch->mb_slot_shared[op->mb];
+        }
+    }
+    e->num_shared_slots = next_new;
+    e->share_slots = false;
+    moe_eng_heap_free(&e->ctx.heap, free_stack, cap * sizeof(int));
     return MOE_OK;
 }
 
@@ -155,9 +171,10 @@ enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag)
         ch->prev_pp = c > 0 ? (c - 1) % pp : -1;
         ch->next_pp = c + 1 < nch ? (c + 1) % pp : -1;
         ch->mb_slot = moe_eng_heap_alloc(heap, (size_t)m * sizeof(int));
+        ch->mb_slot_shared = moe_eng_heap_alloc(heap, (size_t)m * sizeof(int));
         ch->rc = moe_eng_heap_alloc(heap, (size_t)(ch->num_layers > 0 ? ch->num_layers : 1) *
                                               sizeof(*ch->rc));
-        if (ch->mb_slot == NULL || ch->rc == NULL) {
+        if (ch->mb_slot == NULL || ch->mb_slot_shared == NULL || ch->rc == NULL) {
             return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the schedule");
         }
     }
@@ -165,11 +182,12 @@ enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag)
     MOE_TRY(assign_slots(e, diag));
     for (int v = 0; v < vpp; v++) {
         struct moe_eng_chunk *ch = &e->chunks[v];
-        ch->slots = moe_eng_heap_alloc(heap, (size_t)ch->num_slots * sizeof(*ch->slots));
+        ch->slots_cap = ch->num_slots > e->num_shared_slots ? ch->num_slots : e->num_shared_slots;
+        ch->slots = moe_eng_heap_alloc(heap, (size_t)ch->slots_cap * sizeof(*ch->slots));
         if (ch->slots == NULL) {
             return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for activation slots");
         }
-        for (int s = 0; s < ch->num_slots; s++) {
+        for (int s = 0; s < ch->slots_cap; s++) {
             size_t n = (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
             ch->slots[s].acts = moe_eng_heap_alloc(heap, n * sizeof(struct moe_eng_layer_act));
             if (ch->slots[s].acts == NULL) {
@@ -189,7 +207,7 @@ enum moe_status moe_eng_schedule_build(struct moe_eng *e, struct moe_diag *diag)
     if (e->opts.use_cuda_graphs && e->is_device && !moe_eng_dev_is_emulated(e->ctx.dev)) {
         for (int v = 0; v < vpp; v++) {
             struct moe_eng_chunk *ch = &e->chunks[v];
-            size_t n = (size_t)ch->num_slots * (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
+            size_t n = (size_t)ch->slots_cap * (size_t)(ch->num_layers > 0 ? ch->num_layers : 1);
             ch->graphs = moe_eng_heap_alloc(heap, n * sizeof(*ch->graphs));
             if (ch->graphs == NULL) {
                 return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the CUDA graphs");

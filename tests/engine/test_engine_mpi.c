@@ -201,6 +201,7 @@ static void test_memory_vs_prediction(void **state)
         {"TP2 PP2 EP2", 2, 1, 2, 1, 2, 1, true, 4},
         {"CP2 EP4 dist-opt", 1, 2, 1, 1, 4, 1, true, 4},
         {"PP4", 1, 1, 4, 1, 1, 1, false, 4},
+        {"PP2 VPP2 DP2", 1, 1, 2, 2, 1, 1, false, 4},
     };
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -224,10 +225,14 @@ static void test_memory_vs_prediction(void **state)
         moe_mem_stage(&plan.model, &cl, lay, &opt, stage, 1.0, &pred);
         double r[4] = {m.weights / pred.weights, m.grads / pred.grads, m.optimizer / pred.optimizer,
                        m.activations / pred.activations};
+        double act_lo = 0.0;
+        double act_hi = 0.0;
+        MPI_Allreduce(&r[3], &act_lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&r[3], &act_hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (rank == 0) {
             printf("  %-26s stage %d: engine/predicted weights %.4f grads %.4f optimizer %.4f "
-                   "activations %.3f\n",
-                   layouts[li].name, stage, r[0], r[1], r[2], r[3]);
+                   "activations %.3f (ranks %.3f-%.3f)\n",
+                   layouts[li].name, stage, r[0], r[1], r[2], r[3], act_lo, act_hi);
         }
         moe_eng_destroy(e);
         moe_comm_destroy(w);
