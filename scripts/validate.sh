@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make validate`: the closed loop on this host. Calibrates this host as a cluster (or reuses a
-# calibration younger than a day made on this host), then for each plan of a fixed suite of a small
+# calibration younger than an hour made on this host), then for each plan of a fixed suite of a small
 # MoE (tests/data/models/validate-moe.json): predicts it and writes the plan (moefold predict
 # --emit), trains it under mpirun with one rank per core (moefold-train --plan), and compares
 # (moefold compare). Prints one table and the median and maximum |error| of step time and of
