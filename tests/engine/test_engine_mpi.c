@@ -153,13 +153,15 @@ static void test_recompute_offload_bit_identical(void **state)
     (void)state;
     const struct eng_test_layout layouts[] = {
         {"TP2 PP2 EP2", 2, 1, 2, 1, 2, 1, false, 4},
+        /* interleaved: the last stage's chunks share one activation (and offload) pool */
+        {"PP2 VPP2 EP2", 1, 1, 2, 2, 2, 1, false, 4},
         {"EP4", 1, 1, 1, 1, 4, 1, false, 4},
     };
     for (size_t li = 0; li < MOE_ARRAY_LEN(layouts) + 1; li++) {
         /* The last case: EP4 again, with the hierarchical dispatcher over 2 nodes. */
         bool hier = li == MOE_ARRAY_LEN(layouts);
         struct moe_plan base;
-        eng_test_plan(&base, "tiny-moe", &layouts[hier ? 1 : li]);
+        eng_test_plan(&base, "tiny-moe", &layouts[hier ? 2 : li]);
         base.options.moe_grouped_gemm = true;
         base.options.capacity_factor = hier ? 1.0 : 0.0; /* with token drop, too */
         size_t n0 = 0;
