@@ -53,6 +53,11 @@ struct moe_calib_fit {
     double gemm_half_dim;  /* x d / (d + half_dim) for the narrowest dimension d (0: none) */
     double gemm_rms_resid; /* RMS residual of the efficiency fit */
     int gemm_points;
+    /* The ranks' speed spread: mean over GEMM shapes of the slowest rank's time over the ranks'
+     * mean, minus 1 (0 with one rank, or a bench without per-rank times). A step's collectives wait
+     * about this share of the compute before them; the cost model does not price it. */
+    double rank_spread;
+    int rank_spread_points;
     double grouped_eff;   /* median grouped rate / the curve at each expert's rows */
     double mem_gbps;      /* streaming copy bandwidth per rank, largest working set */
     double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */

@@ -203,6 +203,12 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
            f->gemm_half_dim);
     printf("%-26s %14.3f  median grouped rate / the curve at each expert's rows\n",
            "grouped GEMM factor", f->grouped_eff);
+    if (f->rank_spread_points > 0) {
+        printf("%-26s %13.1f%%  slowest rank's GEMM time / the ranks' mean - 1 (mean of %d "
+               "shapes): collectives wait about this share of the compute before them (not "
+               "priced)\n",
+               "rank speed spread", 100.0 * f->rank_spread, f->rank_spread_points);
+    }
     printf("%-26s %14.2f  streaming copy, largest working set\n", "memory GB/s per rank",
            f->mem_gbps);
     printf("%-26s %14.3f  median elementwise kernel rate / copy\n", "elementwise efficiency",
@@ -340,6 +346,7 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "gemm_half_dim", fit.gemm_half_dim);
         cJSON_AddNumberToObject(j, "gemm_rms_resid", fit.gemm_rms_resid);
         cJSON_AddNumberToObject(j, "grouped_eff", fit.grouped_eff);
+        cJSON_AddNumberToObject(j, "rank_spread", fit.rank_spread);
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);
         cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);
         cJSON_AddNumberToObject(j, "act_eff", fit.act_eff);

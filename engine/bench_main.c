@@ -216,6 +216,13 @@ static double world_mean(moe_comm_t *w, double v)
     return v / moe_comm_size(w);
 }
 
+/* Largest v over the world. */
+static double world_max(moe_comm_t *w, double v)
+{
+    moe_comm_allreduce(w, &v, &v, 1, MOE_COMM_F64, MOE_COMM_MAX);
+    return v;
+}
+
 static int all_ok(moe_comm_t *w, bool ok)
 {
     int v = ok ? 0 : 1;
@@ -326,6 +333,7 @@ static int bench_gemm(moe_comm_t *w,
             g.is_ok = false;
         }
         double us = world_mean(w, g.time_us), gf = world_mean(w, g.gflops);
+        double us_max = world_max(w, g.time_us); /* the slowest rank: a step waits for it */
         int wrong = all_ok(w, g.is_ok);
         bad += wrong;
         if (root && arr != NULL) {
@@ -334,6 +342,7 @@ static int bench_gemm(moe_comm_t *w,
             cJSON_AddNumberToObject(o, "n", g.n);
             cJSON_AddNumberToObject(o, "k", g.k);
             cJSON_AddNumberToObject(o, "time_us", us);
+            cJSON_AddNumberToObject(o, "time_us_max", us_max);
             cJSON_AddNumberToObject(o, "gflops", gf);
             cJSON_AddBoolToObject(o, "ok", wrong == 0);
             cJSON_AddItemToArray(arr, o);

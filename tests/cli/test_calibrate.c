@@ -221,6 +221,39 @@ static void test_synthetic_recovery(void **state)
     check_recovers(400.0, 5e7, 8.0);  /* both terms matter */
 }
 
+/* The ranks' speed spread is the mean over GEMM shapes of the slowest rank's time over the
+ * mean; a bench without per-rank times (older files) has none. */
+static void test_rank_spread(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit fit;
+    struct moe_diag diag = {0};
+    cJSON *it = NULL;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "gemm"))
+    {
+        cJSON_DeleteItemFromObjectCaseSensitive(it, "time_us_max");
+    }
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_int_equal(fit.rank_spread_points, 0);
+    assert_true(fit.rank_spread == 0.0);
+    /* Spreads 0%, 2%, 4%, ... over the shapes, and one shape 10 points slower than its place:
+     * the mean counts the tail (the median would not). */
+    int n = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "gemm"))
+    {
+        double us = cJSON_GetObjectItemCaseSensitive(it, "time_us")->valuedouble;
+        cJSON_AddNumberToObject(it, "time_us_max", us * (1.0 + 0.02 * n + (n == 1 ? 0.1 : 0.0)));
+        n++;
+    }
+    assert_true(n >= 4);
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_int_equal(fit.rank_spread_points, n);
+    double want = 0.01 * (n - 1) + 0.1 / n;
+    assert_true(fabs(fit.rank_spread - want) < 1e-9);
+    cJSON_Delete(bench);
+}
+
 /* Attention rates drawn from rate = peak eff d / (d + half) at head dims d (fwd and bwd apart). */
 static void
 set_attention(cJSON *bench, const int *dims, int n, double peak, const double *fe, const double *be)
@@ -306,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_real_host_fit),   cmocka_unit_test(test_step_collectives),
         cmocka_unit_test(test_activation_rows), cmocka_unit_test(test_synthetic_recovery),
         cmocka_unit_test(test_optimizer_eff),   cmocka_unit_test(test_attention_fit),
+        cmocka_unit_test(test_rank_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
