@@ -728,6 +728,7 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     cl->host.link_eff = 1.0;
     /* An offloaded optimizer runs on the same cores and memory: the optimizer kernel's rate. */
     cl->host.optimizer_gbps = fit->mem_gbps * fit->optimizer_eff;
+    cl->host.rank_spread = fit->rank_spread;
     cl->dispatch.deepep_intra_eff = cl->net.a2a_eff;
     cl->dispatch.deepep_inter_eff = cl->net.a2a_eff;
     cl->dispatch.hybridep_intra_eff = cl->net.a2a_eff;

@@ -54,8 +54,8 @@ struct moe_calib_fit {
     double gemm_rms_resid; /* RMS residual of the efficiency fit */
     int gemm_points;
     /* The ranks' speed spread: mean over GEMM shapes of the slowest rank's time over the ranks'
-     * mean, minus 1 (0 with one rank, or a bench without per-rank times). A step's collectives wait
-     * about this share of the compute before them; the cost model does not price it. */
+     * mean, minus 1 (0 with one rank, or a bench without per-rank times): host.rank_spread, which
+     * the cost model prices as waits at the collectives that join ranks (model/cost.c). */
     double rank_spread;
     int rank_spread_points;
     double grouped_eff;   /* median grouped rate / the curve at each expert's rows */

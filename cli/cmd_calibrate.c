@@ -205,8 +205,8 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
            "grouped GEMM factor", f->grouped_eff);
     if (f->rank_spread_points > 0) {
         printf("%-26s %13.1f%%  slowest rank's GEMM time / the ranks' mean - 1 (mean of %d "
-               "shapes): collectives wait about this share of the compute before them (not "
-               "priced)\n",
+               "shapes): host.rank_spread, each collective that joins ranks waits this share of "
+               "the compute before it\n",
                "rank speed spread", 100.0 * f->rank_spread, f->rank_spread_points);
     }
     printf("%-26s %14.2f  streaming copy, largest working set\n", "memory GB/s per rank",

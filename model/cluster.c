@@ -184,6 +184,8 @@ static enum moe_status validate_links(const struct moe_cluster *cl, struct moe_d
         {"host.link_eff", cl->host.link_eff, 0.0, true, fmax, "fraction of link_gbps"},
         {"host.optimizer_gbps", cl->host.optimizer_gbps, 0.0, false, big,
          "GB/s per GPU, 0 = bounded by the host link"},
+        {"host.rank_spread", cl->host.rank_spread, 0.0, false, 1.0,
+         "slowest rank's compute / the mean - 1"},
     };
     MOE_TRY(check_ranges(cl, r, MOE_ARRAY_LEN(r), diag));
     if (nv->has_nvls != (nv->nvls_busbw_gbps > 0.0)) {

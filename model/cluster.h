@@ -152,6 +152,9 @@ struct moe_host {
     double optimizer_gbps;  /* the host's optimizer step (AdamW over master, moments, gradient)
                              * per GPU, bytes streamed per second, for an offloaded optimizer;
                              * 0: not measured, the host link bounds the step */
+    double rank_spread;     /* the ranks' speed spread: the slowest rank's compute over the
+                             * ranks' mean, minus 1 (moefold calibrate); every collective that
+                             * joins ranks waits this share of the compute before it. 0: none */
 };
 
 /* Expert-parallel dispatcher kernels (DeepEP, HybridEP) achieved bandwidth and SM cost. */

@@ -44,12 +44,14 @@ const char *moe_phase_name(enum moe_phase p)
     return phase_names[p];
 }
 
-/* Exposed time of one layer pass, split by phase (seconds, one micro-batch). wait_d and wait_c
- * are the shares of dispatch and combine spent waiting for the busiest EP rank (not extra time). */
+/* Exposed time of one layer pass, split by phase (seconds, one micro-batch). wait_d, wait_c,
+ * wait_tp and wait_cp are the shares of dispatch, combine, tp and cp spent waiting for a slower
+ * rank (the busiest EP rank, or the slowest rank of the group: host.rank_spread). */
 struct pass_phases {
     double compute, expert, dispatch, combine, tp, cp, pp, host;
-    double wait_d, wait_c;
-    double slack; /* GPU time of the pass its own host work leaves uncovered (not a phase) */
+    double wait_d, wait_c, wait_tp, wait_cp;
+    double slack;    /* GPU time of the pass its own host work leaves uncovered (not a phase) */
+    double unsynced; /* compute no collective of the layer follows: it waits at the DP tail */
 };
 
 static double pos(double x)
@@ -69,7 +71,10 @@ static void phases_add(struct pass_phases *a, const struct pass_phases *b, doubl
     a->host += b->host * scale;
     a->wait_d += b->wait_d * scale;
     a->wait_c += b->wait_c * scale;
+    a->wait_tp += b->wait_tp * scale;
+    a->wait_cp += b->wait_cp * scale;
     a->slack += b->slack * scale;
+    a->unsynced += b->unsynced * scale;
 }
 
 static double phases_sum(const struct pass_phases *p)
@@ -84,11 +89,56 @@ double moe_pass_with_copy(const struct moe_pass_parts *p, double copy_s)
 }
 
 /*
+ * Ranks that run at different speeds (host.rank_spread: the slowest rank's compute over the mean,
+ * minus 1; measured by moefold calibrate on a CPU host, 0 in the GPU files): at every collective
+ * that joins them the mean rank waits spread x the compute since the group last met. A layer's
+ * attention-side compute (p->compute) ends at its TP collective, else its EP dispatch (backward:
+ * combine), else its CP exchange; its expert compute at the EP combine (backward: dispatch), else
+ * TP, else CP. Compute that no collective of the layer follows (DP-only layers, the loss and
+ * embedding) is left in p->unsynced and waits at the gradient reduction (stage_tail).
+ */
+static void spread_waits(
+    double s, const struct moe_layer_cost *lc, bool ep_exchange, bool bwd, struct pass_phases *p)
+{
+    bool tp = lc->fwd_tp + lc->bwd_tp > 0.0;
+    bool cp = lc->fwd_cp + lc->bwd_cp > 0.0;
+    /* EP1's dispatch and combine are local permutes: no rank meets another there */
+    bool ep = ep_exchange && lc->fwd_dispatch + lc->fwd_combine > 0.0;
+    double seg[2] = {p->compute, p->expert}; /* attention side, experts */
+    for (int i = 0; i < 2; i++) {
+        double w = s * seg[i];
+        bool to_dispatch = ep && (i == 0) != bwd;
+        if (w <= 0.0) {
+            continue;
+        }
+        if (i == 0 && tp) {
+            p->tp += w;
+            p->wait_tp += w;
+        } else if (ep && to_dispatch) {
+            p->dispatch += w;
+            p->wait_d += w;
+        } else if (ep) {
+            p->combine += w;
+            p->wait_c += w;
+        } else if (tp) {
+            p->tp += w;
+            p->wait_tp += w;
+        } else if (cp) {
+            p->cp += w;
+            p->wait_cp += w;
+        } else {
+            p->unsynced += seg[i];
+        }
+    }
+}
+
+/*
  * Exposed forward and backward phases of one layer with the options' overlaps applied; parts
  * (NULL: not wanted) gets each pass before the offload copy. with_rc: the layer is recomputed
  * (its backward re-runs lc's rc_* work first, each part in the phase of the op re-run).
  */
 static void layer_exposed(const struct moe_cluster *cl,
+                          const struct moe_layout *lay,
                           const struct moe_options *opt,
                           const struct moe_layer_cost *lc,
                           bool with_rc,
@@ -202,6 +252,10 @@ static void layer_exposed(const struct moe_cluster *cl,
     bwd->wait_c = fmin(rc * lc->rc_combine_wait, bwd->expert);
     bwd->expert -= bwd->wait_c;
     bwd->combine += bwd->wait_c;
+    if (cl->host.rank_spread > 0.0) {
+        spread_waits(cl->host.rank_spread, lc, lay->ep > 1, false, fwd);
+        spread_waits(cl->host.rank_spread, lc, lay->ep > 1, true, bwd);
+    }
 }
 
 /* Everything predict needs per call, computed once. */
@@ -268,10 +322,11 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     struct moe_layer_kind kind = {is_moe, windowed};
     moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load,
                       moe_cost_offload_bytes(x->cfg, x->lay, x->opt, is_moe, x->load), &lc);
-    layer_exposed(x->cl, x->opt, &lc, true, &x->kind_f[is_moe][windowed],
+    layer_exposed(x->cl, x->lay, x->opt, &lc, true, &x->kind_f[is_moe][windowed],
                   &x->kind_b[is_moe][windowed], x->kind_parts[is_moe][windowed]);
     struct pass_phases f_plain;
-    layer_exposed(x->cl, x->opt, &lc, false, &f_plain, &x->kind_b_plain[is_moe][windowed], NULL);
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &f_plain, &x->kind_b_plain[is_moe][windowed],
+                  NULL);
     x->kind_ready[is_moe][windowed] = true;
     double base = lc.fwd_compute + lc.bwd_compute + lc.fwd_expert + lc.bwd_expert +
                   lc.fwd_combine_wait + lc.bwd_dispatch_wait;
@@ -295,11 +350,11 @@ static void extras_init(struct pctx *x)
 {
     struct moe_layer_cost lc;
     moe_compute_loss(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, false, &x->loss_f, &x->loss_b, NULL);
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &x->loss_f, &x->loss_b, NULL);
     moe_compute_mtp_extra(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, false, &x->mtp_f, &x->mtp_b, NULL);
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &x->mtp_f, &x->mtp_b, NULL);
     moe_compute_embedding(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->opt, &lc, false, &x->emb_f, &x->emb_b, NULL);
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &x->emb_f, &x->emb_b, NULL);
     x->block_rc =
         x->opt->recompute == MOE_RECOMPUTE_FULL && x->opt->recompute_method == MOE_RECOMPUTE_BLOCK;
     x->rc_block = x->opt->recompute_num_layers > 0 ? x->opt->recompute_num_layers : 1;
@@ -443,12 +498,15 @@ static void stage_phases(struct pctx *x, int p, struct pass_phases *f, struct pa
 struct stage_tail {
     double dp_exposed, dp_total, dp_bytes, optimizer;
     double dp_pre, dp_post, opt_pre, opt_post;
+    double dp_wait; /* dp_pre's share spent waiting for the slowest rank (host.rank_spread) */
 };
 
+/* unsynced_s: the stage's compute per step that no layer collective followed (spread_waits). */
 static void stage_tail(const struct pctx *x,
                        const struct moe_gpu_params *params,
                        double fwd_window,
                        double bwd_window,
+                       double unsynced_s,
                        struct stage_tail *out)
 {
     const struct moe_options *opt = x->opt;
@@ -474,6 +532,10 @@ static void stage_tail(const struct pctx *x,
     out->dp_total = rs + ag;
     out->dp_pre = opt->overlap_grad_reduce ? pos(rs - ov * bwd_window) : rs;
     out->dp_post = opt->overlap_param_gather ? pos(ag - ov * fwd_window) : ag;
+    /* The gradient reduction joins the DP ranks: the mean one waits there for the compute that no
+     * layer collective followed (spread_waits). */
+    out->dp_wait = gd.size > 1 || ge.size > 1 ? cl->host.rank_spread * unsynced_s : 0.0;
+    out->dp_pre += out->dp_wait;
     out->dp_exposed = out->dp_pre + out->dp_post;
     double nd = (double)gd.size;
     double ne = (double)ge.size;
@@ -616,6 +678,8 @@ static void phases_to_times(const struct pass_phases *ph,
     t->host_overhead = ph->host * scale;
     w->dispatch = ph->wait_d * scale;
     w->combine = ph->wait_c * scale;
+    w->tp_comm = ph->wait_tp * scale;
+    w->cp_comm = ph->wait_cp * scale;
 }
 
 static void times_finish(struct moe_phase_times *t)
@@ -666,7 +730,8 @@ static enum moe_status simulate_step(struct pctx *x,
             continue;
         }
         stage_phases(x, p, &ss[p].f, &ss[p].b);
-        stage_tail(x, &x->params[p], phases_sum(&ss[p].f), phases_sum(&ss[p].b), &ss[p].tail);
+        stage_tail(x, &x->params[p], phases_sum(&ss[p].f), phases_sum(&ss[p].b),
+                   m * (ss[p].f.unsynced + ss[p].b.unsynced), &ss[p].tail);
         ss[p].start_s = ss[p].tail.dp_post + ss[p].tail.opt_post + fixed;
     }
     double *starts = (double *)(void *)(ss + pp); /* [pp], the schedule's stride-1 input */
@@ -705,6 +770,7 @@ static enum moe_status simulate_step(struct pctx *x,
         t.host_overhead += fixed;
         t.pp_bubble = pos(end - s->start_s - busy);
         t.dp_comm = s->tail.dp_pre + s->tail.dp_post;
+        w.dp_comm = s->tail.dp_wait;
         w.optimizer = pos(total - end - s->tail.dp_pre - s->tail.opt_pre);
         t.optimizer = s->tail.opt_pre + s->tail.opt_post + w.optimizer;
         times_finish(&t);
@@ -760,7 +826,8 @@ static enum moe_status step_time(struct pctx *x,
             stage_phases(x, p, &f, &b);
             fw = phases_sum(&f);
             bw = phases_sum(&b);
-            stage_tail(x, &x->params[p], fw, bw, &tail);
+            stage_tail(x, &x->params[p], fw, bw, lay->num_microbatches * (f.unsynced + b.unsynced),
+                       &tail);
         }
         sum_s += fw + bw;
         if (fw + bw > slow_s) {
@@ -789,6 +856,7 @@ static enum moe_status step_time(struct pctx *x,
     t->host_overhead += x->cl->overheads.step_fixed_ms * 1e-3;
     t->pp_bubble = pos(res.total_s - res.busy_max_s);
     t->dp_comm = worst.dp_exposed;
+    st->wait.dp_comm = worst.dp_wait;
     t->optimizer = worst.optimizer;
     times_finish(t);
     st->total = times_total(t);
@@ -1155,8 +1223,8 @@ static void tl_op(struct tl_writer *w, const struct pass_phases *p, bool bwd)
 {
     if (!bwd) {
         tl_put(w, MOE_PHASE_COMPUTE, p->compute, false);
-        tl_put(w, MOE_PHASE_TP_COMM, p->tp, false);
-        tl_put(w, MOE_PHASE_CP_COMM, p->cp, false);
+        tl_put_split(w, MOE_PHASE_TP_COMM, p->tp, p->wait_tp);
+        tl_put_split(w, MOE_PHASE_CP_COMM, p->cp, p->wait_cp);
         tl_put_split(w, MOE_PHASE_DISPATCH, p->dispatch, p->wait_d);
         tl_put(w, MOE_PHASE_EXPERT_GEMM, p->expert, false);
         tl_put_split(w, MOE_PHASE_COMBINE, p->combine, p->wait_c);
@@ -1165,8 +1233,8 @@ static void tl_op(struct tl_writer *w, const struct pass_phases *p, bool bwd)
         tl_put(w, MOE_PHASE_EXPERT_GEMM, p->expert, false);
         tl_put_split(w, MOE_PHASE_DISPATCH, p->dispatch, p->wait_d);
         tl_put(w, MOE_PHASE_COMPUTE, p->compute, false);
-        tl_put(w, MOE_PHASE_TP_COMM, p->tp, false);
-        tl_put(w, MOE_PHASE_CP_COMM, p->cp, false);
+        tl_put_split(w, MOE_PHASE_TP_COMM, p->tp, p->wait_tp);
+        tl_put_split(w, MOE_PHASE_CP_COMM, p->cp, p->wait_cp);
     }
     tl_put(w, MOE_PHASE_HOST_OVERHEAD, p->host, false);
     tl_put(w, MOE_PHASE_PP_COMM, p->pp, false);
@@ -1249,7 +1317,7 @@ enum moe_status moe_cost_timeline(const struct moe_model_cfg *cfg,
         w.vstage = -1;
         w.is_bwd = 0;
         w.t = end;
-        tl_put(&w, MOE_PHASE_DP_COMM, tl->dp_pre, false);
+        tl_put_split(&w, MOE_PHASE_DP_COMM, tl->dp_pre, tl->dp_wait);
         tl_put(&w, MOE_PHASE_OPTIMIZER, tl->opt_pre, false);
         tl_put(&w, MOE_PHASE_OPTIMIZER, step - w.t, true);
         w.t = step;

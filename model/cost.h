@@ -143,7 +143,8 @@ struct moe_prediction {
     /* The share of each phase of `time` spent waiting for a slower rank (included in `time`):
      * dispatch and combine wait for the busiest EP rank (its extra expert rows), the optimizer
      * waits in the gradient-norm all-reduce for the stage that finishes last (simulated schedule
-     * only); the other fields are 0. */
+     * only); with host.rank_spread > 0 the collectives that join ranks (tp, cp, dispatch,
+     * combine, dp) also wait for the slowest rank's compute before them; the other fields are 0. */
     struct moe_phase_times wait;
     int critical_stage; /* the pipeline stage whose phases `time` holds */
     struct moe_comm_totals comm;

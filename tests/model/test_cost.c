@@ -420,6 +420,50 @@ static void test_offloaded_optimizer_rate(void **state)
     assert_true(offloaded > on_device);
 }
 
+/* Ranks at different speeds (host.rank_spread s): every collective that joins them waits s x the
+ * compute since the group last met. DP only: the gradient reduction waits s x the step's
+ * compute; TP2: the TP collectives wait s x the compute (attention-side and the dense MLP's);
+ * EP8: dispatch and combine. The waits are in the phases' wait shares and in the step. */
+static void test_rank_spread_waits(void **state)
+{
+    (void)state;
+    const double s = 0.05;
+    const int tps[] = {1, 2, 1};
+    const int eps[] = {1, 1, 8};
+    for (int c = 0; c < 3; c++) {
+        for (int mode = 0; mode < 2; mode++) {
+            enum moe_schedule_mode m = mode ? MOE_SCHED_SIMULATE : MOE_SCHED_CLOSED_FORM;
+            struct moe_model_cfg cfg;
+            struct moe_cluster cl;
+            struct moe_layout lay;
+            struct moe_options opt;
+            setup(&cfg, &cl, &lay, &opt, 8, tps[c], 1, 1, eps[c]);
+            opt.overlap_grad_reduce = false;
+            cl.host.rank_spread = 0.0;
+            struct moe_prediction a = predict(&cfg, &cl, &lay, &opt, m);
+            cl.host.rank_spread = s;
+            struct moe_prediction b = predict(&cfg, &cl, &lay, &opt, m);
+            double compute = a.time.compute + a.time.expert_gemm;
+            double added = b.step_time_s - a.step_time_s;
+            double waited = (b.wait.tp_comm - a.wait.tp_comm) + (b.wait.cp_comm - a.wait.cp_comm) +
+                            (b.wait.dispatch - a.wait.dispatch) +
+                            (b.wait.combine - a.wait.combine) + (b.wait.dp_comm - a.wait.dp_comm);
+            /* The step grows by the waits, and they are s x the compute they follow. */
+            ASSERT_NEAR(added, waited, 1e-6 * b.step_time_s);
+            assert_true(waited > 0.5 * s * compute && waited <= 1.0001 * s * compute);
+            ASSERT_NEAR(b.time.compute, a.time.compute, 1e-12 * a.time.compute);
+            if (c == 0) {
+                ASSERT_NEAR(b.wait.dp_comm, s * compute, 1e-6 * compute); /* every layer */
+            } else if (c == 1) {
+                assert_true(b.wait.tp_comm > 0.9 * waited);
+            } else {
+                assert_true(b.wait.dispatch - a.wait.dispatch > 0.0);
+                assert_true(b.wait.combine - a.wait.combine > 0.0);
+            }
+        }
+    }
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -1226,6 +1270,7 @@ int main(void)
         cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_expert_bias_pass),
         cmocka_unit_test(test_offloaded_optimizer_rate),
+        cmocka_unit_test(test_rank_spread_waits),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),
