@@ -967,6 +967,28 @@ static void test_grad_norm_in_double(void **state)
 
 /* ---- Memory vs the cost model ---------------------------------------------------------------- */
 
+/* One rank's engine memory for plan (emulating its precision or not) and the cost model's
+ * prediction of the same stage for FP32 training at load factor 1. */
+static void memory_pair(const struct moe_plan *plan,
+                        bool emulate_precision,
+                        struct moe_eng_mem_report *m,
+                        struct moe_mem_bytes *pred)
+{
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 1);
+    o.moe_buffer_factor = 1.0; /* the prediction below uses load factor 1 */
+    o.emulate_precision = emulate_precision;
+    struct fixture f;
+    make(&f, plan, &o);
+    moe_eng_memory(f.e, m);
+    struct moe_cluster cl;
+    memset(&cl, 0, sizeof(cl));
+    struct moe_options opt = plan->options;
+    opt.is_fp32_training = true;
+    moe_mem_stage(&plan->model, &cl, moe_eng_layout(f.e), &opt, 0, 1.0, pred);
+    release(&f);
+}
+
 static void test_memory_vs_prediction(void **state)
 {
     (void)state;
@@ -974,20 +996,9 @@ static void test_memory_vs_prediction(void **state)
     for (size_t i = 0; i < MOE_ARRAY_LEN(models); i++) {
         struct moe_plan plan;
         eng_test_plan(&plan, models[i], &one_rank);
-        struct moe_eng_run_opts o;
-        eng_test_opts(&o, 1);
-        o.moe_buffer_factor = 1.0; /* the prediction below uses load factor 1 */
-        struct fixture f;
-        make(&f, &plan, &o);
         struct moe_eng_mem_report m;
-        moe_eng_memory(f.e, &m);
-        struct moe_cluster cl;
-        memset(&cl, 0, sizeof(cl));
-        struct moe_options opt = plan.options;
-        opt.is_fp32_training = true;
         struct moe_mem_bytes pred;
-        moe_mem_stage(&plan.model, &cl, moe_eng_layout(f.e), &opt, 0, 1.0, &pred);
-        release(&f);
+        memory_pair(&plan, false, &m, &pred);
         printf("  %-10s weights %.0f/%.0f grads %.0f/%.0f optimizer %.0f/%.0f activations "
                "%.0f/%.0f (engine/predicted bytes)\n",
                models[i], m.weights, pred.weights, m.grads, pred.grads, m.optimizer, pred.optimizer,
@@ -1012,21 +1023,9 @@ static void test_memory_emulation(void **state)
         struct moe_plan plan;
         eng_test_plan(&plan, "tiny-moe", &one_rank);
         plan.options.recipe = emu ? MOE_RECIPE_FP8_BLOCKWISE : MOE_RECIPE_BF16;
-        struct moe_eng_run_opts o;
-        eng_test_opts(&o, 1);
-        o.moe_buffer_factor = 1.0;
-        o.emulate_precision = emu == 1;
-        struct fixture f;
-        make(&f, &plan, &o);
         struct moe_eng_mem_report m;
-        moe_eng_memory(f.e, &m);
-        struct moe_cluster cl;
-        memset(&cl, 0, sizeof(cl));
-        struct moe_options opt = plan.options;
-        opt.is_fp32_training = true;
         struct moe_mem_bytes pred;
-        moe_mem_stage(&plan.model, &cl, moe_eng_layout(f.e), &opt, 0, 1.0, &pred);
-        release(&f);
+        memory_pair(&plan, emu == 1, &m, &pred);
         engine[emu] = m.buffers;
         model[emu] = pred.buffers;
     }
