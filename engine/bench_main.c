@@ -311,6 +311,16 @@ static int bench_gemm(moe_comm_t *w,
         {32, 512, 256},
         {64, 256, 512},
         {4096, 256, 256},
+        /* The presets' miniatures (moe_cfg_shrink: hidden 64, heads of 16, experts of 32, 128-256
+         * tokens per rank): GEMMs of 0.1-4 MFLOP, below the shapes above. Without them the
+         * curve's FLOPs term is an extrapolation there (one fit priced them 2x slow; this host
+         * runs them near its peak). */
+        {128, 128, 64},
+        {128, 64, 64},
+        {256, 256, 64},
+        {32, 64, 64},
+        {64, 32, 64},
+        {256, 64, 32},
     };
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "gemm") : NULL;
@@ -361,9 +371,12 @@ static int bench_grouped(moe_comm_t *w,
                          cJSON *js)
 {
     static const int cases[][4] = {
-        /* experts, tokens (rows over all experts), in, out */
-        {8, 512, 1024, 512},   {8, 2048, 1024, 512},  {8, 8192, 1024, 512},
-        {32, 2048, 1024, 512}, {32, 8192, 1024, 512}, {64, 8192, 512, 256},
+        /* experts, tokens (rows over all experts), in, out; the last four: the validate model's
+         * expert GEMMs (32 rows per expert) and the presets' miniatures' (32-64 rows, 32-64 wide)
+         */
+        {8, 512, 1024, 512},   {8, 2048, 1024, 512}, {8, 8192, 1024, 512}, {32, 2048, 1024, 512},
+        {32, 8192, 1024, 512}, {64, 8192, 512, 256}, {8, 256, 256, 512},   {8, 256, 256, 256},
+        {16, 512, 64, 64},     {16, 1024, 32, 64},
     };
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "grouped_gemm") : NULL;
