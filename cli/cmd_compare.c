@@ -302,7 +302,9 @@ static int kop_cmp(const void *a, const void *b)
  */
 /* The model's attention core per step on pipeline stage `stage`: every decoder layer's forward and
  * backward core per micro-batch, and its forward again where recompute re-runs it (full, or
- * selective with core_attn), times the micro-batches (MTP layers left out). */
+ * selective with core_attn), times the micro-batches. MTP layers count as the last decoder
+ * layer's kind (model/cost.c prices them so), on the stage that holds them: the measured side sums
+ * every attention op of the stage, theirs included. */
 static double predicted_attn_core_s(const struct moe_cli_problem *p, int stage)
 {
     const struct moe_layout *lay = &p->lay;
@@ -315,6 +317,11 @@ static double predicted_attn_core_s(const struct moe_cli_problem *p, int stage)
         moe_mem_chunk_kinds(&p->cfg, &lay->chunks[c], &k);
         for (int i = 0; i < 4; i++) {
             n[i / 2][i % 2] += k.n[i / 2][i % 2];
+        }
+        if (lay->chunks[c].num_mtp > 0 && p->cfg.num_layers > 0) {
+            uint8_t last = p->cfg.layer_flags[p->cfg.num_layers - 1];
+            n[(last & MOE_LAYER_MOE) != 0][(last & MOE_LAYER_WINDOWED) != 0] +=
+                lay->chunks[c].num_mtp;
         }
     }
     bool rc =

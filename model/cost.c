@@ -703,6 +703,39 @@ static struct sim_stage *sim_stages(const struct moe_layout *lay, void *sim_ws)
 }
 
 /*
+ * Pipelines whose first and last stages share the embedding's gradient (tied embeddings, or MTP
+ * layers on the last stage reading the input embedding) sum it over those two stages after
+ * reducing their gradients and before the gradient norm (Megatron-LM's embedding all-reduce in
+ * finalize_model_grads; engine/optimizer.c finish_reductions): the one of the two that gets there
+ * first waits there for the other. That wait is dp_comm's, as the engine measures it (it was
+ * booked as optimizer wait, which the engine measured as 0 and its dp_comm wait as 3.1 ms of a
+ * 108 ms step: validate dsv3-pp2-mtp). Returns it for stage p (0 for every other stage and
+ * layout); the stages then meet at the gradient-norm all-reduce as before.
+ */
+static double embed_wait_s(const struct moe_model_cfg *cfg,
+                           const struct moe_layout *lay,
+                           const struct moe_sched_input *in,
+                           const void *sim_ws,
+                           const struct sim_stage *ss,
+                           int p)
+{
+    int last = lay->pp - 1;
+    if (lay->pp < 2 || (p != 0 && p != last) ||
+        (cfg->is_untied_embeddings && cfg->mtp_num_layers == 0)) {
+        return 0.0;
+    }
+    double arrive[2];
+    for (int i = 0; i < 2; i++) {
+        int q = i == 0 ? 0 : last;
+        double end = 0.0;
+        double busy = 0.0;
+        moe_sched_rank_times(in, sim_ws, q, &end, &busy);
+        arrive[i] = end + ss[q].tail.dp_pre;
+    }
+    return pos(fmax(arrive[0], arrive[1]) - arrive[p == 0 ? 0 : 1]);
+}
+
+/*
  * The simulated step, stage by stage. Time 0 is the step's synchronisation (the gradient-norm
  * all-reduce, the only collective of every rank); stage p then runs its post-synchronisation work
  * (Adam, parameter gather, zeroing gradients, the fixed per-step host work) and starts its schedule
@@ -769,12 +802,14 @@ static enum moe_status simulate_step(struct pctx *x,
         phases_to_times(&both, scale, &t, &w);
         t.host_overhead += fixed;
         t.pp_bubble = pos(end - s->start_s - busy);
-        t.dp_comm = s->tail.dp_pre + s->tail.dp_post;
-        w.dp_comm = s->tail.dp_wait;
-        w.optimizer = pos(total - end - s->tail.dp_pre - s->tail.opt_pre);
+        double wait_all = pos(total - end - s->tail.dp_pre - s->tail.opt_pre);
+        double embed_wait = fmin(wait_all, embed_wait_s(x->cfg, lay, &in, sim_ws, ss, p));
+        t.dp_comm = s->tail.dp_pre + s->tail.dp_post + embed_wait;
+        w.dp_comm = s->tail.dp_wait + embed_wait;
+        w.optimizer = wait_all - embed_wait;
         t.optimizer = s->tail.opt_pre + s->tail.opt_post + w.optimizer;
         times_finish(&t);
-        double work = times_total(&t) - t.pp_bubble - w.optimizer;
+        double work = times_total(&t) - t.pp_bubble - w.optimizer - embed_wait;
         if (work > best) {
             best = work;
             st->t = t;
@@ -1318,6 +1353,9 @@ enum moe_status moe_cost_timeline(const struct moe_model_cfg *cfg,
         w.is_bwd = 0;
         w.t = end;
         tl_put_split(&w, MOE_PHASE_DP_COMM, tl->dp_pre, tl->dp_wait);
+        double wait_all = pos(step - end - tl->dp_pre - tl->opt_pre);
+        tl_put(&w, MOE_PHASE_DP_COMM, fmin(wait_all, embed_wait_s(cfg, lay, &in, sim_ws, ss, p)),
+               true);
         tl_put(&w, MOE_PHASE_OPTIMIZER, tl->opt_pre, false);
         tl_put(&w, MOE_PHASE_OPTIMIZER, step - w.t, true);
         w.t = step;

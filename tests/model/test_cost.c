@@ -347,6 +347,44 @@ static void test_attention_rect(void **state)
     assert_true(no_cp_rect.attn_core_bwd == no_cp.attn_core_bwd);
 }
 
+/* The attention core's narrow-head term is work per score (the softmax's exp, scale and mask
+ * against the products' 2 (d_qk + d_v) FLOPs per score): an MLA head with query-key and value
+ * dimensions d_qk + d_v = 2 d costs what a GQA head of dimension d costs at the same heads and
+ * tokens. Priced at min(d_qk, d_v) it cost 25% more for the DeepSeek-V3 miniature (24 + 16). */
+static void test_attention_score_work(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1);
+    cl.gpu.attn_fwd_half_dim = 80.0;
+    cl.gpu.attn_bwd_half_dim = 16.0;
+    struct moe_layer_kind dense = {.is_moe = false, .is_windowed = false};
+    cfg.kv_channels = 64;
+    struct moe_layer_cost gqa;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &gqa);
+    cfg.is_mla = true;
+    cfg.q_lora_rank = 256;
+    cfg.kv_lora_rank = 128;
+    cfg.qk_head_dim = 56;
+    cfg.qk_pos_emb_head_dim = 24;
+    cfg.v_head_dim = 48;
+    struct moe_layer_cost mla;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &mla);
+    ASSERT_NEAR(mla.attn_core_fwd, gqa.attn_core_fwd, 1e-12 * gqa.attn_core_fwd);
+    ASSERT_NEAR(mla.attn_core_bwd, gqa.attn_core_bwd, 1e-12 * gqa.attn_core_bwd);
+    /* Without the term (the GPU files) the FLOPs alone set it: still equal. */
+    cl.gpu.attn_fwd_half_dim = 0.0;
+    cl.gpu.attn_bwd_half_dim = 0.0;
+    cl.gpu.gemm.half_dim = 0.0;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &mla);
+    cfg.is_mla = false;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, dense, 1.0, 0.0, &gqa);
+    ASSERT_NEAR(mla.attn_core_fwd, gqa.attn_core_fwd, 1e-12 * gqa.attn_core_fwd);
+}
+
 /* Routed experts' biases in their own pass (gpu.bias_pass, the CPU engine): forward reads and
  * writes fc1's and fc2's outputs, backward reads their gradients, at the elementwise rate; with
  * bias_pass 0 (GPU files: bytes not priced) or a model without biases, nothing. */
@@ -973,11 +1011,12 @@ static void phase_array(const struct moe_phase_times *t, double *v)
 /* The timeline of PP2 x VPP2 with EP imbalance: per stage and track no two events overlap, each
  * stage's events fill exactly its step window, every stage's phases add up to the step, and the
  * critical stage's equal the prediction's phases and wait shares. */
-static void check_timeline(struct moe_layout *lay, struct moe_options *opt)
+static void check_timeline(struct moe_layout *lay, struct moe_options *opt, bool tied)
 {
     struct moe_model_cfg cfg;
     struct moe_cluster cl;
     test_model(&cfg);
+    cfg.is_untied_embeddings = !tied;
     test_cluster(&cl);
     cl.overheads.step_fixed_ms = 2.0;
     size_t n = moe_cost_workspace_bytes(lay, MOE_SCHED_SIMULATE);
@@ -1050,6 +1089,42 @@ static void check_timeline(struct moe_layout *lay, struct moe_options *opt)
     free(sp);
 }
 
+/* A pipeline whose first and last stages share the embedding's gradient (tied embeddings, or MTP)
+ * sums it over the two after the gradient reduction: the stage that gets there first waits there
+ * (dp_comm's wait, as the engine books it), not in the gradient-norm all-reduce (the optimizer's
+ * wait). Untied, no MTP: no such wait. The step is the same either way (the stages still meet at
+ * the norm all-reduce). */
+static void test_embedding_wait(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 16, 1, 2, 1, 8);
+    struct moe_prediction untied = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(untied.wait.dp_comm == 0.0); /* the test cluster's rank spread is 0 */
+    cfg.mtp_num_layers = 1;
+    struct moe_diag d = {0};
+    assert_int_equal(moe_layout_resolve(&cfg, &cl, &opt, &lay, &d), MOE_OK);
+    struct moe_prediction mtp = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_int_equal(mtp.critical_stage, 1); /* the loss, the head and the MTP layer */
+    assert_true(mtp.wait.dp_comm > 0.0);
+    assert_true(mtp.wait.dp_comm <= mtp.time.dp_comm);
+    assert_true(mtp.wait.optimizer <= mtp.time.optimizer);
+    /* The last stage ends its schedule before the first stage's last backward: its wait is the
+     * first stage's lead there, and nothing is left for the norm all-reduce beyond the first
+     * stage's heavier optimizer work (none here: the last stage holds more). */
+    ASSERT_NEAR(mtp.wait.optimizer, 0.0, 1e-12);
+    double v[MOE_NUM_PHASES];
+    phase_array(&mtp.time, v);
+    double sum = 0.0;
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        sum += v[k];
+    }
+    ASSERT_NEAR(sum, mtp.step_time_s, 1e-9 * mtp.step_time_s);
+}
+
 static void test_timeline(void **state)
 {
     (void)state;
@@ -1060,9 +1135,10 @@ static void test_timeline(void **state)
     setup(&cfg, &cl, &lay, &opt, 16, 1, 2, 2, 8);
     opt.force_load_balancing = false;
     opt.moe_imbalance = 1.4;
-    check_timeline(&lay, &opt);
+    check_timeline(&lay, &opt, false);
+    check_timeline(&lay, &opt, true);            /* the embedding all-reduce's wait in dp_comm */
     setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8); /* one stage: no bubble, no optimizer wait */
-    check_timeline(&lay, &opt);
+    check_timeline(&lay, &opt, false);
 }
 
 /*
@@ -1268,6 +1344,8 @@ int main(void)
         cmocka_unit_test(test_activation_rate),
         cmocka_unit_test(test_activation_bwd_rate),
         cmocka_unit_test(test_attention_rect),
+        cmocka_unit_test(test_attention_score_work),
+        cmocka_unit_test(test_embedding_wait),
         cmocka_unit_test(test_expert_bias_pass),
         cmocka_unit_test(test_offloaded_optimizer_rate),
         cmocka_unit_test(test_rank_spread_waits),
