@@ -10,6 +10,7 @@
 #include "engine/comm_mpi.h"
 #include "engine/groups.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -206,6 +207,35 @@ static void test_p2p_and_nonblocking(void **state)
     moe_comm_ireducescatter(w, rs_in, rs_out, 2, MOE_COMM_F32, MOE_COMM_SUM, &q3);
     moe_comm_wait(w, &q3);
     assert_true(rs_out[0] == 4.0f && rs_out[1] == 4.0f);
+    /* Two reduce-scatters in flight at once, one in place (completed by polling), one not: each
+     * the blocking call's result bit for bit (the same order of sums over float values whose sum
+     * depends on it), the in-place one at the start of its buffer. */
+    enum { RSN = 3001 };
+    float *a = malloc(N * RSN * sizeof(float)), *b = malloc(N * RSN * sizeof(float));
+    float *ref_a = malloc(N * RSN * sizeof(float)), *ref_b = malloc(RSN * sizeof(float));
+    float *out_b = malloc(RSN * sizeof(float));
+    assert_true(a != NULL && b != NULL && ref_a != NULL && ref_b != NULL && out_b != NULL);
+    for (int i = 0; i < N * RSN; i++) {
+        a[i] = (float)sin(0.37 * i + 1.3 * r) * (float)(1 + (i % 7) * 1000);
+        b[i] = (float)cos(0.11 * i - 0.7 * r) / (float)(1 + i % 13);
+    }
+    memcpy(ref_a, a, N * RSN * sizeof(float));
+    moe_comm_reducescatter(w, ref_a, ref_a, RSN, MOE_COMM_F32, MOE_COMM_SUM);
+    moe_comm_reducescatter(w, b, ref_b, RSN, MOE_COMM_F32, MOE_COMM_SUM);
+    struct moe_comm_req qa = {0}, qb = {0};
+    moe_comm_ireducescatter(w, a, a, RSN, MOE_COMM_F32, MOE_COMM_SUM, &qa);
+    moe_comm_ireducescatter(w, b, out_b, RSN, MOE_COMM_F32, MOE_COMM_SUM, &qb);
+    while (!moe_comm_test(w, &qa)) {
+    }
+    moe_comm_wait(w, &qb);
+    assert_false(qa.is_active || qb.is_active);
+    assert_memory_equal(a, ref_a, RSN * sizeof(float));
+    assert_memory_equal(out_b, ref_b, RSN * sizeof(float));
+    free(a);
+    free(b);
+    free(ref_a);
+    free(ref_b);
+    free(out_b);
     int c[N] = {1, 1, 1, 1}, d[N] = {0, 1, 2, 3};
     float a2a_in[N] = {(float)r, (float)r, (float)r, (float)r}, a2a_out[N];
     moe_comm_ialltoallv(w, a2a_in, c, d, a2a_out, c, d, MOE_COMM_F32, &q4);

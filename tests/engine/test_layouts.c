@@ -225,6 +225,12 @@ static void test_overlap_same_losses(void **state)
         {"PP2 DP2 overlap grad", 1, 1, 2, 1, 1, 1, false, 4},
     };
     check_layouts("tiny-moe", ls, (int)MOE_ARRAY_LEN(ls), true);
+    /* Bit for bit: the non-blocking reduce-scatter sums in the blocking one's order
+     * (engine/comm_mpi.c), and the all-gather moves values. */
+    double a[STEPS], b[STEPS];
+    assert_int_equal(run_layout("tiny-moe", &ls[0], true, a), MOE_OK);
+    assert_int_equal(run_layout("tiny-moe", &ls[0], false, b), MOE_OK);
+    assert_memory_equal(a, b, sizeof(a));
     /* Expert dispatch/combine of one half micro-batch behind the other half's experts. */
     const struct eng_test_layout ep[] = {
         {"EP2 a2a overlap", 1, 1, 1, 1, 2, 1, false, 2},
