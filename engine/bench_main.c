@@ -27,8 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Passes over each table of kernel rates (GEMM, grouped GEMM, memory, activation, attention);
- * each point keeps its least time (the memory, activation and attention tables: per-call median).
+/* Passes over each table of kernel rates (GEMM, grouped GEMM, memory, activation, attention,
+ * quantisation); each point keeps its least time (memory, activation, attention: the least
+ * per-call median).
  * Other work on a shared host's cores slowed whole passes by up to 2x for tens of seconds; the
  * rates of a quiet host are what the model prices, as validate runs each plan after waiting for an
  * idle host. */
@@ -79,8 +80,8 @@ static void usage(FILE *f)
                      "  --iters N         timed iterations per point (default 20)\n"
                      "  --warmup N        untimed iterations first (default 5)\n"
                      "  --passes N        passes over the kernel tables (GEMM, grouped GEMM,\n"
-                     "                    memory, activation, attention), each point's least\n"
-                     "                    time kept (default 3, at most 8)\n"
+                     "                    memory, activation, attention, quantisation), each\n"
+                     "                    point's least time kept (default 3, at most 8)\n"
                      "  --json            one JSON object on stdout instead of tables\n"
                      "  --bind            bind each rank to one core (hwloc) before measuring\n"
                      "  --evict-bytes SIZE  streamed by each rank before each collective of the\n"
@@ -755,27 +756,49 @@ static int bench_quant(moe_comm_t *w,
                      "check");
     }
     int bad = 0;
-    for (size_t i = 0; i < sizeof(recipes) / sizeof(recipes[0]); i++) {
-        struct moe_bench_quant r;
-        memset(&r, 0, sizeof(r));
-        if (moe_bench_quant_run(k, kc, &a->cfg, rows, cols, recipes[i].f, recipes[i].r, &r) !=
-            MOE_OK) {
-            r.is_ok = false;
+    /* --passes, each recipe's pass with the least mean time kept (as the GEMM tables), at most 5
+     * calls a point (a call is tens of ms on a CPU rank): one pass's figure moved by 27% between
+     * calibrations of 2026-12-02 (27.6-36.9 ns per element), and validate's fp8-blockwise step
+     * (quantisation is most of it under emulation) with it. */
+    enum { NUM_RECIPES = sizeof(recipes) / sizeof(recipes[0]) };
+    struct moe_bench_cfg pc = a->cfg;
+    if (pc.iters > 5) {
+        pc.iters = 5;
+        pc.warmup = 1;
+    }
+    double best_us[NUM_RECIPES];
+    int wrong[NUM_RECIPES];
+    for (int pass = 0; pass < a->passes; pass++) {
+        for (size_t i = 0; i < NUM_RECIPES; i++) {
+            struct moe_bench_quant r;
+            memset(&r, 0, sizeof(r));
+            if (moe_bench_quant_run(k, kc, &pc, rows, cols, recipes[i].f, recipes[i].r, &r) !=
+                MOE_OK) {
+                r.is_ok = false;
+            }
+            double us = world_mean(w, r.time_us);
+            int bad_here = all_ok(w, r.is_ok);
+            if (pass == 0 || us < best_us[i]) {
+                best_us[i] = us;
+            }
+            wrong[i] = pass == 0 ? bad_here : (wrong[i] | bad_here);
         }
-        double us = world_mean(w, r.time_us), gb = world_mean(w, r.gbps);
-        int wrong = all_ok(w, r.is_ok);
-        bad += wrong;
+    }
+    for (size_t i = 0; i < NUM_RECIPES; i++) {
+        double us = best_us[i];
+        double gb = us > 0.0 ? 8.0 * (double)rows * cols / (us * 1e3) : 0.0;
+        bad += wrong[i];
         if (root && arr != NULL) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "recipe", recipes[i].name);
             cJSON_AddNumberToObject(o, "elements", (double)rows * cols);
             cJSON_AddNumberToObject(o, "time_us", us);
             cJSON_AddNumberToObject(o, "gbps", gb);
-            cJSON_AddBoolToObject(o, "ok", wrong == 0);
+            cJSON_AddBoolToObject(o, "ok", wrong[i] == 0);
             cJSON_AddItemToArray(arr, o);
         } else if (root) {
             (void)printf(" %20s %12d %12.1f %10.2f %6s\n", recipes[i].name, rows * cols, us, gb,
-                         wrong == 0 ? "OK" : "FAIL");
+                         wrong[i] == 0 ? "OK" : "FAIL");
         }
     }
     return bad;

@@ -155,23 +155,26 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "GFLOP/s"));
     assert_non_null(strstr(out, "all checks passed"));
     assert_non_null(strstr(out, "after each rank streams 1.0 MiB (--evict-bytes)"));
-    /* The GEMM tables in passes: one record per shape (the 16 larger ones and the presets'
-     * miniatures' 6) and per grouped case and skew, each with its kept pass's time and rate. */
+    /* The GEMM and quantisation tables in passes: one record per shape (the 16 larger ones and
+     * the presets' miniatures' 6), per grouped case and skew, and per recipe, each with its kept
+     * pass's time and rate. */
     (void)snprintf(cmd, sizeof(cmd),
-                   "%s%s --only gemm,grouped --iters 1 --warmup 0 --passes 2 --json", clean, path);
+                   "%s%s --only gemm,grouped,quant --iters 1 --warmup 0 --passes 2 --json", clean,
+                   path);
     assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 0);
     cJSON *g = cJSON_Parse(out);
     assert_non_null(g);
-    const char *tables[] = {"gemm", "grouped_gemm"};
-    const int rows[] = {22, 20};
-    for (int t = 0; t < 2; t++) {
+    const char *tables[] = {"gemm", "grouped_gemm", "quant"};
+    const int rows[] = {22, 20, 7};
+    for (int t = 0; t < 3; t++) {
         const cJSON *arr = cJSON_GetObjectItem(g, tables[t]);
         assert_int_equal(cJSON_GetArraySize(arr), rows[t]);
         const cJSON *it = NULL;
         cJSON_ArrayForEach(it, arr)
         {
             double us = cJSON_GetObjectItem(it, "time_us")->valuedouble;
-            double gf = cJSON_GetObjectItem(it, "gflops")->valuedouble;
+            const cJSON *rate = cJSON_GetObjectItem(it, t < 2 ? "gflops" : "gbps");
+            double gf = rate != NULL ? rate->valuedouble : 0.0;
             assert_true(cJSON_IsTrue(cJSON_GetObjectItem(it, "ok")));
             assert_true(us > 0.0 && gf > 0.0);
         }
