@@ -1008,6 +1008,18 @@ static void phase_array(const struct moe_phase_times *t, double *v)
     memcpy(v, a, sizeof(a));
 }
 
+/* The prediction's phases added up (they sum to the step). */
+static double phases_total(const struct moe_phase_times *t)
+{
+    double v[MOE_NUM_PHASES];
+    phase_array(t, v);
+    double sum = 0.0;
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        sum += v[k];
+    }
+    return sum;
+}
+
 /* The timeline of PP2 x VPP2 with EP imbalance: per stage and track no two events overlap, each
  * stage's events fill exactly its step window, every stage's phases add up to the step, and the
  * critical stage's equal the prediction's phases and wait shares. */
@@ -1116,13 +1128,7 @@ static void test_embedding_wait(void **state)
      * first stage's lead there, and nothing is left for the norm all-reduce beyond the first
      * stage's heavier optimizer work (none here: the last stage holds more). */
     ASSERT_NEAR(mtp.wait.optimizer, 0.0, 1e-12);
-    double v[MOE_NUM_PHASES];
-    phase_array(&mtp.time, v);
-    double sum = 0.0;
-    for (int k = 0; k < MOE_NUM_PHASES; k++) {
-        sum += v[k];
-    }
-    ASSERT_NEAR(sum, mtp.step_time_s, 1e-9 * mtp.step_time_s);
+    ASSERT_NEAR(phases_total(&mtp.time), mtp.step_time_s, 1e-9 * mtp.step_time_s);
 }
 
 static void test_timeline(void **state)
@@ -1180,13 +1186,7 @@ static void test_ep_wait_and_stage_offsets(void **state)
     assert_true(s.step_time_s > 0.0);
     assert_true(s.wait.optimizer >= 0.0);
     assert_true(s.critical_stage >= 0 && s.critical_stage < 2);
-    double v[MOE_NUM_PHASES];
-    phase_array(&s.time, v);
-    double sum = 0.0;
-    for (int k = 0; k < MOE_NUM_PHASES; k++) {
-        sum += v[k];
-    }
-    ASSERT_NEAR(sum, s.step_time_s, 1e-9 * s.step_time_s);
+    ASSERT_NEAR(phases_total(&s.time), s.step_time_s, 1e-9 * s.step_time_s);
     /* The barrier form adds the longest optimizer after the slowest schedule: never shorter. */
     struct moe_prediction c = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
     assert_true(s.step_time_s <= c.step_time_s * (1.0 + 1e-9) + s.time.pp_bubble);
