@@ -28,12 +28,16 @@
 #include <string.h>
 
 /* Passes over each table of kernel rates (GEMM, grouped GEMM, memory, activation, attention,
- * quantisation); each point keeps its least time (memory, activation, attention: the least
- * per-call median).
- * Other work on a shared host's cores slowed whole passes by up to 2x for tens of seconds; the
- * rates of a quiet host are what the model prices, as validate runs each plan after waiting for an
- * idle host. */
+ * quantisation); each point keeps its median pass (--keep median, the default) or its least
+ * (--keep least). A point's pass is a few milliseconds; on a shared or virtual host the rate of
+ * such a window moves by about 5% (sd) from one to the next, with dips of up to 2x for tens of
+ * seconds, while a training step averages over hundreds of them: the least of three passes
+ * measured each point 5-10% faster than the steps that run it (make validate, 2026-12-02: 18 of
+ * 20 plans slower than predicted, step error median -7%), the median of the passes is the rate
+ * a step sees and still drops one disturbed pass of three. */
 enum { BENCH_MAX_PASSES = 8 };
+
+enum bench_keep { KEEP_MEDIAN, KEEP_LEAST };
 
 struct bench_args {
     bool do_gemm, do_grouped, do_mem, do_attn, do_quant, do_coll;
@@ -41,7 +45,8 @@ struct bench_args {
     struct moe_bench_cfg cfg;
     bool is_json;
     bool is_bound;   /* bind each rank to one core (its index among the node's ranks) */
-    int passes;      /* passes over the kernel tables (least kept) */
+    int passes;      /* passes over the kernel tables */
+    enum bench_keep keep; /* which pass of each point is kept */
     long long evict; /* --evict-bytes, -1: the host's last-level cache per core */
 };
 
@@ -80,8 +85,10 @@ static void usage(FILE *f)
                      "  --iters N         timed iterations per point (default 20)\n"
                      "  --warmup N        untimed iterations first (default 5)\n"
                      "  --passes N        passes over the kernel tables (GEMM, grouped GEMM,\n"
-                     "                    memory, activation, attention, quantisation), each\n"
-                     "                    point's least time kept (default 3, at most 8)\n"
+                     "                    memory, activation, attention, quantisation)\n"
+                     "                    (default 3, at most 8)\n"
+                     "  --keep median|least  each point's pass kept: the median time (default:\n"
+                     "                    the rate a training step sees) or the least\n"
                      "  --json            one JSON object on stdout instead of tables\n"
                      "  --bind            bind each rank to one core (hwloc) before measuring\n"
                      "  --evict-bytes SIZE  streamed by each rank before each collective of the\n"
@@ -98,14 +105,15 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                                           {"iters", required_argument, NULL, 'i'},
                                           {"warmup", required_argument, NULL, 'w'},
                                           {"passes", required_argument, NULL, 'p'},
+                                          {"keep", required_argument, NULL, 'K'},
                                           {"json", no_argument, NULL, 'j'},
                                           {"bind", no_argument, NULL, 'B'},
                                           {"evict-bytes", required_argument, NULL, 'E'},
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
-    *a = (struct bench_args){true,      true,       true,  true,  true, true, 8,
-                             16u << 20, {20, 5, 0}, false, false, 3,    -1};
+    *a = (struct bench_args){true,  true,  true, true,        true, true, 8, 16u << 20, {20, 5, 0},
+                             false, false, 3,    KEEP_MEDIAN, -1};
     opterr = root ? 1 : 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -174,6 +182,16 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
             }
             a->passes = (int)v;
             break;
+        case 'K':
+            if (strcmp(optarg, "median") == 0 || strcmp(optarg, "least") == 0) {
+                a->keep = optarg[0] == 'm' ? KEEP_MEDIAN : KEEP_LEAST;
+                break;
+            }
+            if (root) {
+                (void)fprintf(stderr, "moefold-bench: bad --keep '%s' (median or least)\n",
+                              optarg);
+            }
+            return 2;
         case 'E':
             v = parse_size(optarg);
             if (v < 0 || v > (1LL << 30)) {
@@ -229,6 +247,21 @@ static double world_max(moe_comm_t *w, double v)
  * (at least 3 calls, one warm-up call where cut): a 2048^3 GEMM is 17 GFLOP, 20 calls and 5
  * warm-ups of it took 2.3 s, and the tables are timed in --passes. */
 #define BENCH_POINT_FLOPS 2e10
+
+/* The pass kept of a point timed t[0..n) in n passes (1 <= n <= BENCH_MAX_PASSES): the median
+ * time's (of an even count the faster middle one's) or the least time's. */
+static int kept_pass(const double *t, int n, enum bench_keep keep)
+{
+    int order[BENCH_MAX_PASSES];
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && t[order[j - 1]] > t[i]; j--) {
+            order[j] = order[j - 1];
+        }
+        order[j] = i;
+    }
+    return keep == KEEP_LEAST ? order[0] : order[(n - 1) / 2];
+}
 static struct moe_bench_cfg point_cfg(const struct moe_bench_cfg *c, double flops)
 {
     struct moe_bench_cfg p = *c;
@@ -353,13 +386,13 @@ static int bench_gemm(moe_comm_t *w,
         MOE_OK) {
         bad = 1;
     }
-    /* --passes over the table, each shape's pass with the least mean time over the ranks kept (as
-     * the memory and attention tables): one pass's rates moved by 5-25% per shape from one run to
-     * the next on a shared VM, and the curve fitted to them by up to 8% in peak and 2x in its
-     * narrow-dimension term (2026-12-02). */
+    /* --passes over the table, each shape's kept pass (--keep) of the mean time over the ranks (as
+     * the other tables): one pass's rates moved by 5-25% per shape from one run to the next on a
+     * shared VM, and the curve fitted to them by up to 8% in peak and 2x in its narrow-dimension
+     * term (2026-12-02). */
     enum { NUM_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
-    struct moe_bench_gemm best[NUM_SHAPES];
-    double best_us[NUM_SHAPES], best_max[NUM_SHAPES];
+    struct moe_bench_gemm runs[NUM_SHAPES][BENCH_MAX_PASSES];
+    double pass_us[NUM_SHAPES][BENCH_MAX_PASSES], pass_max[NUM_SHAPES][BENCH_MAX_PASSES];
     int wrong[NUM_SHAPES];
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < NUM_SHAPES; i++) {
@@ -375,20 +408,17 @@ static int bench_gemm(moe_comm_t *w,
                 g.time_us = 0.0;
                 g.gflops = 0.0;
             }
-            double us = world_mean(w, g.time_us);
-            double us_max = world_max(w, g.time_us); /* the slowest rank: a step waits for it */
+            runs[i][pass] = g;
+            pass_us[i][pass] = world_mean(w, g.time_us);
+            pass_max[i][pass] = world_max(w, g.time_us); /* the slowest rank: a step waits for it */
             int bad_here = all_ok(w, g.is_ok);
-            if (pass == 0 || us < best_us[i]) {
-                best[i] = g;
-                best_us[i] = us;
-                best_max[i] = us_max;
-            }
             wrong[i] = pass == 0 ? bad_here : (wrong[i] | bad_here);
         }
     }
     for (size_t i = 0; i < NUM_SHAPES; i++) {
-        const struct moe_bench_gemm *g = &best[i];
-        double us = best_us[i];
+        int kp = kept_pass(pass_us[i], a->passes, a->keep);
+        const struct moe_bench_gemm *g = &runs[i][kp];
+        double us = pass_us[i][kp];
         double gf = us > 0.0 ? 2.0 * g->m * (double)g->n * g->k / (us * 1e3) : 0.0;
         bad += wrong[i];
         if (root && arr != NULL) {
@@ -397,7 +427,7 @@ static int bench_gemm(moe_comm_t *w,
             cJSON_AddNumberToObject(o, "n", g->n);
             cJSON_AddNumberToObject(o, "k", g->k);
             cJSON_AddNumberToObject(o, "time_us", us);
-            cJSON_AddNumberToObject(o, "time_us_max", best_max[i]);
+            cJSON_AddNumberToObject(o, "time_us_max", pass_max[i][kp]);
             cJSON_AddNumberToObject(o, "gflops", gf);
             cJSON_AddBoolToObject(o, "ok", wrong[i] == 0);
             cJSON_AddItemToArray(arr, o);
@@ -431,10 +461,11 @@ static int bench_grouped(moe_comm_t *w,
                      "out", "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio", "check");
     }
     int bad = 0;
-    /* --passes, each point's pass with the least mean grouped time kept (as the dense table). */
+    /* --passes, each point's kept pass of the mean grouped time (as the dense table), and the
+     * equal-FLOPs dense rate of the same pass. */
     enum { NUM_CASES = sizeof(cases) / sizeof(cases[0]) };
-    struct moe_bench_grouped best[NUM_CASES][2];
-    double best_us[NUM_CASES][2], best_dense[NUM_CASES][2];
+    struct moe_bench_grouped runs[NUM_CASES][2][BENCH_MAX_PASSES];
+    double pass_us[NUM_CASES][2][BENCH_MAX_PASSES], pass_dense[NUM_CASES][2][BENCH_MAX_PASSES];
     int wrong[NUM_CASES][2];
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < NUM_CASES; i++) {
@@ -451,26 +482,21 @@ static int bench_grouped(moe_comm_t *w,
                     g.out = cases[i][3];
                     g.is_skewed = skew != 0;
                 }
-                double us = world_mean(w, g.time_us);
-                double dg = world_mean(w, g.dense_gflops);
+                runs[i][skew][pass] = g;
+                pass_us[i][skew][pass] = world_mean(w, g.time_us);
+                pass_dense[i][skew][pass] = world_mean(w, g.dense_gflops);
                 int bad_here = all_ok(w, g.is_ok);
-                if (pass == 0 || us < best_us[i][skew]) {
-                    best[i][skew] = g;
-                    best_us[i][skew] = us;
-                }
-                if (pass == 0 || dg > best_dense[i][skew]) {
-                    best_dense[i][skew] = dg;
-                }
                 wrong[i][skew] = pass == 0 ? bad_here : (wrong[i][skew] | bad_here);
             }
         }
     }
     for (size_t i = 0; i < NUM_CASES; i++) {
         for (int skew = 0; skew < 2; skew++) {
-            const struct moe_bench_grouped *g = &best[i][skew];
-            double us = best_us[i][skew];
+            int kp = kept_pass(pass_us[i][skew], a->passes, a->keep);
+            const struct moe_bench_grouped *g = &runs[i][skew][kp];
+            double us = pass_us[i][skew][kp];
             double gf = us > 0.0 ? 2.0 * g->tokens * (double)g->in * g->out / (us * 1e3) : 0.0;
-            double dg = best_dense[i][skew];
+            double dg = pass_dense[i][skew][kp];
             int bad_here = wrong[i][skew];
             bad += bad_here;
             if (root && arr != NULL) {
@@ -512,30 +538,37 @@ static int bench_mem(moe_comm_t *w,
             "ranks\n");
         (void)printf("#%9s %12s %12s %10s %6s\n", "kernel", "bytes", "time(us)", "GB/s", "check");
     }
-    /* --passes over the table (default 3), each point's least per-call median kept (as the
+    /* --passes over the table (default 3), each point's kept pass of the per-call median (as the
      * attention bench's): calibrations minutes apart had fitted elementwise efficiencies 0.23-0.44
      * from one pass's means. */
     enum {
         MEM_NAMES = sizeof(names) / sizeof(names[0]),
         MEM_SIZES = sizeof(sizes) / sizeof(sizes[0])
     };
-    struct moe_bench_mem runs[MEM_NAMES][MEM_SIZES];
-    memset(runs, 0, sizeof(runs));
+    struct moe_bench_mem passes[MEM_NAMES][MEM_SIZES][BENCH_MAX_PASSES];
+    memset(passes, 0, sizeof(passes));
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < MEM_NAMES; i++) {
             for (size_t s = 0; s < MEM_SIZES; s++) {
-                struct moe_bench_mem m;
-                if (moe_bench_mem_run(k, kc, &a->cfg, names[i], sizes[s], &m) != MOE_OK) {
-                    m.is_ok = false;
-                    m.bytes = 0;
+                struct moe_bench_mem *m = &passes[i][s][pass];
+                if (moe_bench_mem_run(k, kc, &a->cfg, names[i], sizes[s], m) != MOE_OK) {
+                    m->is_ok = false;
+                    m->bytes = 0;
                 }
-                struct moe_bench_mem *r = &runs[i][s];
-                bool ok = pass == 0 ? m.is_ok : r->is_ok && m.is_ok;
-                if (pass == 0 || m.time_us < r->time_us) {
-                    *r = m;
-                }
-                r->is_ok = ok;
             }
+        }
+    }
+    struct moe_bench_mem runs[MEM_NAMES][MEM_SIZES];
+    for (size_t i = 0; i < MEM_NAMES; i++) {
+        for (size_t s = 0; s < MEM_SIZES; s++) {
+            double us[BENCH_MAX_PASSES];
+            bool ok = true;
+            for (int pass = 0; pass < a->passes; pass++) {
+                us[pass] = passes[i][s][pass].time_us;
+                ok = ok && passes[i][s][pass].is_ok;
+            }
+            runs[i][s] = passes[i][s][kept_pass(us, a->passes, a->keep)];
+            runs[i][s].is_ok = ok;
         }
     }
     int bad = 0;
@@ -581,35 +614,39 @@ static int bench_act(moe_comm_t *w,
         (void)printf("#%6s %6s %10s %10s %9s %10s %10s %9s %6s\n", "ffn", "rows", "fwd_bytes",
                      "fwd(us)", "fwd GB/s", "bwd_bytes", "bwd(us)", "bwd GB/s", "check");
     }
-    /* --passes, each direction's least per-call median kept (as the memory table's). */
+    /* --passes, each direction's kept pass of the per-call median (as the memory table's). */
     enum {
         ACT_WIDTHS = sizeof(widths) / sizeof(widths[0]),
         ACT_SIZES = sizeof(sizes) / sizeof(sizes[0])
     };
-    struct moe_bench_act runs[ACT_WIDTHS][ACT_SIZES];
-    memset(runs, 0, sizeof(runs));
+    struct moe_bench_act passes[ACT_WIDTHS][ACT_SIZES][BENCH_MAX_PASSES];
+    memset(passes, 0, sizeof(passes));
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < ACT_WIDTHS; i++) {
             for (size_t s = 0; s < ACT_SIZES; s++) {
-                struct moe_bench_act m = {0};
-                if (moe_bench_act_run(k, kc, &a->cfg, widths[i], sizes[s], &m) != MOE_OK) {
-                    m.is_ok = false;
-                }
-                struct moe_bench_act *r = &runs[i][s];
-                if (pass == 0) {
-                    *r = m;
-                    continue;
-                }
-                r->is_ok = r->is_ok && m.is_ok;
-                if (m.fwd_us > 0.0 && m.fwd_us < r->fwd_us) {
-                    r->fwd_us = m.fwd_us;
-                    r->fwd_gbps = m.fwd_gbps;
-                }
-                if (m.bwd_us > 0.0 && m.bwd_us < r->bwd_us) {
-                    r->bwd_us = m.bwd_us;
-                    r->bwd_gbps = m.bwd_gbps;
+                struct moe_bench_act *m = &passes[i][s][pass];
+                if (moe_bench_act_run(k, kc, &a->cfg, widths[i], sizes[s], m) != MOE_OK) {
+                    m->is_ok = false;
                 }
             }
+        }
+    }
+    struct moe_bench_act runs[ACT_WIDTHS][ACT_SIZES];
+    for (size_t i = 0; i < ACT_WIDTHS; i++) {
+        for (size_t s = 0; s < ACT_SIZES; s++) {
+            const struct moe_bench_act *p = passes[i][s];
+            double fus[BENCH_MAX_PASSES], bus[BENCH_MAX_PASSES];
+            bool ok = true;
+            for (int pass = 0; pass < a->passes; pass++) {
+                fus[pass] = p[pass].fwd_us;
+                bus[pass] = p[pass].bwd_us;
+                ok = ok && p[pass].is_ok;
+            }
+            int kf = kept_pass(fus, a->passes, a->keep), kb = kept_pass(bus, a->passes, a->keep);
+            runs[i][s] = p[kf];
+            runs[i][s].bwd_us = p[kb].bwd_us;
+            runs[i][s].bwd_gbps = p[kb].bwd_gbps;
+            runs[i][s].is_ok = ok;
         }
     }
     int bad = 0;
@@ -642,18 +679,24 @@ static int bench_act(moe_comm_t *w,
     return bad;
 }
 
-/* n passes of one shape (n >= 1): each direction's least per-call median (the rates with it),
- * failed if any pass failed. */
-static struct moe_bench_attention least_pass(const struct moe_bench_attention *r, int n)
+/* n passes of one shape (n >= 1): each direction's kept pass of the per-call median (the rates
+ * with it), failed if any pass failed. */
+static struct moe_bench_attention kept_attention(const struct moe_bench_attention *r,
+                                                 int n,
+                                                 enum bench_keep keep)
 {
-    struct moe_bench_attention m = r[0];
-    for (int i = 1; i < n; i++) {
-        m.fwd_us = fmin(m.fwd_us, r[i].fwd_us);
-        m.bwd_us = fmin(m.bwd_us, r[i].bwd_us);
-        m.is_ok = m.is_ok && r[i].is_ok;
+    double fus[BENCH_MAX_PASSES], bus[BENCH_MAX_PASSES];
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        fus[i] = r[i].fwd_us;
+        bus[i] = r[i].bwd_us;
+        ok = ok && r[i].is_ok;
     }
-    m.fwd_gflops = m.fwd_us > 0.0 ? r[0].fwd_gflops * r[0].fwd_us / m.fwd_us : 0.0;
-    m.bwd_gflops = m.bwd_us > 0.0 ? r[0].bwd_gflops * r[0].bwd_us / m.bwd_us : 0.0;
+    int kf = kept_pass(fus, n, keep), kb = kept_pass(bus, n, keep);
+    struct moe_bench_attention m = r[kf];
+    m.bwd_us = r[kb].bwd_us;
+    m.bwd_gflops = r[kb].bwd_gflops;
+    m.is_ok = ok;
     return m;
 }
 
@@ -684,7 +727,7 @@ static int bench_attention(moe_comm_t *w,
                      "fwd(us)", "bwd(us)", "fwd GF/s", "bwd GF/s", "check");
     }
     /* --passes over all shapes (default 3), each timing every call and keeping the median; the
-     * least of the passes' medians is the shape's figure. A disturbance on a shared host lasts
+     * kept pass's median (--keep) is the shape's figure. A disturbance on a shared host lasts
      * seconds to tens of seconds and hits one pass of a shape, rarely all three (calibrations
      * minutes apart had fitted forward efficiencies 0.43-0.60 from one pass's means). */
     enum { ATTN_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
@@ -700,7 +743,7 @@ static int bench_attention(moe_comm_t *w,
     }
     int bad = 0;
     for (size_t i = 0; i < ATTN_SHAPES; i++) {
-        struct moe_bench_attention r = least_pass(runs[i], a->passes);
+        struct moe_bench_attention r = kept_attention(runs[i], a->passes, a->keep);
         double fu = world_mean(w, r.fwd_us), bu = world_mean(w, r.bwd_us);
         double fg = world_mean(w, r.fwd_gflops), bg = world_mean(w, r.bwd_gflops);
         int wrong = all_ok(w, r.is_ok);
@@ -756,7 +799,7 @@ static int bench_quant(moe_comm_t *w,
                      "check");
     }
     int bad = 0;
-    /* --passes, each recipe's pass with the least mean time kept (as the GEMM tables), at most 5
+    /* --passes, each recipe's kept pass of the mean time (as the GEMM tables), at most 5
      * calls a point (a call is tens of ms on a CPU rank): one pass's figure moved by 27% between
      * calibrations of 2026-12-02 (27.6-36.9 ns per element), and validate's fp8-blockwise step
      * (quantisation is most of it under emulation) with it. */
@@ -766,7 +809,7 @@ static int bench_quant(moe_comm_t *w,
         pc.iters = 5;
         pc.warmup = 1;
     }
-    double best_us[NUM_RECIPES];
+    double pass_us[NUM_RECIPES][BENCH_MAX_PASSES];
     int wrong[NUM_RECIPES];
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < NUM_RECIPES; i++) {
@@ -776,16 +819,13 @@ static int bench_quant(moe_comm_t *w,
                 MOE_OK) {
                 r.is_ok = false;
             }
-            double us = world_mean(w, r.time_us);
+            pass_us[i][pass] = world_mean(w, r.time_us);
             int bad_here = all_ok(w, r.is_ok);
-            if (pass == 0 || us < best_us[i]) {
-                best_us[i] = us;
-            }
             wrong[i] = pass == 0 ? bad_here : (wrong[i] | bad_here);
         }
     }
     for (size_t i = 0; i < NUM_RECIPES; i++) {
-        double us = best_us[i];
+        double us = pass_us[i][kept_pass(pass_us[i], a->passes, a->keep)];
         double gb = us > 0.0 ? 8.0 * (double)rows * cols / (us * 1e3) : 0.0;
         bad += wrong[i];
         if (root && arr != NULL) {
