@@ -411,6 +411,13 @@ struct moe_eng_stats {
     long *kernel_calls;
 };
 
+/* One step's span on the reference clock, kept until its collectives' records are matched. */
+struct moe_eng_span {
+    double t0, t1;
+    bool is_measured; /* its waits go into stats.wait_sum */
+    bool is_traced;   /* and into tl_waits */
+};
+
 struct moe_eng {
     struct moe_eng_ctx ctx;
     struct moe_plan plan;       /* with the resolved layout */
@@ -492,8 +499,9 @@ struct moe_eng {
 
     /* Phase timing beyond the clock (engine/timing.c) */
     struct moe_comm_log clog;   /* arrival log of every group's collectives */
-    double *match_scratch;      /* [clog.cap] arrival times exchanged after a step */
-    double *step_wait;          /* [MOE_ENG_NUM_SLOTS] this step's wait shares */
+    double *match_scratch;      /* [clog.cap] arrival times exchanged when they are matched */
+    struct moe_eng_span *spans; /* [cap_spans] the steps whose records await the matching */
+    int num_spans, cap_spans;   /* cap_spans: steps the log holds (the same on every rank) */
     double clock_offset;        /* this rank's clock minus rank 0's, seconds */
     bool has_wait_log;          /* host-synchronous backend: wait shares are measured */
     bool has_wait_mismatch;     /* a step's records did not match (a full log): waits incomplete */
@@ -570,11 +578,16 @@ void moe_eng_ran_options(const struct moe_eng *e,
  * record (opts.trace_step > 0). Collective. MOE_ERR_NOMEM. */
 MOE_NODISCARD enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag);
 void moe_eng_timing_destroy(struct moe_eng *e);
-/* Before a step's timing: clear its waits, start the trace when it is the traced step. */
+/* Before a step's timing: note its start, start the trace when it is the traced step. */
 void moe_eng_timing_begin_step(struct moe_eng *e);
-/* After a step's timing: match its collectives' arrivals over every group (collective), add their
- * wait shares to step_wait (and to stats.wait_sum when is_measured), stop the trace. */
+/* After a step's timing: note its span (measured or not), stop the trace. Its collectives'
+ * arrivals are matched later (moe_eng_timing_flush), or now (collective) when the log holds
+ * cap_spans steps. */
 void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured);
+/* Match the logged collectives' arrivals over every group and add their wait shares to
+ * stats.wait_sum (measured steps) and to the traced step's waits. Collective; a no-op without
+ * pending steps. Called after training, before anything reads the waits. */
+void moe_eng_timing_flush(struct moe_eng *e);
 /* The traced step of every rank on rank 0 (collective): *all (malloc, rank 0; records of rank 0,
  * then 1, ...), *counts (malloc, rank 0: records per rank),
  * *step_s its length. False when a rank's record overflowed. Records: MOE_TRACE_RECORD_FIELDS

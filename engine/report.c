@@ -538,6 +538,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the run report");
     }
     double *mine = all + (size_t)SUM_LEN * (size_t)n;
+    moe_eng_timing_flush(e); /* the steps' wait shares */
     rank_summary(e, mine);
     moe_comm_allgather(e->ctx.world, mine, all, SUM_LEN, MOE_COMM_F64);
     int crit_stage = 0;

@@ -8,11 +8,17 @@
  *   returned, and the phase it blocked in. The collective can start only when its last member has
  *   arrived; the time a rank spent blocked before that moment is its wait share:
  *       wait = clamp(latest arrival over the members - began to block, 0, returned - began to
- * block) and the rest of its blocked time is the transfer. After each step (outside the step's
- * timing) every group's members exchange their arrival times -- the k-th record of a group is the
- * same call on every member -- so the step itself has no barrier and no extra collective. A
- *   non-blocking call posted in one step and waited in the next is matched when it is posted and
- *   counted when it completes.
+ * block) and the rest of its blocked time is the transfer. After training (outside every step)
+ * every group's members exchange their arrival times -- the k-th record of a group is the same
+ * call on every member -- and each wait share goes to the step whose span holds it. The steps
+ * themselves have no barrier and no extra collective, and nothing joins the ranks between steps:
+ * matching after every step did, so a pipeline stage that ended its step early (a shorter
+ * optimizer) waited there for the last one and then idled at the next step's start for its
+ * neighbour's first forward, a bubble the model's staggered stage starts (model/cost.c) do not
+ * have (validate pp2: 8.5 ms a step on stage 1, pp_bubble -94%). The log holds every step's
+ * records until then; when it cannot take another step it grows, and past LOG_BYTES_MAX it is
+ * matched at that step's end (which joins the ranks there once). A non-blocking call posted in
+ * one step and waited in the next is matched when it is posted and counted when it completes.
  * - Clocks: CLOCK_MONOTONIC is shared by the processes of one host; across hosts each rank's offset
  *   to rank 0 is estimated once at creation by ping-pong with rank 0 (NTP's estimate from the
  *   exchange with the shortest round trip), and every time is put on rank 0's clock.
@@ -54,6 +60,10 @@ static int logged_groups(struct moe_eng *e, moe_comm_t **out)
 }
 
 enum { MAX_LOGGED = 14, PINGS = 8 };
+
+/* The arrival log holds as many steps as fit in this many bytes (at least one); when it is full
+ * it is matched at a step's end. */
+#define LOG_BYTES_MAX ((size_t)32 << 20)
 
 /* Entries of a kernel profile: every op in every phase slot. */
 #define KPROF_N ((size_t)MOE_ENG_NUM_SLOTS * (size_t)MOE_K_NUM_OPS)
@@ -170,18 +180,28 @@ enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
         }
     }
     e->has_wait_log = !e->is_device || moe_eng_dev_is_emulated(e->ctx.dev);
-    e->step_wait = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
     e->stats.wait_sum = moe_eng_heap_alloc(h, MOE_ENG_NUM_SLOTS * sizeof(double));
-    if (e->step_wait == NULL || e->stats.wait_sum == NULL) {
+    if (e->stats.wait_sum == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the phase timing");
     }
     memset(e->stats.wait_sum, 0, MOE_ENG_NUM_SLOTS * sizeof(double));
     e->clock_offset = e->ctx.size > 1 ? clock_offset(e->ctx.world) : 0.0;
+    int per_step = log_capacity(e);
     if (e->has_wait_log) {
-        int cap = log_capacity(e);
+        /* Steps the log holds: the same count on every rank (the largest rank's bound), since a
+         * full log is matched collectively. */
+        int most = per_step;
+        if (e->ctx.size > 1) {
+            moe_comm_allreduce(e->ctx.world, &most, &most, 1, MOE_COMM_I32, MOE_COMM_MAX);
+        }
+        size_t fit = LOG_BYTES_MAX / ((size_t)most * sizeof(struct moe_comm_call));
+        size_t steps = e->opts.num_steps > 0 ? (size_t)e->opts.num_steps + 1 : 2;
+        e->cap_spans = (int)(fit < 1 ? 1 : (fit < steps ? fit : steps));
+        int cap = most * e->cap_spans;
+        e->spans = moe_eng_heap_alloc(h, (size_t)e->cap_spans * sizeof(struct moe_eng_span));
         e->clog.calls = moe_eng_heap_alloc(h, (size_t)cap * sizeof(struct moe_comm_call));
         e->match_scratch = moe_eng_heap_alloc(h, (size_t)cap * sizeof(double));
-        if (e->clog.calls == NULL || e->match_scratch == NULL) {
+        if (e->spans == NULL || e->clog.calls == NULL || e->match_scratch == NULL) {
             return moe_diag_set(diag, MOE_ERR_NOMEM,
                                 "out of memory for the collectives' arrival log (%d calls)", cap);
         }
@@ -198,15 +218,16 @@ enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
         }
     }
     if (e->opts.trace_step > 0) {
-        int cap = e->clog.cap > 0 ? 4 * e->clog.cap : 4 * log_capacity(e);
+        int cap = 4 * per_step;
+        int waits = e->has_wait_log ? per_step : 0;
         e->tl.rec = moe_eng_heap_alloc(h, (size_t)cap * sizeof(struct moe_eng_tl_rec));
         e->tl_waits.rec = moe_eng_heap_alloc(
-            h, (size_t)e->clog.cap * sizeof(struct moe_eng_tl_rec) + sizeof(struct moe_eng_tl_rec));
+            h, (size_t)waits * sizeof(struct moe_eng_tl_rec) + sizeof(struct moe_eng_tl_rec));
         if (e->tl.rec == NULL || e->tl_waits.rec == NULL) {
             return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the traced step");
         }
         e->tl.cap = cap;
-        e->tl_waits.cap = e->clog.cap;
+        e->tl_waits.cap = waits;
         e->ctx.timer.tl = &e->tl;
     }
     return MOE_OK;
@@ -223,20 +244,23 @@ void moe_eng_timing_destroy(struct moe_eng *e)
             moe_comm_set_log(g[i], NULL, 0);
         }
     }
+    moe_eng_heap_free(h, e->spans, (size_t)e->cap_spans * sizeof(struct moe_eng_span));
+    e->spans = NULL;
     moe_eng_heap_free(h, e->clog.calls, (size_t)e->clog.cap * sizeof(struct moe_comm_call));
     moe_eng_heap_free(h, e->match_scratch, (size_t)e->clog.cap * sizeof(double));
     moe_eng_heap_free(h, e->tl.rec, (size_t)e->tl.cap * sizeof(struct moe_eng_tl_rec));
     moe_eng_heap_free(h, e->tl_waits.rec,
-                      (size_t)e->clog.cap * sizeof(struct moe_eng_tl_rec) +
+                      (size_t)e->tl_waits.cap * sizeof(struct moe_eng_tl_rec) +
                           sizeof(struct moe_eng_tl_rec));
-    moe_eng_heap_free(h, e->step_wait, MOE_ENG_NUM_SLOTS * sizeof(double));
     moe_eng_heap_free(h, e->stats.wait_sum, MOE_ENG_NUM_SLOTS * sizeof(double));
     e->ctx.timer.tl = NULL;
 }
 
 void moe_eng_timing_begin_step(struct moe_eng *e)
 {
-    memset(e->step_wait, 0, MOE_ENG_NUM_SLOTS * sizeof(double));
+    if (e->spans != NULL) {
+        e->spans[e->num_spans].t0 = moe_eng_now() - e->clock_offset; /* free: see end_step */
+    }
     if (e->kprof != NULL) {
         memset(e->kprof->seconds, 0, KPROF_N * sizeof(double));
         memset(e->kprof->calls, 0, KPROF_N * sizeof(long));
@@ -308,20 +332,28 @@ static int rec_cmp(const void *a, const void *b)
     return x->t0 < y->t0 ? -1 : (x->t0 > y->t0 ? 1 : 0);
 }
 
-void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
+/* The span holding time t (reference clock) among the pending steps', or NULL. */
+static const struct moe_eng_span *span_of(const struct moe_eng *e, double t)
 {
-    bool traced = e->tl.is_on;
-    e->tl.is_on = false;
-    if (traced) {
-        e->trace_step_s = moe_eng_now() - e->clock_offset - e->trace_t0;
-    }
-    if (e->kprof != NULL && is_measured) {
-        for (size_t i = 0; i < KPROF_N; i++) {
-            e->stats.kernel_s[i] += e->kprof->seconds[i];
-            e->stats.kernel_calls[i] += e->kprof->calls[i];
+    int lo = 0;
+    int hi = e->num_spans - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const struct moe_eng_span *sp = &e->spans[mid];
+        if (t < sp->t0) {
+            hi = mid - 1;
+        } else if (t > sp->t1) {
+            lo = mid + 1;
+        } else {
+            return sp;
         }
     }
-    if (!e->has_wait_log) {
+    return NULL;
+}
+
+void moe_eng_timing_flush(struct moe_eng *e)
+{
+    if (!e->has_wait_log || e->num_spans == 0) {
         return;
     }
     struct moe_comm_log *log = &e->clog;
@@ -338,6 +370,7 @@ void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
             match_group(e, g[i], i);
         }
     }
+    bool traced = false;
     int kept = 0;
     for (int i = 0; i < log->len; i++) {
         struct moe_comm_call *c = &log->calls[i];
@@ -345,15 +378,19 @@ void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
             log->calls[kept++] = *c; /* still pending: counted when it completes */
             continue;
         }
-        if (c->t_last <= 0.0) {
+        const struct moe_eng_span *sp = span_of(e, c->t_block);
+        if (c->t_last <= 0.0 || sp == NULL) {
             continue;
         }
         double w = fmin(fmax(c->t_last - c->t_block, 0.0), c->t_end - c->t_block);
-        e->step_wait[c->slot] += w;
-        if (traced && w > 0.0 && e->tl_waits.len < e->tl_waits.cap) {
+        if (sp->is_measured) {
+            e->stats.wait_sum[c->slot] += w;
+        }
+        if (sp->is_traced && w > 0.0 && e->tl_waits.len < e->tl_waits.cap) {
             e->tl_waits.rec[e->tl_waits.len++] =
                 (struct moe_eng_tl_rec){c->t_block, c->t_block + w, c->slot, MOE_ENG_NO_OP};
         }
+        traced = traced || sp->is_traced;
     }
     log->len = kept;
     log->is_on = true;
@@ -361,11 +398,38 @@ void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
     if (traced) {
         qsort(e->tl_waits.rec, (size_t)e->tl_waits.len, sizeof(struct moe_eng_tl_rec), rec_cmp);
     }
-    if (is_measured) {
-        for (int s = 0; s < MOE_ENG_NUM_SLOTS; s++) {
-            e->stats.wait_sum[s] += e->step_wait[s];
+    e->num_spans = 0;
+}
+
+void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured)
+{
+    bool traced = e->tl.is_on;
+    e->tl.is_on = false;
+    double now = moe_eng_now() - e->clock_offset;
+    if (traced) {
+        e->trace_step_s = now - e->trace_t0;
+    }
+    if (e->kprof != NULL && is_measured) {
+        for (size_t i = 0; i < KPROF_N; i++) {
+            e->stats.kernel_s[i] += e->kprof->seconds[i];
+            e->stats.kernel_calls[i] += e->kprof->calls[i];
         }
     }
+    if (!e->has_wait_log) {
+        return;
+    }
+    struct moe_eng_span *sp = &e->spans[e->num_spans++];
+    sp->t1 = now;
+    sp->is_measured = is_measured;
+    sp->is_traced = traced;
+    if (e->num_spans == e->cap_spans) {
+        moe_eng_timing_flush(e); /* the log holds cap_spans steps: every rank matches here */
+    }
+}
+
+int moe_eng_unmatched_steps(const moe_eng_t *e)
+{
+    return e->num_spans;
 }
 
 /* ---- The traced step as events --------------------------------------------------------------- */
@@ -428,6 +492,7 @@ static int trace_capacity(const struct moe_eng *e)
 bool moe_eng_trace_gather(struct moe_eng *e, double **all, int **counts, double *step_s)
 {
     /* Every rank's records to rank 0 (point-to-point in rank order; after training). */
+    moe_eng_timing_flush(e); /* the traced step's waits */
     int n = e->ctx.size;
     int cap = trace_capacity(e);
     struct moe_eng_heap *h = &e->ctx.heap;

@@ -391,6 +391,8 @@ static void test_trace_and_waits(void **state)
     moe_eng_t *e = make(&plan, &o, &w);
     for (int i = 0; i < 2; i++) {
         (void)step(e);
+        /* Nothing joins the ranks between steps: the arrivals wait for the report. */
+        assert_int_equal(moe_eng_unmatched_steps(e), i + 1);
     }
     char path[128];
     char trace[160];
@@ -399,6 +401,7 @@ static void test_trace_and_waits(void **state)
     struct moe_diag diag;
     memset(&diag, 0, sizeof(diag));
     assert_int_equal(moe_eng_write_run(e, path, NULL, &diag), MOE_OK);
+    assert_int_equal(moe_eng_unmatched_steps(e), 0);
     assert_int_equal(moe_eng_write_trace(e, trace, &diag), MOE_OK);
     moe_eng_destroy(e);
     moe_comm_destroy(w);
