@@ -329,17 +329,7 @@ enum moe_status moe_cli_load_stats(const struct moe_cli_problem *p,
     if (p->opt.force_load_balancing || p->opt.moe_imbalance != 0.0 || !moe_cfg_is_moe(&p->cfg)) {
         return MOE_OK;
     }
-    const struct moe_layout *lay = &p->lay;
-    struct moe_imbalance_params ip = {
-        .num_experts = p->cfg.num_experts,
-        .topk = p->cfg.moe_router_topk,
-        .ep = lay->ep,
-        .tokens = (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp) * lay->ep,
-        .cv = p->imbalance_cv,
-        .num_samples = 2000,
-        .seed = 20261130UL,
-    };
-    MOE_TRY(moe_imbalance_monte_carlo(&ip, out, diag));
+    MOE_TRY(moe_imbalance_auto(&p->cfg, &p->lay, p->imbalance_cv, out, diag));
     *used = true;
     return MOE_OK;
 }
@@ -547,15 +537,23 @@ void moe_cli_error(const char *cmd, const struct moe_diag *diag)
 
 /* Expert-load statistics for a layout the search visits; called under the load cache's lock
  * (one scratch problem). */
+/* The load cache's fn: called from the search's threads at once, so each call works on its own
+ * copy of the problem. */
 static enum moe_status cli_load(void *ctx,
                                 const struct moe_layout *lay,
                                 struct moe_load_stats *out,
                                 bool *used,
                                 struct moe_diag *diag)
 {
-    struct moe_cli_problem *q = ctx;
+    struct moe_cli_problem *q = malloc(sizeof(*q));
+    if (q == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    *q = *(const struct moe_cli_problem *)ctx;
     q->lay = *lay;
-    return moe_cli_load_stats(q, out, used, diag);
+    enum moe_status st = moe_cli_load_stats(q, out, used, diag);
+    free(q);
+    return st;
 }
 
 enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,

@@ -31,7 +31,13 @@ enum moe_status moe_imbalance_monte_carlo(const struct moe_imbalance_params *p,
                             "[16, %d]",
                             MAX_SAMPLES);
     }
-    size_t e = (size_t)p->num_experts;
+    /* The EP ranks' loads are drawn directly: a sum of Dirichlet components is Dirichlet with the
+     * summed parameters, and a multinomial's group sums are multinomial over the groups' summed
+     * probabilities, so a rank's E/EP experts are one category of parameter (E/EP) alpha -- the
+     * same distribution of the busiest rank's load at EP/E of the draws (the planner calls this
+     * once per EP size and token count; 2 x 256 draws a sample made it most of `moefold plan`'s
+     * time). */
+    size_t e = (size_t)p->ep;
     double *alpha = malloc(e * sizeof(double));
     double *prob = malloc(e * sizeof(double));
     unsigned int *counts = malloc(e * sizeof(unsigned int));
@@ -44,25 +50,21 @@ enum moe_status moe_imbalance_monte_carlo(const struct moe_imbalance_params *p,
     }
     gsl_rng_set(rng, p->seed);
     double a = p->cv > 0.0 ? 1.0 / (p->cv * p->cv) : 0.0;
+    int per_rank = p->num_experts / p->ep;
     for (size_t i = 0; i < e; i++) {
-        alpha[i] = a;
+        alpha[i] = a * per_rank;
         prob[i] = 1.0 / (double)e;
     }
     double draws = p->tokens * p->topk;
     unsigned int n_draws = draws > 4e9 ? 4000000000u : (unsigned int)draws;
-    int per_rank = p->num_experts / p->ep;
     for (int s = 0; s < p->num_samples; s++) {
-        if (a > 0.0) {
+        if (a > 0.0 && e > 1) {
             gsl_ran_dirichlet(rng, e, alpha, prob);
         }
         gsl_ran_multinomial(rng, e, n_draws, prob, counts);
         double max_load = 0.0;
-        for (int r = 0; r < p->ep; r++) {
-            double load = 0.0;
-            for (int j = 0; j < per_rank; j++) {
-                load += counts[(size_t)r * (size_t)per_rank + (size_t)j];
-            }
-            max_load = load > max_load ? load : max_load;
+        for (size_t r = 0; r < e; r++) {
+            max_load = counts[r] > max_load ? counts[r] : max_load;
         }
         double mean_load = (double)n_draws / p->ep;
         factors[s] = mean_load > 0.0 ? max_load / mean_load : 1.0;
@@ -78,4 +80,22 @@ out_free:
     free(prob);
     free(alpha);
     return st;
+}
+
+enum moe_status moe_imbalance_auto(const struct moe_model_cfg *cfg,
+                                   const struct moe_layout *lay,
+                                   double cv,
+                                   struct moe_load_stats *out,
+                                   struct moe_diag *diag)
+{
+    struct moe_imbalance_params ip = {
+        .num_experts = cfg->num_experts,
+        .topk = cfg->moe_router_topk,
+        .ep = lay->ep,
+        .tokens = (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp) * lay->ep,
+        .cv = cv,
+        .num_samples = MOE_IMBALANCE_AUTO_SAMPLES,
+        .seed = MOE_IMBALANCE_AUTO_SEED,
+    };
+    return moe_imbalance_monte_carlo(&ip, out, diag);
 }

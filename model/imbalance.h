@@ -6,7 +6,8 @@
  * p ~ Dirichlet(alpha, ..., alpha) with alpha = 1 / cv^2 (cv = coefficient of variation of one
  * expert's share; cv = 0 means a perfectly balanced router in expectation), then the step's
  * tokens*top-k expert choices ~ Multinomial(p) (finite-token noise), and sums the experts of each
- * EP rank (E/EP consecutive experts). GSL's gsl_ran_dirichlet / gsl_ran_multinomial with a seeded
+ * EP rank (E/EP consecutive experts) -- drawn as the ranks' sums directly (Dirichlet and multinomial
+ * aggregation: the same distribution, EP instead of E categories). GSL's gsl_ran_dirichlet / gsl_ran_multinomial with a seeded
  * MT19937 generator: the same inputs give the same statistics. Allocates its scratch (not a hot
  * path: called once per predict, the planner caches by (E, K, EP, tokens)).
  */
@@ -45,6 +46,22 @@ struct moe_imbalance_params {
 MOE_NODISCARD enum moe_status moe_imbalance_monte_carlo(const struct moe_imbalance_params *p,
                                                         struct moe_load_stats *out,
                                                         struct moe_diag *diag);
+
+/* Monte Carlo samples and seed of `--moe-imbalance auto` (predict, plan and compare alike). */
+#define MOE_IMBALANCE_AUTO_SAMPLES 2000
+#define MOE_IMBALANCE_AUTO_SEED    20261130UL
+
+/*
+ * The statistics `--moe-imbalance auto` prices a layout with: the Monte Carlo above for the
+ * model's experts and top-k over the layout's EP group, each EP rank routing the tokens of its
+ * micro-batch share, mbs x seq / (CP x TP) (a layout reaches it through EP and those tokens
+ * alone), at popularity cv.
+ */
+MOE_NODISCARD enum moe_status moe_imbalance_auto(const struct moe_model_cfg *cfg,
+                                                 const struct moe_layout *lay,
+                                                 double cv,
+                                                 struct moe_load_stats *out,
+                                                 struct moe_diag *diag);
 
 #ifdef __cplusplus
 }

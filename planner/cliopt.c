@@ -4,12 +4,15 @@
 #include "planner/cliopt.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define GIB         1073741824.0
-#define LOAD_SLOTS  1024
+#define LOAD_BITS   10
+#define LOAD_SLOTS  (1 << LOAD_BITS)
+#define LOAD_PROBES 16
 #define BAR_WIDTH   30
 #define BAR_DELAY_S 1.0
 
@@ -488,7 +491,8 @@ enum moe_status moe_plan_cli_request(const struct moe_model_cfg *cfg,
 /* Load-statistics cache                                                                        */
 
 struct load_slot {
-    int key[6];
+    int ep;
+    double tokens; /* tokens one EP rank routes per micro-batch and layer: mbs seq / (cp tp) */
     bool used;
     bool has;
     struct moe_load_stats stats;
@@ -522,6 +526,24 @@ void moe_plan_load_cache_destroy(struct moe_plan_load_cache *c)
     free(c);
 }
 
+/* The slot of key (ep, tokens) under c->mu: its own, else the first free one on its probe path,
+ * else (a full path) the first of the path, to be overwritten. */
+static struct load_slot *load_slot(struct moe_plan_load_cache *c, int ep, double tokens)
+{
+    uint64_t bits = 0;
+    memcpy(&bits, &tokens, sizeof(bits));
+    /* Fibonacci hashing: the product's top bits mix every bit of the key (a double's low bits are
+     * often all zero, and a product's low bits see only the key's low bits). */
+    uint64_t h = ((bits ^ (uint64_t)(unsigned)ep) * 0x9E3779B97F4A7C15ull) >> (64 - LOAD_BITS);
+    for (int i = 0; i < LOAD_PROBES; i++) {
+        struct load_slot *t = &c->slots[(h + (uint64_t)i) % LOAD_SLOTS];
+        if (!t->used || (t->ep == ep && t->tokens == tokens)) {
+            return t;
+        }
+    }
+    return &c->slots[h];
+}
+
 enum moe_status moe_plan_load_cache_fn(void *cache,
                                        const struct moe_layout *lay,
                                        struct moe_load_stats *out,
@@ -529,31 +551,29 @@ enum moe_status moe_plan_load_cache_fn(void *cache,
                                        struct moe_diag *diag)
 {
     struct moe_plan_load_cache *c = cache;
-    int key[6] = {lay->tp, lay->cp, lay->ep, lay->etp, lay->mbs, lay->seq_length};
-    unsigned h = 2166136261u;
-    for (int i = 0; i < 6; i++) {
-        h = (h ^ (unsigned)key[i]) * 16777619u;
-    }
+    int ep = lay->ep;
+    double tokens = (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp);
     pthread_mutex_lock(&c->mu);
-    struct load_slot *s = &c->slots[h % LOAD_SLOTS];
-    enum moe_status st = MOE_OK;
-    if (!s->used || memcmp(s->key, key, sizeof(key)) != 0) {
-        bool has = false;
-        st = c->fn(c->ctx, lay, &s->stats, &has, diag);
-        if (st == MOE_OK) {
-            memcpy(s->key, key, sizeof(key));
-            s->used = true;
-            s->has = has;
-        } else {
-            s->used = false;
-        }
-    }
-    if (st == MOE_OK) {
+    const struct load_slot *s = load_slot(c, ep, tokens);
+    bool hit = s->used && s->ep == ep && s->tokens == tokens;
+    if (hit) {
         *used = s->has;
         *out = s->stats;
     }
     pthread_mutex_unlock(&c->mu);
-    return st;
+    if (hit) {
+        return MOE_OK;
+    }
+    /* Outside the lock: another thread may compute another key meanwhile (or the same one: the
+     * same inputs give the same statistics). */
+    struct load_slot fresh = {.ep = ep, .tokens = tokens, .used = true};
+    MOE_TRY(c->fn(c->ctx, lay, &fresh.stats, &fresh.has, diag));
+    pthread_mutex_lock(&c->mu);
+    *load_slot(c, ep, tokens) = fresh;
+    pthread_mutex_unlock(&c->mu);
+    *used = fresh.has;
+    *out = fresh.stats;
+    return MOE_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */

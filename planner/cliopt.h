@@ -80,9 +80,11 @@ MOE_NODISCARD enum moe_status moe_plan_cli_request(const struct moe_model_cfg *c
                                                    struct moe_diag *diag);
 
 /*
- * Thread-safe cache of expert-load statistics around fn (results keyed by the layout values they
- * depend on: tp, cp, ep, etp, mbs, sequence length): set req->load_fn = moe_plan_load_cache_fn
- * and req->load_ctx = the cache. fn is called under the cache's lock.
+ * Thread-safe cache of expert-load statistics around fn, keyed by what the expert-load Monte Carlo
+ * (moe_imbalance_auto) reads of a layout: EP and the tokens one EP rank routes per micro-batch and
+ * layer, mbs x seq / (CP x TP) -- layouts that differ only in how they make those tokens share one
+ * result. Set req->load_fn = moe_plan_load_cache_fn and req->load_ctx = the cache. fn is called
+ * outside the cache's lock, from the search's threads at once: it must be thread-safe.
  */
 struct moe_plan_load_cache;
 struct moe_plan_load_cache *moe_plan_load_cache_create(moe_plan_load_fn fn, void *ctx);

@@ -1,7 +1,8 @@
 /*
  * Planner benchmark (`make bench`): the wall time of a full search for DeepSeek-V3 on 1024 GPUs of
  * gb200-nvl72 and of dgx-h100 (global batch 8192 x 4096 tokens, all cores; the plan command's
- * defaults, top 10 and the Pareto front up to 1.5x the fastest, then the top 10 alone), with the
+ * defaults -- expert load by --moe-imbalance auto's Monte Carlo, top 10 and the Pareto front up to
+ * 1.5x the fastest -- then at a balanced load, with the Pareto front and the top 10 alone), with the
  * CPU time of every thread, candidates in the space and predictions made per second; against a
  * naive loop that validates (moe_layout_resolve) and predicts (moe_cost_predict) every candidate
  * -- timed on a sample of random candidates and extrapolated to the space -- and, measured end to
@@ -11,7 +12,9 @@
  */
 #include "model/config.h"
 #include "model/cost.h"
+#include "model/imbalance.h"
 #include "model/layout.h"
+#include "planner/cliopt.h"
 #include "planner/search.h"
 #include "planner/space.h"
 #include "topologies/cluster_file.h"
@@ -145,7 +148,19 @@ static double naive_seconds_per_candidate(const struct moe_plan_request *req)
     return per;
 }
 
-static int full_search(const char *cluster, double window, double per, double *per_out)
+/* --moe-imbalance auto's statistics of a layout (the plan command's default), for the cache. */
+static enum moe_status auto_load(void *ctx,
+                                 const struct moe_layout *lay,
+                                 struct moe_load_stats *out,
+                                 bool *used,
+                                 struct moe_diag *diag)
+{
+    *used = true;
+    return moe_imbalance_auto(ctx, lay, MOE_IMBALANCE_DEFAULT_CV, out, diag);
+}
+
+static int
+full_search(const char *cluster, double window, bool is_auto, double per, double *per_out)
 {
     struct moe_model_cfg cfg;
     struct moe_cluster cl;
@@ -166,18 +181,31 @@ static int full_search(const char *cluster, double window, double per, double *p
     if (per <= 0.0) {
         per = naive_seconds_per_candidate(&req);
     }
+    struct moe_plan_load_cache *lc = NULL;
+    if (is_auto) {
+        lc = moe_plan_load_cache_create(auto_load, &cfg);
+        if (lc == NULL) {
+            fprintf(stderr, "bench_planner: out of memory\n");
+            return 1;
+        }
+        req.load_fn = moe_plan_load_cache_fn;
+        req.load_ctx = lc;
+    }
     struct moe_plan_result res;
     double c0 = cpu_s();
-    if (moe_plan_search(&req, &res, &d) != MOE_OK) {
+    enum moe_status searched = moe_plan_search(&req, &res, &d);
+    double cpu = cpu_s() - c0;
+    moe_plan_load_cache_destroy(lc);
+    if (searched != MOE_OK) {
         fprintf(stderr, "bench_planner: %s\n", d.message);
         return 1;
     }
-    double cpu = cpu_s() - c0;
     const struct moe_plan_stats *st = &res.stats;
     double naive = st->enumerated * per / (st->threads > 0 ? st->threads : 1);
     char what[32];
-    (void)snprintf(what, sizeof(what), window > 0.0 ? "top10+pareto%.1f" : "top10", window);
-    printf("%-12s %-16s %8.3f %8.3f %8s %10.3g %9ld %10.0f %10.0f %12.0f %12.3g %10.3g\n", cluster,
+    (void)snprintf(what, sizeof(what), window > 0.0 ? "%stop10+pareto%.1f" : "%stop10",
+                   is_auto ? "auto:" : "", window);
+    printf("%-12s %-20s %8.3f %8.3f %8s %10.3g %9ld %10.0f %10.0f %12.0f %12.3g %10.3g\n", cluster,
            what, st->wall_s, cpu, st->wall_s <= TARGET_S ? "yes" : "NO", st->enumerated,
            st->layouts, st->evaluated, st->mem_evaluated, st->evaluated / st->wall_s,
            naive / SECONDS_A_YEAR, naive / st->wall_s);
@@ -239,16 +267,18 @@ int main(void)
     printf("# planner: full search of DeepSeek-V3 on 1024 GPUs, global batch 8192 x 4096 tokens "
            "(target < %.0f s)\n",
            TARGET_S);
-    printf("%-12s %-16s %8s %8s %8s %10s %9s %10s %10s %12s %12s %10s\n", "cluster", "search",
+    printf("%-12s %-20s %8s %8s %8s %10s %9s %10s %10s %12s %12s %10s\n", "cluster", "search",
            "wall_s", "cpu_s", "target", "candidates", "layouts", "predicts", "mem_evals",
            "predicts/s", "naive_years", "speedup");
     int rc = 0;
     const char *clusters[2] = {"gb200-nvl72", "dgx-h100"};
     for (int c = 0; c < 2; c++) {
         double per = 0.0;
-        /* the plan command's default (top 10, Pareto window 1.5), then the top 10 alone */
-        rc |= full_search(clusters[c], 1.5, 0.0, &per);
-        rc |= full_search(clusters[c], 0.0, per, &per);
+        /* the plan command's default (auto expert load, top 10, Pareto window 1.5), then at a
+         * balanced load with and without the Pareto front */
+        rc |= full_search(clusters[c], 1.5, true, 0.0, &per);
+        rc |= full_search(clusters[c], 1.5, false, per, &per);
+        rc |= full_search(clusters[c], 0.0, false, per, &per);
     }
     rc |= measured_speedup();
     return rc;

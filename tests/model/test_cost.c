@@ -13,6 +13,9 @@
 #include "model/memory.h"
 #include "model/schedule.h"
 
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -761,6 +764,56 @@ static void test_imbalance(void **state)
     assert_non_null(strstr(d.message, "divisible"));
 }
 
+/*
+ * The Monte Carlo draws each EP rank's load directly (Dirichlet and multinomial aggregation):
+ * its statistics match a draw of every expert summed per rank, here written out with GSL, within
+ * Monte Carlo error (a rank-level Dirichlet without the E/EP factor on its alpha would spread the
+ * ranks' shares sqrt(E/EP) = 2.8x as wide).
+ */
+static void test_imbalance_per_expert_reference(void **state)
+{
+    (void)state;
+    enum { E = 64, K = 4, EP = 8, N = 4000 };
+    const double cv = 0.3;
+    const double tokens = 4096.0;
+    double alpha[E];
+    double prob[E];
+    unsigned int counts[E];
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    assert_non_null(rng);
+    gsl_rng_set(rng, 12345);
+    for (int i = 0; i < E; i++) {
+        alpha[i] = 1.0 / (cv * cv);
+    }
+    double sum = 0.0;
+    double sum2 = 0.0;
+    for (int s = 0; s < N; s++) {
+        gsl_ran_dirichlet(rng, E, alpha, prob);
+        gsl_ran_multinomial(rng, E, (unsigned int)(tokens * K), prob, counts);
+        double most = 0.0;
+        for (int r = 0; r < EP; r++) {
+            double load = 0.0;
+            for (int j = 0; j < E / EP; j++) {
+                load += counts[r * (E / EP) + j];
+            }
+            most = fmax(most, load);
+        }
+        double f = most / (tokens * K / EP);
+        sum += f;
+        sum2 += f * f;
+    }
+    gsl_rng_free(rng);
+    double ref = sum / N;
+    double se = sqrt((sum2 / N - ref * ref) / N);
+    struct moe_imbalance_params p = {E, K, EP, tokens, cv, N, 7};
+    struct moe_load_stats got;
+    struct moe_diag d = {0};
+    assert_int_equal(moe_imbalance_monte_carlo(&p, &got, &d), MOE_OK);
+    print_message("imbalance: per-expert reference %.4f +- %.4f, rank-level draw %.4f\n", ref, se,
+                  got.mean_factor);
+    assert_true(fabs(got.mean_factor - ref) < 4.0 * sqrt(2.0) * se);
+}
+
 static void test_more_imbalance_slower(void **state)
 {
     (void)state;
@@ -1359,6 +1412,7 @@ int main(void)
         cmocka_unit_test(test_phases_sum_to_step),
         cmocka_unit_test(test_bubble_closed_form_and_simulation),
         cmocka_unit_test(test_imbalance),
+        cmocka_unit_test(test_imbalance_per_expert_reference),
         cmocka_unit_test(test_more_imbalance_slower),
         cmocka_unit_test(test_unresolved_layout_rejected),
         cmocka_unit_test(test_workspace_reuse),
