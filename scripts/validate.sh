@@ -20,11 +20,13 @@
 # Each run trains VALIDATE_STEPS steps (default 11: 10 measured after the warm-up step; a step of
 # this suite moves 10-40% from the next on a shared VM, so 5 left the mean to one slow step). Each
 # plan is trained VALIDATE_REPEATS times (default 3), in passes over the whole suite so a
-# plan's runs lie minutes apart, and the run with the least step time is compared: the bench keeps
-# each rate's least pass too, so both sides are measured the same way, and a slow spell of a
-# shared or virtual host (other tenants' load, invisible from inside: the same plan measured up
-# to 40% slower a minute later on this project's VM) costs a repeat instead of a false error. The
-# table says how far the slowest run was from the kept one.
+# plan's runs lie minutes apart, and the run with the least step time is compared: a slow spell of
+# a shared or virtual host (other tenants' load, invisible from inside: the same plan measured up
+# to 40% slower a minute later on this project's VM) costs a repeat instead of a false error, as
+# the bench's median pass drops a disturbed pass of a rate (each run's step is a mean over ten
+# steps, a bench pass a few milliseconds: the bench keeps the median, not the fastest, whose
+# window-to-window spread a step averages out). The table says how far the slowest run was from
+# the kept one.
 set -uo pipefail
 build=${1:-build}
 bin="$build/bin"
