@@ -44,10 +44,10 @@ struct bench_args {
     size_t min_bytes, max_bytes;
     struct moe_bench_cfg cfg;
     bool is_json;
-    bool is_bound;   /* bind each rank to one core (its index among the node's ranks) */
-    int passes;      /* passes over the kernel tables */
+    bool is_bound;        /* bind each rank to one core (its index among the node's ranks) */
+    int passes;           /* passes over the kernel tables */
     enum bench_keep keep; /* which pass of each point is kept */
-    long long evict; /* --evict-bytes, -1: the host's last-level cache per core */
+    long long evict;      /* --evict-bytes, -1: the host's last-level cache per core */
 };
 
 /* Streamed before each step-like collective call when the host's cache is unknown: more than the
@@ -112,8 +112,8 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                                           {"help", no_argument, NULL, 'h'},
                                           {"version", no_argument, NULL, 'V'},
                                           {NULL, 0, NULL, 0}};
-    *a = (struct bench_args){true,  true,  true, true,        true, true, 8, 16u << 20, {20, 5, 0},
-                             false, false, 3,    KEEP_MEDIAN, -1};
+    *a = (struct bench_args){true,      true,       true,  true,  true, true,        8,
+                             16u << 20, {20, 5, 0}, false, false, 3,    KEEP_MEDIAN, -1};
     opterr = root ? 1 : 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -188,8 +188,7 @@ static int parse(int argc, char **argv, struct bench_args *a, bool root)
                 break;
             }
             if (root) {
-                (void)fprintf(stderr, "moefold-bench: bad --keep '%s' (median or least)\n",
-                              optarg);
+                (void)fprintf(stderr, "moefold-bench: bad --keep '%s' (median or least)\n", optarg);
             }
             return 2;
         case 'E':
@@ -681,9 +680,8 @@ static int bench_act(moe_comm_t *w,
 
 /* n passes of one shape (n >= 1): each direction's kept pass of the per-call median (the rates
  * with it), failed if any pass failed. */
-static struct moe_bench_attention kept_attention(const struct moe_bench_attention *r,
-                                                 int n,
-                                                 enum bench_keep keep)
+static struct moe_bench_attention
+kept_attention(const struct moe_bench_attention *r, int n, enum bench_keep keep)
 {
     double fus[BENCH_MAX_PASSES], bus[BENCH_MAX_PASSES];
     bool ok = true;

@@ -221,8 +221,8 @@ enum moe_status moe_eng_timing_create(struct moe_eng *e, struct moe_diag *diag)
         int cap = 4 * per_step;
         int waits = e->has_wait_log ? per_step : 0;
         e->tl.rec = moe_eng_heap_alloc(h, (size_t)cap * sizeof(struct moe_eng_tl_rec));
-        e->tl_waits.rec = moe_eng_heap_alloc(
-            h, (size_t)waits * sizeof(struct moe_eng_tl_rec) + sizeof(struct moe_eng_tl_rec));
+        e->tl_waits.rec = moe_eng_heap_alloc(h, (size_t)waits * sizeof(struct moe_eng_tl_rec) +
+                                                    sizeof(struct moe_eng_tl_rec));
         if (e->tl.rec == NULL || e->tl_waits.rec == NULL) {
             return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the traced step");
         }

@@ -6,10 +6,11 @@
  * p ~ Dirichlet(alpha, ..., alpha) with alpha = 1 / cv^2 (cv = coefficient of variation of one
  * expert's share; cv = 0 means a perfectly balanced router in expectation), then the step's
  * tokens*top-k expert choices ~ Multinomial(p) (finite-token noise), and sums the experts of each
- * EP rank (E/EP consecutive experts) -- drawn as the ranks' sums directly (Dirichlet and multinomial
- * aggregation: the same distribution, EP instead of E categories). GSL's gsl_ran_dirichlet / gsl_ran_multinomial with a seeded
- * MT19937 generator: the same inputs give the same statistics. Allocates its scratch (not a hot
- * path: called once per predict, the planner caches by (E, K, EP, tokens)).
+ * EP rank (E/EP consecutive experts) -- drawn as the ranks' sums directly (Dirichlet and
+ * multinomial aggregation: the same distribution, EP instead of E categories). GSL's
+ * gsl_ran_dirichlet / gsl_ran_multinomial with a seeded MT19937 generator: the same inputs give the
+ * same statistics. Allocates its scratch (not a hot path: called once per predict, the planner
+ * caches by (E, K, EP, tokens)).
  */
 #ifndef MOE_MODEL_IMBALANCE_H
 #define MOE_MODEL_IMBALANCE_H

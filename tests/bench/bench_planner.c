@@ -2,8 +2,8 @@
  * Planner benchmark (`make bench`): the wall time of a full search for DeepSeek-V3 on 1024 GPUs of
  * gb200-nvl72 and of dgx-h100 (global batch 8192 x 4096 tokens, all cores; the plan command's
  * defaults -- expert load by --moe-imbalance auto's Monte Carlo, top 10 and the Pareto front up to
- * 1.5x the fastest -- then at a balanced load, with the Pareto front and the top 10 alone), with the
- * CPU time of every thread, candidates in the space and predictions made per second; against a
+ * 1.5x the fastest -- then at a balanced load, with the Pareto front and the top 10 alone), with
+ * the CPU time of every thread, candidates in the space and predictions made per second; against a
  * naive loop that validates (moe_layout_resolve) and predicts (moe_cost_predict) every candidate
  * -- timed on a sample of random candidates and extrapolated to the space -- and, measured end to
  * end, the exhaustive search of a problem small enough to enumerate. Target: under 2 s per full

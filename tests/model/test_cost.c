@@ -15,7 +15,6 @@
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
-
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
