@@ -15,10 +15,11 @@
  * matching after every step did, so a pipeline stage that ended its step early (a shorter
  * optimizer) waited there for the last one and then idled at the next step's start for its
  * neighbour's first forward, a bubble the model's staggered stage starts (model/cost.c) do not
- * have (validate pp2: 8.5 ms a step on stage 1, pp_bubble -94%). The log holds every step's
- * records until then; when it cannot take another step it grows, and past LOG_BYTES_MAX it is
- * matched at that step's end (which joins the ranks there once). A non-blocking call posted in
- * one step and waited in the next is matched when it is posted and counted when it completes.
+ * have (validate pp2: 8.5 ms a step on stage 1, pp_bubble -94%). The log holds the records of
+ * the run's steps, or of as many as fit in LOG_BYTES_MAX (the same count on every rank); when it
+ * is full it is matched at that step's end, which joins the ranks there once. A non-blocking call
+ * posted in one step and waited in the next is matched when it is posted and counted when it
+ * completes.
  * - Clocks: CLOCK_MONOTONIC is shared by the processes of one host; across hosts each rank's offset
  *   to rank 0 is estimated once at creation by ping-pong with rank 0 (NTP's estimate from the
  *   exchange with the shortest round trip), and every time is put on rank 0's clock.
