@@ -535,10 +535,8 @@ void moe_cli_error(const char *cmd, const struct moe_diag *diag)
     }
 }
 
-/* Expert-load statistics for a layout the search visits; called under the load cache's lock
- * (one scratch problem). */
-/* The load cache's fn: called from the search's threads at once, so each call works on its own
- * copy of the problem. */
+/* Expert-load statistics for a layout the search visits (the load cache's fn): called from the
+ * search's threads at once, so each call works on its own copy of the problem. */
 static enum moe_status cli_load(void *ctx,
                                 const struct moe_layout *lay,
                                 struct moe_load_stats *out,
