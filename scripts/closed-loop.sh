@@ -4,6 +4,10 @@
 # (moefold plan --emit), train under that plan with mpirun (moefold-train --plan) and print
 # predicted vs measured per phase (moefold compare), with the predicted and the measured last step
 # as one Chrome trace (OUT_DIR/local.trace.json) and an ASCII Gantt chart of both.
+# Trains DEMO_REPEATS times (default 3) for DEMO_STEPS steps (default 11: 10 measured after the
+# warm-up step) and compares the run with the least step time, as `make validate` does: one run of
+# 6 steps on this project's 2-vCPU VM read -24% and then -14% against the same calibration a minute
+# later (2026-12-02), its steps 208-271 ms; a slow spell costs a repeat, not a false error.
 # Usage: scripts/closed-loop.sh BUILD OUT_DIR.
 # `make validate` runs a fixed suite of plans the same way and prints the error statistics.
 set -euo pipefail
@@ -12,7 +16,11 @@ out=${2:-$build/demo}
 bin="$build/bin"
 model=tests/data/models/validate-moe.json
 cluster=topologies/local.json
-steps=${DEMO_STEPS:-6}
+steps=${DEMO_STEPS:-11}
+repeats=${DEMO_REPEATS:-3}
+case "$repeats" in
+'' | *[!0-9]* | 0) echo "closed-loop: DEMO_REPEATS '$repeats': expected an integer 1-9" >&2; exit 2 ;;
+esac
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 cores=$(nproc)
@@ -27,10 +35,31 @@ echo "# plan: the fastest layout for $(basename "$model") on $np rank(s) of this
     --emit "$out/local.plan.json"
 
 echo
-echo "# train: mpirun -np $np moefold-train --plan $out/local.plan.json --steps $steps"
-mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$out/local.plan.json" \
-    --steps "$steps" --synthetic --out "$out/local.run.json" \
-    --trace "$out/local.measured.trace.json"
+echo "# train: mpirun -np $np moefold-train --plan $out/local.plan.json --steps $steps," \
+    "$repeats time(s); the run with the least step time is compared"
+step_of() { # step_time_s of a run.json
+    grep -o '"step_time_s":[[:space:]]*[0-9.eE+-]*' "$1" | head -1 | sed 's/.*:[[:space:]]*//'
+}
+best=""
+best_s=""
+for k in $(seq 1 "$repeats"); do
+    if ! mpirun -np "$np" --bind-to core "$bin/moefold-train" --plan "$out/local.plan.json" \
+        --steps "$steps" --synthetic --out "$out/local.run$k.json" \
+        --trace "$out/local.measured$k.trace.json" >"$out/local.train$k.txt" 2>&1; then
+        cat "$out/local.train$k.txt" >&2
+        exit 1
+    fi
+    s=$(step_of "$out/local.run$k.json")
+    echo "#   run $k: $(awk -v s="$s" 'BEGIN {printf "%.1f", 1e3 * s}') ms a step (mean of $((steps > 1 ? steps - 1 : 1)))"
+    if [ -z "$best_s" ] || awk -v a="$s" -v b="$best_s" 'BEGIN {exit !(a < b)}'; then
+        best=$k
+        best_s=$s
+    fi
+done
+echo "# the kept run ($best of $repeats):"
+cat "$out/local.train$best.txt"
+cp "$out/local.run$best.json" "$out/local.run.json"
+cp "$out/local.measured$best.trace.json" "$out/local.measured.trace.json"
 
 echo
 echo "# compare: predicted vs measured"
