@@ -320,18 +320,28 @@ enum moe_status moe_cli_resolve(struct moe_cli_problem *p, struct moe_diag *diag
     return moe_layout_resolve(&p->cfg, &p->cl, &p->opt, &p->lay, diag);
 }
 
-enum moe_status moe_cli_load_stats(const struct moe_cli_problem *p,
-                                   struct moe_load_stats *out,
-                                   bool *used,
-                                   struct moe_diag *diag)
+/* moe_cli_load_stats of problem p at layout lay (p read only). */
+static enum moe_status load_stats_at(const struct moe_cli_problem *p,
+                                     const struct moe_layout *lay,
+                                     struct moe_load_stats *out,
+                                     bool *used,
+                                     struct moe_diag *diag)
 {
     *used = false;
     if (p->opt.force_load_balancing || p->opt.moe_imbalance != 0.0 || !moe_cfg_is_moe(&p->cfg)) {
         return MOE_OK;
     }
-    MOE_TRY(moe_imbalance_auto(&p->cfg, &p->lay, p->imbalance_cv, out, diag));
+    MOE_TRY(moe_imbalance_auto(&p->cfg, lay, p->imbalance_cv, out, diag));
     *used = true;
     return MOE_OK;
+}
+
+enum moe_status moe_cli_load_stats(const struct moe_cli_problem *p,
+                                   struct moe_load_stats *out,
+                                   bool *used,
+                                   struct moe_diag *diag)
+{
+    return load_stats_at(p, &p->lay, out, used, diag);
 }
 
 enum moe_status moe_cli_run_predict(const struct moe_cli_problem *p,
@@ -536,22 +546,14 @@ void moe_cli_error(const char *cmd, const struct moe_diag *diag)
 }
 
 /* Expert-load statistics for a layout the search visits (the load cache's fn): called from the
- * search's threads at once, so each call works on its own copy of the problem. */
+ * search's threads at once; the problem is only read. */
 static enum moe_status cli_load(void *ctx,
                                 const struct moe_layout *lay,
                                 struct moe_load_stats *out,
                                 bool *used,
                                 struct moe_diag *diag)
 {
-    struct moe_cli_problem *q = malloc(sizeof(*q));
-    if (q == NULL) {
-        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
-    }
-    *q = *(const struct moe_cli_problem *)ctx;
-    q->lay = *lay;
-    enum moe_status st = moe_cli_load_stats(q, out, used, diag);
-    free(q);
-    return st;
+    return load_stats_at(ctx, lay, out, used, diag);
 }
 
 enum moe_status moe_cli_plan_request(const struct moe_cli_problem *p,

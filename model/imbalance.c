@@ -82,6 +82,11 @@ out_free:
     return st;
 }
 
+double moe_imbalance_rank_tokens(const struct moe_layout *lay)
+{
+    return (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp);
+}
+
 enum moe_status moe_imbalance_auto(const struct moe_model_cfg *cfg,
                                    const struct moe_layout *lay,
                                    double cv,
@@ -92,7 +97,7 @@ enum moe_status moe_imbalance_auto(const struct moe_model_cfg *cfg,
         .num_experts = cfg->num_experts,
         .topk = cfg->moe_router_topk,
         .ep = lay->ep,
-        .tokens = (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp) * lay->ep,
+        .tokens = moe_imbalance_rank_tokens(lay) * lay->ep,
         .cv = cv,
         .num_samples = MOE_IMBALANCE_AUTO_SAMPLES,
         .seed = MOE_IMBALANCE_AUTO_SEED,

@@ -58,6 +58,9 @@ MOE_NODISCARD enum moe_status moe_imbalance_monte_carlo(const struct moe_imbalan
  * micro-batch share, mbs x seq / (CP x TP) (a layout reaches it through EP and those tokens
  * alone), at popularity cv.
  */
+/* Tokens one EP rank routes per micro-batch and layer: mbs x seq / (CP x TP). */
+double moe_imbalance_rank_tokens(const struct moe_layout *lay);
+
 MOE_NODISCARD enum moe_status moe_imbalance_auto(const struct moe_model_cfg *cfg,
                                                  const struct moe_layout *lay,
                                                  double cv,

@@ -3,6 +3,8 @@
  */
 #include "planner/cliopt.h"
 
+#include "model/imbalance.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -552,7 +554,7 @@ enum moe_status moe_plan_load_cache_fn(void *cache,
 {
     struct moe_plan_load_cache *c = cache;
     int ep = lay->ep;
-    double tokens = (double)lay->mbs * lay->seq_length / ((double)lay->cp * lay->tp);
+    double tokens = moe_imbalance_rank_tokens(lay); /* the key: what moe_imbalance_auto reads */
     pthread_mutex_lock(&c->mu);
     const struct load_slot *s = load_slot(c, ep, tokens);
     bool hit = s->used && s->ep == ep && s->tokens == tokens;
