@@ -660,7 +660,6 @@ enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)
             MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));
         }
     }
-    moe_eng_timing_flush(e); /* the steps' wait shares, matched after the last step */
     bool just_saved = e->opts.save_every > 0 && n > 0 && e->step % e->opts.save_every == 0;
     if (e->opts.save_dir != NULL && !just_saved) {
         MOE_TRY(moe_eng_save(e, e->opts.save_dir, diag));

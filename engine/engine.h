@@ -230,8 +230,8 @@ MOE_NODISCARD enum moe_status
 moe_eng_compute_grads(moe_eng_t *e, double *loss, struct moe_diag *diag);
 
 /* Steps whose collectives' arrival times are not matched yet: they are matched after training
- * (write_run, write_trace and moe_eng_train do it), not between steps, so no collective joins the
- * ranks there. 0 on backends without wait shares. */
+ * (write_run and write_trace do it, the readers of the waits), not between steps, so no collective
+ * joins the ranks there. 0 on backends without wait shares. */
 int moe_eng_unmatched_steps(const moe_eng_t *e);
 
 /* Parameter tensors held by this rank (engine memory: device pointers on the CUDA backend). */

@@ -586,7 +586,7 @@ void moe_eng_timing_begin_step(struct moe_eng *e);
 void moe_eng_timing_end_step(struct moe_eng *e, bool is_measured);
 /* Match the logged collectives' arrivals over every group and add their wait shares to
  * stats.wait_sum (measured steps) and to the traced step's waits. Collective; a no-op without
- * pending steps. Called after training, before anything reads the waits. */
+ * pending steps. Called by the waits' readers (write_run, the trace), after training. */
 void moe_eng_timing_flush(struct moe_eng *e);
 /* The traced step of every rank on rank 0 (collective): *all (malloc, rank 0; records of rank 0,
  * then 1, ...), *counts (malloc, rank 0: records per rank),
