@@ -49,9 +49,23 @@ double moe_plan_bound_load(const struct moe_plan_space *sp, const struct moe_lay
     if (!sp->is_moe || o->force_load_balancing) {
         return 1.0;
     }
-    /* auto (0) draws a Monte Carlo factor >= 1, which 1 bounds; hot-expert clones share the
-     * excess over at most ep ranks (model/cost.c). A busier rank is never faster. */
+    /* A given factor, or auto's: the mean busiest-rank factor of the layout's (EP, tokens) from
+     * the request's load statistics (model/cost.c prices the step with it), else 1, which bounds
+     * any Monte Carlo factor. A busier rank is never faster. */
     double f = o->moe_imbalance >= 1.0 ? o->moe_imbalance : 1.0;
+    if (sp->req->load_fn != NULL) {
+        struct moe_load_stats st;
+        bool used = false;
+        if (sp->req->load_fn(sp->req->load_ctx, lay, &st, &used, NULL) == MOE_OK && used &&
+            st.mean_factor > 1.0) {
+            f = st.mean_factor;
+        }
+    }
+    /* As model/cost.c: a capacity factor caps the load; hot-expert clones share the excess over
+     * at most ep ranks. */
+    if (o->capacity_factor > 0.0 && f > o->capacity_factor) {
+        f = o->capacity_factor >= 1.0 ? o->capacity_factor : 1.0;
+    }
     if (o->moe_hot_expert_replicas > 0 && lay->ep > 1) {
         f = 1.0 + (f - 1.0) / lay->ep;
     }
@@ -126,6 +140,7 @@ static void copy_attn_terms(const struct moe_plan_recipe_terms *from,
 static void recipe_terms(const struct moe_plan_space *sp,
                          const struct moe_plan_bound_model *bm,
                          const struct moe_layout *lay,
+                         double load,
                          int recipe,
                          const struct moe_plan_recipe_terms *same,
                          struct moe_plan_recipe_terms *t)
@@ -134,7 +149,6 @@ static void recipe_terms(const struct moe_plan_space *sp,
     const struct moe_cluster *cl = sp->req->cl;
     double ov = cl->overheads.overlap_eff;
     double tp_keep = tp_overlap_possible(sp, lay) ? pos(1.0 - ov) : 1.0;
-    double load = moe_plan_bound_load(sp, lay);
     const uint8_t *disp = lay->ep > 1 ? sp->dispatchers : sp->dispatchers_ep1;
     int num_disp = lay->ep > 1 ? sp->num_dispatchers : sp->num_dispatchers_ep1;
     struct moe_options opt;
@@ -223,11 +237,13 @@ static void recipe_terms(const struct moe_plan_space *sp,
 void moe_plan_bound_terms(const struct moe_plan_space *sp,
                           const struct moe_plan_bound_model *bm,
                           const struct moe_layout *lay,
+                          double load,
                           const struct moe_plan_layer_terms *same,
                           struct moe_plan_layer_terms *out)
 {
     for (int ri = 0; ri < sp->num_recipes; ri++) {
-        recipe_terms(sp, bm, lay, sp->recipes[ri], same != NULL ? &same->r[ri] : NULL, &out->r[ri]);
+        recipe_terms(sp, bm, lay, load, sp->recipes[ri], same != NULL ? &same->r[ri] : NULL,
+                     &out->r[ri]);
     }
 }
 
@@ -480,13 +496,13 @@ double moe_plan_bound_stage_static(const struct moe_plan_space *sp,
 
 void moe_plan_bound_rc_terms(const struct moe_plan_space *sp,
                              const struct moe_layout *lay,
+                             double load,
                              int recipe,
                              int grouped,
                              struct moe_plan_rc_terms *out)
 {
     const struct moe_model_cfg *cfg = sp->req->cfg;
     const struct moe_cluster *cl = sp->req->cl;
-    double load = moe_plan_bound_load(sp, lay);
     memset(out, 0, sizeof(*out));
     struct moe_options opt;
     bound_options(sp, recipe, grouped, MOE_DISPATCH_ALLTOALL, &opt);

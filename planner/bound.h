@@ -74,6 +74,7 @@ struct moe_plan_rc_terms {
 
 void moe_plan_bound_rc_terms(const struct moe_plan_space *sp,
                              const struct moe_layout *lay,
+                             double load,
                              int recipe,
                              int grouped,
                              struct moe_plan_rc_terms *out);
@@ -93,7 +94,10 @@ struct moe_plan_bound_model {
 
 void moe_plan_bound_model_init(const struct moe_model_cfg *cfg, struct moe_plan_bound_model *bm);
 
-/* Smallest load factor any option value gives this layout. */
+/* Smallest load factor any option value gives this layout's dimensions (reads ep, tp, cp, mbs,
+ * seq_length): the given factor, or auto's mean factor from the request's load_fn (a call that
+ * may run its Monte Carlo: the search asks once per layer key), capped and shared as
+ * model/cost.c does. The terms below take it as their `load`. */
 double moe_plan_bound_load(const struct moe_plan_space *sp, const struct moe_layout *lay);
 
 /* Whether some allowed option value enables 1F1B EP overlap on this layout. */
@@ -107,6 +111,7 @@ bool moe_plan_bound_ep_overlap_possible(const struct moe_plan_space *sp,
 void moe_plan_bound_terms(const struct moe_plan_space *sp,
                           const struct moe_plan_bound_model *bm,
                           const struct moe_layout *lay,
+                          double load,
                           const struct moe_plan_layer_terms *same,
                           struct moe_plan_layer_terms *out);
 

@@ -570,11 +570,12 @@ static double rc_bound(struct worker *w,
 static void ensure_rc_terms(struct worker *w, const struct node *nd, int ri, int gi)
 {
     const struct moe_plan_space *sp = &w->s->sp;
-    long key = ((long)nd->key * MOE_NUM_RECIPES + ri) * 2 + gi;
+    long key = (((long)nd->key * 2 + (w->key_load > 1.0)) * MOE_NUM_RECIPES + ri) * 2 + gi;
     if (w->rc_key[gi] == key) {
         return;
     }
-    moe_plan_bound_rc_terms(sp, &w->lay, sp->recipes[ri], sp->grouped[gi], &w->rc_terms[gi]);
+    moe_plan_bound_rc_terms(sp, &w->lay, w->key_load, sp->recipes[ri], sp->grouped[gi],
+                            &w->rc_terms[gi]);
     w->rc_key[gi] = key;
 }
 

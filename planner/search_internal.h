@@ -106,6 +106,13 @@ struct layer_key {
     bool needed;                 /* referenced by a node that can fit */
     struct moe_plan_kind_lb lb;  /* least over every option group */
     struct moe_plan_kind_lb lb0; /* the same without 1F1B EP overlap (pp > 1, vpp == 1) */
+    /* lb and lb0 at the sizes' expert load (moe_plan_bound_load; under --moe-imbalance auto a
+     * Monte Carlo the evaluation runs anyway), computed by the first worker to search a node of
+     * the key that its load-1 bound does not prune (moe_search_key_load): 0 not yet, 1 being
+     * computed, 2 ready (load, llb, llb0 set; read after an acquire load of 2). */
+    atomic_int load_state;
+    double load;
+    struct moe_plan_kind_lb llb, llb0;
 };
 
 struct terms_slot {
@@ -281,7 +288,7 @@ struct worker {
     int *mtp;                        /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
     /* Recompute terms and per-rank sums, one slot per grouped-GEMM index (the groups alternate
      * between the two). */
-    long rc_key[2];                 /* key index, recipe and grouped of rc_terms; -1 none */
+    long rc_key[2]; /* key index, its load's use, recipe and grouped of rc_terms; -1 none */
     long rcb_serial[2], rcb_key[2]; /* layout and rc_key of the cached per-rank recompute sums */
     unsigned rcb_stamp[2];
     struct rc_sums *rcb;     /* [2][MOE_PLAN_MAX_RC] */
@@ -302,6 +309,7 @@ struct worker {
     const struct moe_plan_layer_terms *cur_terms;
     double static_ps[MOE_NUM_RECIPES][MOE_PLAN_MAX_STATICS]; /* per group, bytes, context incl. */
     double layout_lb;
+    double key_load; /* the current node's key's load factor for the bounds (1 until known) */
     double load;
     bool has_stats;
     struct moe_load_stats stats;
@@ -366,6 +374,9 @@ MOE_NODISCARD enum moe_status moe_search_key_order_init(struct search *s);
 /* Per-layer bounds of a key (phase 1) and a node's bound over its vpp values (phase 2). */
 void moe_search_key_bound(struct worker *w, struct layer_key *k);
 void moe_search_node_bound(struct search *s, struct node *nd);
+/* Whether k's load-aware bounds (llb, llb0, load) are ready: computes them unless another worker
+ * is at it (meanwhile the load-1 bounds serve: they are lower). Phase 3. */
+bool moe_search_key_load(struct worker *w, struct layer_key *k);
 
 /* ---- search_order.c: the order nodes are taken in -------------------------------------------- */
 

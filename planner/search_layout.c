@@ -305,11 +305,12 @@ static const struct moe_plan_layer_terms *node_terms(struct worker *w, const str
 {
     struct search *s = w->s;
     struct terms_slot *slot = &w->terms[(unsigned long)nd->key % TERMS_SLOTS];
-    if (slot->key != nd->key) {
+    long key = (long)nd->key * 2 + (w->key_load > 1.0); /* load-1 terms, or the key's load */
+    if (slot->key != key) {
         struct moe_layout lay;
         moe_search_fill_sizes(s, nd, 1, &lay);
-        moe_plan_bound_terms(&s->sp, &s->bm, &lay, NULL, &slot->t);
-        slot->key = nd->key;
+        moe_plan_bound_terms(&s->sp, &s->bm, &lay, w->key_load, NULL, &slot->t);
+        slot->key = key;
     }
     return &slot->t;
 }
@@ -336,15 +337,26 @@ void moe_search_node(struct worker *w, const struct node *nd)
     struct search *s = w->s;
     bool exh = s->req->exhaustive;
     w->cur_terms = NULL;
+    struct layer_key *key = &s->keys[nd->key];
+    const struct moe_plan_kind_lb *klb = &key->lb;
+    const struct moe_plan_kind_lb *klb0 = &key->lb0;
+    w->key_load = 1.0;
+    w->has_best = false;
+    /* Past the node's load-1 bound, the key's load tightens every bound below. */
+    if (!exh && nd->static_lb <= s->cap && !moe_search_prune(w, nd->lb, nd->static_lb, NULL) &&
+        moe_search_key_load(w, key)) {
+        klb = &key->llb;
+        klb0 = &key->llb0;
+        w->key_load = key->load;
+    }
     for (int vpp = 1; vpp <= moe_search_vpp_max(s, nd->k.pp); vpp++) {
         if (!moe_search_vpp_ok(s, nd, vpp)) {
             continue;
         }
         struct moe_layout sizes;
         moe_search_fill_sizes(s, nd, vpp, &sizes);
-        const struct moe_plan_kind_lb *lb = moe_plan_bound_ep_overlap_possible(&s->sp, &sizes)
-                                                ? &s->keys[nd->key].lb
-                                                : &s->keys[nd->key].lb0;
+        const struct moe_plan_kind_lb *lb =
+            moe_plan_bound_ep_overlap_possible(&s->sp, &sizes) ? klb : klb0;
         const struct ptable *pt = ptable_of(s, nd->k.pp, vpp);
         int np = pt != NULL ? pt->n : 0;
         const struct placement *pl = pt != NULL ? pt->pl : NULL;

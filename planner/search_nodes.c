@@ -133,6 +133,8 @@ static long key_index(struct search *s, struct key_map *km, const struct moe_pla
     q->mbs = v[4];
     q->sp = v[5];
     q->working_lb = key_working_bound(s, q);
+    atomic_init(&q->load_state, 0);
+    q->load = 1.0;
     km->slot[i] = s->num_keys;
     return s->num_keys++;
 }
@@ -399,7 +401,9 @@ enum moe_status moe_search_key_order_init(struct search *s)
 }
 
 /* Phase 1: a key's per-layer bounds, the least over every option group (bound.c), with and
- * without the 1F1B EP overlap. */
+ * without the 1F1B EP overlap, at load 1 (a factor >= 1 never makes a step faster): the load
+ * under --moe-imbalance auto is a Monte Carlo per (EP, tokens), and most keys' nodes are pruned
+ * without it (moe_search_key_load prices it for the others). */
 void moe_search_key_bound(struct worker *w, struct layer_key *k)
 {
     struct search *s = w->s;
@@ -415,7 +419,7 @@ void moe_search_key_bound(struct worker *w, struct layer_key *k)
     key_attn(k, v);
     bool same = w->kattn_valid && memcmp(v, w->kattn, sizeof(v)) == 0;
     struct moe_plan_layer_terms *t = &w->kterms[same ? 1 : 0];
-    moe_plan_bound_terms(&s->sp, &s->bm, &lay, same ? &w->kterms[0] : NULL, t);
+    moe_plan_bound_terms(&s->sp, &s->bm, &lay, 1.0, same ? &w->kterms[0] : NULL, t);
     if (!same) {
         memcpy(w->kattn, v, sizeof(v));
         w->kattn_valid = true;
@@ -426,4 +430,34 @@ void moe_search_key_bound(struct worker *w, struct layer_key *k)
     lay.pp = 2;
     lay.vpp = 1;
     moe_plan_bound_least(&s->sp, &s->bm, t, &lay, &k->lb0);
+}
+
+bool moe_search_key_load(struct worker *w, struct layer_key *k)
+{
+    int st = atomic_load_explicit(&k->load_state, memory_order_acquire);
+    if (st == 2) {
+        return true;
+    }
+    int expect = 0;
+    if (st != 0 || !atomic_compare_exchange_strong(&k->load_state, &expect, 1)) {
+        return atomic_load_explicit(&k->load_state, memory_order_acquire) == 2;
+    }
+    struct search *s = w->s;
+    struct moe_layout lay;
+    key_layout(s, k, &lay);
+    lay.pp = 1;
+    k->load = moe_plan_bound_load(&s->sp, &lay);
+    k->llb = k->lb;
+    k->llb0 = k->lb0;
+    if (k->load > 1.0) {
+        /* kterms[1] is the key phase's scratch, free in the search phase */
+        struct moe_plan_layer_terms *t = &w->kterms[1];
+        moe_plan_bound_terms(&s->sp, &s->bm, &lay, k->load, NULL, t);
+        moe_plan_bound_least(&s->sp, &s->bm, t, &lay, &k->llb);
+        lay.pp = 2;
+        lay.vpp = 1;
+        moe_plan_bound_least(&s->sp, &s->bm, t, &lay, &k->llb0);
+    }
+    atomic_store_explicit(&k->load_state, 2, memory_order_release);
+    return true;
 }

@@ -196,6 +196,7 @@ struct worker *moe_search_workers_create(struct search *s, int n)
         w->rcb_stamp[0] = w->rcb_stamp[1] = 1;
         w->blk_ri = -1;
         w->rc_key[0] = w->rc_key[1] = -1;
+        w->key_load = 1.0;
         w->psnap_version = -1;
         const struct moe_plan_space *sp = &s->sp;
         int nd = sp->num_dispatchers > sp->num_dispatchers_ep1 ? sp->num_dispatchers

@@ -7,9 +7,11 @@
  */
 #include "model/config.h"
 #include "model/cost.h"
+#include "model/imbalance.h"
 #include "model/layout.h"
 #include "model/memory.h"
 #include "planner/bound.h"
+#include "planner/cliopt.h"
 #include "planner/search.h"
 #include "planner/space.h"
 #include "tests/test_util.h"
@@ -487,7 +489,12 @@ static void predict(const struct moe_plan_space *sp,
     void *ws = malloc(need);
     assert_non_null(ws);
     struct moe_diag d = {0};
-    assert_int_equal(moe_cost_predict(sp->req->cfg, sp->req->cl, lay, &opt, NULL,
+    struct moe_load_stats stats;
+    bool used = false;
+    if (sp->req->load_fn != NULL) {
+        assert_int_equal(sp->req->load_fn(sp->req->load_ctx, lay, &stats, &used, &d), MOE_OK);
+    }
+    assert_int_equal(moe_cost_predict(sp->req->cfg, sp->req->cl, lay, &opt, used ? &stats : NULL,
                                       MOE_SCHED_CLOSED_FORM, ws, need, &out->p, &d),
                      MOE_OK);
     free(ws);
@@ -501,6 +508,7 @@ static bool same_prediction(const struct moe_prediction *a, const struct moe_pre
 
 struct claim_ctx {
     struct problem p;
+    struct moe_plan_load_cache *lc; /* --moe-imbalance auto's statistics (one model), or NULL */
     struct moe_plan_space sp;
     struct moe_plan_bound_model bm;
     struct moe_test_rng rng;
@@ -512,6 +520,17 @@ static const char *const claim_models[][2] = {
     {"gpt-oss-120b", "dgx-h100"}, {"llama3-8b", "hgx-b300"},
 };
 static const int claim_gpus[] = {256, 64, 64, 64, 32};
+
+/* --moe-imbalance auto's statistics of a layout (ctx: the model), as the plan command's. */
+static enum moe_status auto_load(void *ctx,
+                                 const struct moe_layout *lay,
+                                 struct moe_load_stats *out,
+                                 bool *used,
+                                 struct moe_diag *diag)
+{
+    *used = true;
+    return moe_imbalance_auto(ctx, lay, MOE_IMBALANCE_DEFAULT_CV, out, diag);
+}
 
 #define NUM_CLAIM_MODELS ((int)(sizeof(claim_gpus) / sizeof(claim_gpus[0])))
 #define TRIALS           400
@@ -525,11 +544,25 @@ static struct claim_ctx *claim_setup(int which, uint64_t seed)
     c->p.req.opt.moe_imbalance = which % 2 == 0 ? 1.0 : 1.25;
     c->p.req.cfg = &c->p.cfg;
     c->p.req.cl = &c->p.cl;
+    if (which == 3) {
+        /* the plan command's default: the bounds price the Monte Carlo's mean factor */
+        c->p.req.opt.moe_imbalance = 1.0;
+        c->lc = moe_plan_load_cache_create(auto_load, &c->p.cfg);
+        assert_non_null(c->lc);
+        c->p.req.load_fn = moe_plan_load_cache_fn;
+        c->p.req.load_ctx = c->lc;
+    }
     struct moe_diag d = {0};
     assert_int_equal(moe_plan_space_init(&c->sp, &c->p.req, &d), MOE_OK);
     moe_plan_bound_model_init(&c->p.cfg, &c->bm);
     moe_test_rng_seed(&c->rng, seed);
     return c;
+}
+
+static void claim_free(struct claim_ctx *c)
+{
+    moe_plan_load_cache_destroy(c->lc);
+    free(c);
 }
 
 /* A random valid candidate of a random layout; false if none was drawn in a few tries. */
@@ -588,7 +621,7 @@ static void test_claim_dominance(void **state)
             }
             checked++;
         }
-        free(c);
+        claim_free(c);
     }
     assert_true(checked > NUM_CLAIM_MODELS * TRIALS / 2);
 }
@@ -698,7 +731,7 @@ static void test_claim_equivalence(void **state)
                 assert_true(a.p.step_time_s == b.p.step_time_s);
             }
         }
-        free(c);
+        claim_free(c);
     }
 }
 
@@ -779,7 +812,7 @@ static void test_claim_dominator(void **state)
                 }
             }
         }
-        free(c);
+        claim_free(c);
     }
     assert_true(exact > 0);
     assert_true(subsets > 0);
@@ -805,14 +838,16 @@ static void test_claim_bounds(void **state)
             }
             struct pred pk;
             predict(&c->sp, &c->lay, &k, &pk);
-            moe_plan_bound_terms(&c->sp, &c->bm, &c->lay, NULL, terms);
+            double load = moe_plan_bound_load(&c->sp, &c->lay);
+            moe_plan_bound_terms(&c->sp, &c->bm, &c->lay, load, NULL, terms);
             /* the key phase's shortcut: another ep and etp (ep > 1 alike) copy the dense-layer
              * terms and extras; bit for bit what the full computation gives */
             struct moe_layout other = c->lay;
             other.ep = c->lay.ep > 1 ? (c->lay.ep == 2 ? 4 : c->lay.ep / 2) : 1;
             other.etp = c->lay.etp == 1 ? 2 : 1;
-            moe_plan_bound_terms(&c->sp, &c->bm, &other, NULL, &terms[1]);
-            moe_plan_bound_terms(&c->sp, &c->bm, &other, terms, &terms[2]);
+            double other_load = moe_plan_bound_load(&c->sp, &other);
+            moe_plan_bound_terms(&c->sp, &c->bm, &other, other_load, NULL, &terms[1]);
+            moe_plan_bound_terms(&c->sp, &c->bm, &other, other_load, terms, &terms[2]);
             assert_memory_equal(&terms[1], &terms[2],
                                 (size_t)c->sp.num_recipes * sizeof(terms->r[0]));
             struct moe_plan_kind_lb least;
@@ -884,7 +919,7 @@ static void test_claim_bounds(void **state)
                 }
             }
         }
-        free(c);
+        claim_free(c);
     }
     free(terms);
     assert_true(supersets > 50);
@@ -922,7 +957,7 @@ static void test_claim_validity(void **state)
             total++;
         }
         moe_plan_valid_cache_destroy(vc);
-        free(c);
+        claim_free(c);
     }
     assert_true(valid > 0 && valid < total);
 }
