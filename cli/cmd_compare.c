@@ -29,11 +29,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GIB 1073741824.0
+#define GIB         1073741824.0
+#define MAX_REPEATS 8
 
 struct compare_opts {
     const char *plan_path;
     const char *run_path;
+    const char *repeat_paths[MAX_REPEATS]; /* --repeat: other runs of the same plan */
+    int num_repeats;
     const char *cluster;
     const char *plot;
     const char *trace;
@@ -46,7 +49,7 @@ static int usage(FILE *out)
 {
     fprintf(out, "usage: moefold compare PLAN.json RUN.json [--cluster NAME|FILE] [--json]\n"
                  "                       [--plot FILE.svg|FILE.png] [--observed-load]\n"
-                 "                       [--trace OUT.json]\n"
+                 "                       [--trace OUT.json] [--repeat RUN.json ...]\n"
                  "       moefold compare --megatron-log FILE [--cluster NAME|FILE] [--json] ...\n"
                  "                       (a Megatron-LM training log; --megatron-log --help)\n"
                  "  --cluster        predict on this cluster instead of the one the plan names\n"
@@ -58,7 +61,11 @@ static int usage(FILE *out)
                  "                   start (open it in ui.perfetto.dev or chrome://tracing)\n"
                  "  --gantt COLS     the same two timelines as an ASCII Gantt chart, COLS\n"
                  "                   characters wide (one row per predicted stage and measured\n"
-                 "                   rank; a letter per phase, capital while waiting)\n");
+                 "                   rank; a letter per phase, capital while waiting)\n"
+                 "  --repeat RUN     another run of the same plan (up to 8, the option once per\n"
+                 "                   file): the table adds each phase's range over all the runs\n"
+                 "                   and whether the prediction lies inside it, i.e. whether an\n"
+                 "                   error is within the host's run-to-run spread\n");
     return out == stdout ? 0 : 2;
 }
 
@@ -78,6 +85,63 @@ static void phase_values(const struct moe_phase_times *t, double v[MOE_NUM_PHASE
 static double err_pct(double pred, double meas)
 {
     return meas > 0.0 ? 100.0 * (pred / meas - 1.0) : (double)NAN;
+}
+
+/* Each phase's and the step's least and greatest measured value over the compared run and its
+ * --repeat runs (n runs in all; n == 1: no repeats). */
+struct run_range {
+    int n;
+    double lo[MOE_NUM_PHASES], hi[MOE_NUM_PHASES];
+    double step_lo, step_hi;
+};
+
+static void range_add(struct run_range *r, const struct moe_run *run)
+{
+    double v[MOE_NUM_PHASES];
+    phase_values(&run->time, v);
+    for (int i = 0; i < MOE_NUM_PHASES; i++) {
+        r->lo[i] = r->n == 0 ? v[i] : fmin(r->lo[i], v[i]);
+        r->hi[i] = r->n == 0 ? v[i] : fmax(r->hi[i], v[i]);
+    }
+    r->step_lo = r->n == 0 ? run->step_time_s : fmin(r->step_lo, run->step_time_s);
+    r->step_hi = r->n == 0 ? run->step_time_s : fmax(r->step_hi, run->step_time_s);
+    r->n++;
+}
+
+static bool in_range(double x, double lo, double hi)
+{
+    return x >= lo && x <= hi;
+}
+
+/* Add each --repeat run to r; a run of another model or rank count is refused by name. */
+static enum moe_status add_repeats(const struct compare_opts *o,
+                                   const struct moe_run *main_run,
+                                   struct run_range *r,
+                                   struct moe_diag *diag)
+{
+    struct moe_run *rep = malloc(sizeof(*rep));
+    if (rep == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    enum moe_status st = MOE_OK;
+    for (int i = 0; i < o->num_repeats && st == MOE_OK; i++) {
+        memset(rep, 0, sizeof(*rep));
+        st = moe_run_read(o->repeat_paths[i], rep, diag);
+        if (st == MOE_OK &&
+            (strcmp(rep->model, main_run->model) != 0 || rep->num_ranks != main_run->num_ranks)) {
+            st = moe_diag_set(diag, MOE_ERR_INVALID,
+                              "--repeat %s: a run of %s on %d ranks, not of the compared run's "
+                              "%s on %d ranks",
+                              o->repeat_paths[i], rep->model, rep->num_ranks, main_run->model,
+                              main_run->num_ranks);
+        }
+        if (st == MOE_OK) {
+            range_add(r, rep);
+        }
+        moe_run_fini(rep);
+    }
+    free(rep);
+    return st;
 }
 
 /* The run's expert load as the model's imbalance factor means it: the busiest EP rank over the
@@ -162,8 +226,10 @@ static void print_table(const struct moe_cli_problem *p,
                         const struct moe_prediction *pr,
                         const struct stage_view *sv,
                         const struct moe_run *run,
+                        const struct run_range *rr,
                         double mem_load)
 {
+    bool ranged = rr->n > 1;
     const double *pv = sv->t;
     double mv[MOE_NUM_PHASES];
     double mw[MOE_NUM_PHASES];
@@ -178,8 +244,12 @@ static void print_table(const struct moe_cli_problem *p,
         printf("# phases of pipeline stage %d (the run's critical stage; mean over its ranks)\n",
                sv->stage);
     }
-    printf("%-14s %12s %12s %9s %11s %11s\n", "phase", "predicted_s", "measured_s", "error",
+    printf("%-14s %12s %12s %9s %11s %11s", "phase", "predicted_s", "measured_s", "error",
            "pred_wait_s", run->has_wait ? "meas_wait_s" : "meas_wait");
+    if (ranged) {
+        printf("  %-21s %s", "runs_min-max_s", "pred_in");
+    }
+    printf("\n");
     for (int i = 0; i < MOE_NUM_PHASES; i++) {
         double e = err_pct(pv[i], mv[i]);
         char err[16];
@@ -196,12 +266,27 @@ static void print_table(const struct moe_cli_problem *p,
         } else {
             (void)snprintf(mwait, sizeof(mwait), "%11s", "-");
         }
-        printf("%-14s %12.6f %12.6f %s %11.6f %s\n", phase_keys[i], pv[i], mv[i], err, sv->w[i],
+        printf("%-14s %12.6f %12.6f %s %11.6f %s", phase_keys[i], pv[i], mv[i], err, sv->w[i],
                mwait);
+        if (ranged) {
+            printf("  %10.6f-%-10.6f %s", rr->lo[i], rr->hi[i],
+                   tiny ? "-" : (in_range(pv[i], rr->lo[i], rr->hi[i]) ? "yes" : "no"));
+        }
+        printf("\n");
     }
     printf("%-14s %12.6f %12.6f %9s\n", "unattributed", 0.0, run->unattributed_s, "-");
-    printf("%-14s %12.6f %12.6f %+8.1f%%\n", "step", pr->step_time_s, run->step_time_s,
+    printf("%-14s %12.6f %12.6f %+8.1f%%", "step", pr->step_time_s, run->step_time_s,
            err_pct(pr->step_time_s, run->step_time_s));
+    if (ranged) {
+        printf(" %11s %11s  %10.6f-%-10.6f %s", "", "", rr->step_lo, rr->step_hi,
+               in_range(pr->step_time_s, rr->step_lo, rr->step_hi) ? "yes" : "no");
+    }
+    printf("\n");
+    if (ranged) {
+        printf("(runs_min-max_s: each phase over this run and %d --repeat run(s) of the plan; "
+               "pred_in: the prediction lies inside that range)\n",
+               rr->n - 1);
+    }
     printf("\n%-14s %12s %12s %9s\n", "memory", "predicted_MiB", "measured_MiB", "error");
     const char *mk[] = {"weights", "grads", "optimizer", "activations", "buffers", "total"};
     const double pm[] = {pr->mem.weights,     pr->mem.grads,   pr->mem.optimizer,
@@ -266,6 +351,17 @@ static void print_table(const struct moe_cli_problem *p,
         }
     }
     printf("\n");
+    if (ranged) {
+        /* The same phases: 1 when the prediction lies inside the runs' range, else 0. */
+        printf("phase_in_runs: runs %d step %d", rr->n,
+               in_range(pr->step_time_s, rr->step_lo, rr->step_hi) ? 1 : 0);
+        for (int i = 0; i < MOE_NUM_PHASES; i++) {
+            if (mv[i] >= 0.1 * run->step_time_s) {
+                printf(" %s %d", phase_keys[i], in_range(pv[i], rr->lo[i], rr->hi[i]) ? 1 : 0);
+            }
+        }
+        printf("\n");
+    }
 }
 
 /* What ran otherwise than the plan said (run.json plan_differences), one line each. */
@@ -629,7 +725,8 @@ static enum moe_status write_both(const char *path,
 
 static cJSON *compare_json(const struct moe_prediction *pr,
                            const struct stage_view *sv,
-                           const struct moe_run *run)
+                           const struct moe_run *run,
+                           const struct run_range *rr)
 {
     cJSON *o = cJSON_CreateObject();
     double mv[MOE_NUM_PHASES];
@@ -646,6 +743,11 @@ static cJSON *compare_json(const struct moe_prediction *pr,
         if (run->has_wait) {
             cJSON_AddNumberToObject(r, "measured_wait", mw[i]);
         }
+        if (rr->n > 1) {
+            cJSON *mr = cJSON_AddArrayToObject(r, "measured_range");
+            cJSON_AddItemToArray(mr, cJSON_CreateNumber(rr->lo[i]));
+            cJSON_AddItemToArray(mr, cJSON_CreateNumber(rr->hi[i]));
+        }
     }
     cJSON *un = cJSON_AddObjectToObject(ph, "unattributed");
     cJSON_AddNumberToObject(un, "predicted", 0.0);
@@ -654,6 +756,12 @@ static cJSON *compare_json(const struct moe_prediction *pr,
     cJSON_AddNumberToObject(st, "predicted", pr->step_time_s);
     cJSON_AddNumberToObject(st, "measured", run->step_time_s);
     cJSON_AddNumberToObject(st, "error_pct", err_pct(pr->step_time_s, run->step_time_s));
+    if (rr->n > 1) {
+        cJSON *mr = cJSON_AddArrayToObject(st, "measured_range");
+        cJSON_AddItemToArray(mr, cJSON_CreateNumber(rr->step_lo));
+        cJSON_AddItemToArray(mr, cJSON_CreateNumber(rr->step_hi));
+        cJSON_AddNumberToObject(o, "runs", rr->n);
+    }
     cJSON *mem = cJSON_AddObjectToObject(o, "memory_gib");
     const char *mk[] = {"weights", "grads", "optimizer", "activations", "buffers", "total"};
     const double pm[] = {pr->mem.weights,     pr->mem.grads,   pr->mem.optimizer,
@@ -676,16 +784,20 @@ static cJSON *compare_json(const struct moe_prediction *pr,
 
 static int parse_args(int argc, char **argv, struct compare_opts *o)
 {
-    static const struct option longs[] = {
-        {"cluster", required_argument, NULL, 'c'}, {"plot", required_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},          {"observed-load", no_argument, NULL, 'o'},
-        {"trace", required_argument, NULL, 't'},   {"gantt", required_argument, NULL, 'g'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"cluster", required_argument, NULL, 'c'},
+                                          {"plot", required_argument, NULL, 'p'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"observed-load", no_argument, NULL, 'o'},
+                                          {"trace", required_argument, NULL, 't'},
+                                          {"gantt", required_argument, NULL, 'g'},
+                                          {"repeat", required_argument, NULL, 'r'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof(*o));
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "c:p:jot:g:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:jot:g:r:h", longs, NULL)) != -1) {
         if (c == 'c') {
             o->cluster = optarg;
         } else if (c == 'p') {
@@ -705,6 +817,13 @@ static int parse_args(int argc, char **argv, struct compare_opts *o)
                 return usage(stderr);
             }
             o->gantt = (int)v;
+        } else if (c == 'r') {
+            if (o->num_repeats == MAX_REPEATS) {
+                fprintf(stderr, "moefold compare: --repeat %s: at most %d repeat runs\n", optarg,
+                        MAX_REPEATS);
+                return 2;
+            }
+            o->repeat_paths[o->num_repeats++] = optarg;
         } else if (c == 'h') {
             return usage(stdout) - 1; /* -1: printed help */
         } else {
@@ -757,6 +876,12 @@ int moe_cli_compare(int argc, char **argv)
         goto out_free;
     }
     if (moe_run_read(o.run_path, &run, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
+    struct run_range rr = {0};
+    range_add(&rr, &run);
+    if (add_repeats(&o, &run, &rr, &diag) != MOE_OK) {
         moe_cli_error("compare", &diag);
         goto out_free;
     }
@@ -813,7 +938,7 @@ int moe_cli_compare(int argc, char **argv)
         mem_load = p->opt.moe_imbalance;
     }
     if (o.json) {
-        cJSON *j = compare_json(&pred, &sv, &run);
+        cJSON *j = compare_json(&pred, &sv, &run, &rr);
         char *s = j != NULL ? cJSON_Print(j) : NULL;
         if (s != NULL) {
             puts(s);
@@ -821,7 +946,7 @@ int moe_cli_compare(int argc, char **argv)
         }
         cJSON_Delete(j);
     } else {
-        print_table(p, &pred, &sv, &run, mem_load);
+        print_table(p, &pred, &sv, &run, &rr, mem_load);
         print_differences(&run);
         print_kernels(p, &run);
     }

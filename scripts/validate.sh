@@ -167,6 +167,10 @@ mems=()
 cats=()
 phases=()
 phase_rows=()
+phases_in=0
+phases_ranged=0
+steps_in=0
+steps_ranged=0
 for i in "${!names[@]}"; do
     name=${names[i]}
     np=${nps[i]}
@@ -202,6 +206,11 @@ for i in "${!names[@]}"; do
     spread=$(awk -v a="$worst_s" -v b="$best_s" 'BEGIN {printf "%+.0f%%", 100 * (a / b - 1)}')
     cmp_flags=()
     case "$plan_flags" in *--expert-model-parallel-size*) cmp_flags=(--observed-load) ;; esac
+    # The plan's other runs: compare adds each phase's range over all of them (phase_in_runs).
+    for ((pass = 1; pass <= repeats; pass++)); do
+        [ "$pass" != "$best" ] && [ -f "$out/$name.run$pass.json" ] &&
+            cmp_flags+=(--repeat "$out/$name.run$pass.json")
+    done
     "$bin/moefold" compare "$plan" "$run" --cluster "$cluster" "${cmp_flags[@]}" \
         --trace "$out/$name.trace.json" >"$out/$name.compare.txt" 2>&1
     line=$(grep '^summary:' "$out/$name.compare.txt")
@@ -212,10 +221,22 @@ for i in "${!names[@]}"; do
     fi
     # phase_errors: name pct name pct ... (phases holding >= 10% of the measured step)
     read -r -a pe <<<"$(grep '^phase_errors:' "$out/$name.compare.txt" | cut -d: -f2)"
+    # phase_in_runs: runs N step 0|1 name 0|1 ... (the same phases; only with repeats)
+    read -r -a pin <<<"$(grep '^phase_in_runs:' "$out/$name.compare.txt" | cut -d: -f2)"
     for ((k = 0; k + 1 < ${#pe[@]}; k += 2)); do
         phases+=("${pe[k + 1]}")
-        phase_rows+=("$name ${pe[k]} ${pe[k + 1]}")
+        inside="-"
+        for ((q = 4; q + 1 < ${#pin[@]}; q += 2)); do
+            [ "${pin[q]}" = "${pe[k]}" ] && inside=${pin[q + 1]}
+        done
+        phase_rows+=("$name ${pe[k]} ${pe[k + 1]} $inside")
+        [ "$inside" = 1 ] && phases_in=$((phases_in + 1))
+        [ "$inside" != "-" ] && phases_ranged=$((phases_ranged + 1))
     done
+    if [ "${#pin[@]}" -ge 4 ]; then
+        steps_ranged=$((steps_ranged + 1))
+        [ "${pin[3]}" = 1 ] && steps_in=$((steps_in + 1))
+    fi
     read -r _ _ pred _ meas _ err _ mem _ cat _ catpct <<<"$line"
     printf '%-16s %5s %12.4f %12.4f %8.1f%% %8.1f%%  %-26s %d (%s)\n' "$name" "$np" "$pred" \
         "$meas" "$err" "$mem" "$cat $(printf '%+.1f%%' "$catpct")" "$repeats" "$spread"
@@ -234,11 +255,16 @@ read -r mmed mmax <<<"$(stats "${mems[@]}")"
 read -r cmed cmax <<<"$(stats "${cats[@]}")"
 read -r pmed pmax <<<"$(stats "${phases[@]}")"
 echo
-echo "# phases holding >= 10% of the measured step (plan, phase, error %):"
-printf '%s\n' "${phase_rows[@]}" | awk 'NF == 3 {printf "#   %-16s %-14s %+7.1f%%\n", $1, $2, $3}'
+echo "# phases holding >= 10% of the measured step (plan, phase, error %; 'outside its runs' when the"
+echo "# prediction lies outside the range of the plan's $repeats runs, i.e. beyond the host's run-to-run spread):"
+printf '%s\n' "${phase_rows[@]}" | awk 'NF == 4 {printf "#   %-16s %-14s %+7.1f%%%s\n", $1, $2, $3,
+    $4 == "0" ? "  outside its runs" : ""}'
 echo
 echo "# step time |error|: median ${med}%, max ${max}% over ${#errs[@]} plans (targets 5% / 15%)"
 echo "# phases |error| (phases holding >= 10% of the measured step): median ${pmed}%, max ${pmax}% over ${#phases[@]} phases"
+if [ "$steps_ranged" -gt 0 ]; then
+    echo "# predictions inside the range of their plan's $repeats runs: step $steps_in of $steps_ranged plans, phases (>= 10%) $phases_in of $phases_ranged"
+fi
 echo "# memory |error| (peak total per rank): median ${mmed}%, max ${mmax}% (target 10%)"
 echo "# memory |error| (largest category holding >= 10% of the total): median ${cmed}%, max ${cmax}%"
 if [ "$quiet_wait" -gt 0 ]; then

@@ -7,7 +7,8 @@
  * and a difference from the plan: --trace puts the predicted stage and the measured ranks in one
  * valid Chrome trace (the measured phase sums are the records'), and the difference is listed.
  * A run with a kernel profile: each phase's ops and the time between them, the attention core
- * measured beside the model's.
+ * measured beside the model's. --repeat: each phase's range over repeated runs of the plan and
+ * whether the prediction lies inside it.
  */
 #include "tests/test_util.h"
 #include "topologies/trace_file.h"
@@ -425,12 +426,115 @@ static void test_kernel_profile(void **state)
     (void)unlink(path);
 }
 
+/* The number after `key` on the phase_in_runs line. */
+static long in_runs_field(const char *out, const char *key)
+{
+    const char *s = strstr(out, "phase_in_runs:");
+    assert_non_null(s);
+    const char *k = strstr(s, key);
+    if (k == NULL) {
+        fail_msg("phase_in_runs line lacks %s: %s", key, s);
+    }
+    return strtol(k + strlen(key), NULL, 10);
+}
+
+/* --repeat: each phase's range over the runs, and whether the prediction lies inside it; a run of
+ * another rank count is refused by name. */
+static void test_repeat_runs(void **state)
+{
+    struct files *f = *state;
+    char fast[300];
+    char slow[300];
+    char slower[300];
+    char other[300];
+    (void)snprintf(fast, sizeof(fast), "%s/run-fast.json", f->dir);
+    (void)snprintf(slow, sizeof(slow), "%s/run-slow.json", f->dir);
+    (void)snprintf(slower, sizeof(slower), "%s/run-slower.json", f->dir);
+    (void)snprintf(other, sizeof(other), "%s/run-other.json", f->dir);
+    cJSON *plan = read_json(f->plan);
+    write_run(plan, fast, 0.9, NULL);
+    write_run(plan, slow, 1.3, NULL);
+    write_run(plan, slower, 1.4, NULL);
+    write_run(plan, other, 1.0, NULL);
+    cJSON_Delete(plan);
+    cJSON *o = read_json(other);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "num_ranks"), 4);
+    char *txt = cJSON_Print(o);
+    write_text(other, txt);
+    free(txt);
+    cJSON_Delete(o);
+
+    char *out = malloc(OUT_LEN);
+    char args[2048];
+    /* runs at 1.25 (compared), 0.9 and 1.4 x the prediction: it lies inside every range */
+    (void)snprintf(args, sizeof(args), "compare %s %s --repeat %s --repeat %s 2>&1", f->plan,
+                   f->run_noload, fast, slower);
+    int rc = run_cli(args, out);
+    if (rc != 0) {
+        fail_msg("compare --repeat exited %d: %s", rc, out);
+    }
+    assert_non_null(strstr(out, "runs_min-max_s"));
+    assert_int_equal(in_runs_field(out, "runs "), 3);
+    assert_int_equal(in_runs_field(out, "step "), 1);
+    assert_int_equal(in_runs_field(out, "expert_gemm "), 1);
+    /* the step's range is 0.9 .. 1.4 x the prediction */
+    char want[64];
+    (void)snprintf(want, sizeof(want), "%.6f-%.6f", 0.9 * f->pred_step_s, 1.4 * f->pred_step_s);
+    assert_non_null(strstr(out, want));
+    /* still 20% short of the compared run */
+    assert_true(fabs(summary_field(out, "step_err_pct ") - (-20.0)) < 0.01);
+    free(out);
+
+    /* runs at 1.25, 1.3 and 1.4: the prediction lies below every range */
+    out = malloc(OUT_LEN);
+    (void)snprintf(args, sizeof(args), "compare %s %s --repeat %s --repeat %s 2>&1", f->plan,
+                   f->run_noload, slow, slower);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_int_equal(in_runs_field(out, "step "), 0);
+    assert_int_equal(in_runs_field(out, "expert_gemm "), 0);
+    free(out);
+
+    /* --json: each phase's and the step's measured_range */
+    out = malloc(OUT_LEN);
+    (void)snprintf(args, sizeof(args), "compare %s %s --repeat %s --json", f->plan, f->run_noload,
+                   fast);
+    assert_int_equal(run_cli(args, out), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "runs")->valueint, 2);
+    const cJSON *range = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "step_time_s"), "measured_range");
+    assert_int_equal(cJSON_GetArraySize(range), 2);
+    assert_true(fabs(cJSON_GetArrayItem(range, 0)->valuedouble / f->pred_step_s - 0.9) < 1e-6);
+    assert_true(fabs(cJSON_GetArrayItem(range, 1)->valuedouble / f->pred_step_s - 1.25) < 1e-6);
+    cJSON_Delete(j);
+    free(out);
+
+    /* a run of another rank count, and a missing one: refused by name */
+    out = malloc(OUT_LEN);
+    (void)snprintf(args, sizeof(args), "compare %s %s --repeat %s 2>&1", f->plan, f->run_noload,
+                   other);
+    assert_int_equal(run_cli(args, out), 1);
+    assert_non_null(strstr(out, "run-other.json"));
+    assert_non_null(strstr(out, "4 ranks"));
+    (void)snprintf(args, sizeof(args), "compare %s %s --repeat %s/none.json 2>&1", f->plan,
+                   f->run_noload, f->dir);
+    assert_int_not_equal(run_cli(args, out), 0);
+    assert_non_null(strstr(out, "none.json"));
+    free(out);
+    const char *names[] = {fast, slow, slower, other};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        (void)unlink(names[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_errors), cmocka_unit_test(test_observed_load),
         cmocka_unit_test(test_json),         cmocka_unit_test(test_trace_and_differences),
         cmocka_unit_test(test_bad_input),    cmocka_unit_test(test_kernel_profile),
+        cmocka_unit_test(test_repeat_runs),
     };
     return cmocka_run_group_tests_name("cli_compare", tests, setup, teardown);
 }
