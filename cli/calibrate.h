@@ -63,6 +63,8 @@ struct moe_calib_fit {
     double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
     double act_eff;       /* SwiGLU's rate / copy bandwidth (median over sizes); 0 = not measured */
     double act_bwd_eff;   /* its backward's rate / copy bandwidth; 0 = not measured */
+    double bias_eff;      /* the experts' bias add's rate / copy bandwidth; 0 = not measured */
+    double bias_bwd_eff;  /* the bias gradient's; 0 = not measured */
     double optimizer_eff; /* AdamW's rate / copy bandwidth, largest working set */
     bool has_attention;
     double attn_fwd_eff; /* attention FLOPs (model convention) / time / peak, wide heads */

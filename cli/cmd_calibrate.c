@@ -216,6 +216,11 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
     printf("%-26s %14.3f / %.3f  median SwiGLU rate / copy at the engine's row widths (fwd / "
            "bwd; an exp per element)\n",
            "activation efficiency", f->act_eff, f->act_bwd_eff);
+    if (f->bias_eff > 0.0) {
+        printf("%-26s %14.3f / %.3f  median expert bias add / bias gradient rate / copy at the "
+               "engine's widths (per-expert calls on cache-resident rows)\n",
+               "bias efficiency", f->bias_eff, f->bias_bwd_eff);
+    }
     printf(
         "%-26s %14.3f  optimizer step rate / copy (sum of squares, AdamW, weight copy, zeroing)\n",
         "optimizer efficiency", f->optimizer_eff);
@@ -351,6 +356,8 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);
         cJSON_AddNumberToObject(j, "act_eff", fit.act_eff);
         cJSON_AddNumberToObject(j, "act_bwd_eff", fit.act_bwd_eff);
+        cJSON_AddNumberToObject(j, "bias_eff", fit.bias_eff);
+        cJSON_AddNumberToObject(j, "bias_bwd_eff", fit.bias_bwd_eff);
         cJSON_AddNumberToObject(j, "optimizer_eff", fit.optimizer_eff);
         for (int c = 0; c < MOE_CALIB_NUM_COLL; c++) {
             cJSON *l = cJSON_AddObjectToObject(j, moe_calib_coll_name((enum moe_calib_coll)c));

@@ -420,6 +420,93 @@ enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
     return st;
 }
 
+/* ---- The routed experts' bias ops ------------------------------------------------------------ */
+
+enum moe_status moe_bench_bias_run(const struct moe_k_ops *k,
+                                   moe_k_ctx_t *kc,
+                                   const struct moe_bench_cfg *cfg,
+                                   int width,
+                                   size_t fwd_bytes,
+                                   struct moe_bench_act *out)
+{
+    if (width < 1) {
+        return MOE_ERR_INVALID;
+    }
+    size_t slice_bytes = 2 * (size_t)BENCH_BIAS_EXPERTS * (size_t)width * sizeof(float);
+    int per = (int)((fwd_bytes + slice_bytes - 1) / slice_bytes); /* rows per expert */
+    size_t slice = (size_t)per * (size_t)width;
+    size_t n = slice * BENCH_BIAS_EXPERTS;
+    size_t nb = (size_t)width * BENCH_BIAS_EXPERTS;
+    struct moe_eng_heap heap = {0};
+    float *y = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    float *dy = moe_eng_heap_alloc(&heap, n * sizeof(float));
+    float *bias = moe_eng_heap_alloc(&heap, nb * sizeof(float));
+    float *d_bias = moe_eng_heap_alloc(&heap, nb * sizeof(float));
+    enum moe_status st = MOE_ERR_NOMEM;
+    if (y != NULL && dy != NULL && bias != NULL && d_bias != NULL) {
+        /* Exact in float: small integers, so the check needs no tolerance. */
+        for (size_t i = 0; i < nb; i++) {
+            bias[i] = (float)(i % 7) - 3.0f;
+        }
+        for (size_t i = 0; i < n; i++) {
+            dy[i] = (float)(i % 5);
+        }
+        memset(y, 0, n * sizeof(float));
+        memset(d_bias, 0, nb * sizeof(float));
+        for (int e = 0; e < BENCH_BIAS_EXPERTS; e++) {
+            k->bias_fwd(y + (size_t)e * slice, bias + (size_t)e * (size_t)width, per, width, kc);
+            k->bias_bwd(d_bias + (size_t)e * (size_t)width, dy + (size_t)e * slice, per, width, kc);
+        }
+        bool ok = true;
+        for (int e = 0; e < BENCH_BIAS_EXPERTS && ok; e++) {
+            for (int c = 0; c < width && ok; c++) {
+                double sum = 0.0;
+                for (int r = 0; r < per; r++) {
+                    sum += (double)dy[(size_t)e * slice + (size_t)r * (size_t)width + (size_t)c];
+                }
+                size_t bi = (size_t)e * (size_t)width + (size_t)c;
+                ok = y[(size_t)e * slice + (size_t)(per - 1) * (size_t)width + (size_t)c] ==
+                         bias[bi] &&
+                     (double)d_bias[bi] == sum;
+            }
+        }
+        int iters = timed_iters(cfg);
+        double tf[BENCH_MAX_ITERS];
+        double tb[BENCH_MAX_ITERS];
+        for (int it = -cfg->warmup; it < iters; it++) {
+            double t0 = moe_eng_now();
+            for (int e = 0; e < BENCH_BIAS_EXPERTS; e++) {
+                k->bias_fwd(y + (size_t)e * slice, bias + (size_t)e * (size_t)width, per, width,
+                            kc);
+            }
+            double t1 = moe_eng_now();
+            for (int e = 0; e < BENCH_BIAS_EXPERTS; e++) {
+                k->bias_bwd(d_bias + (size_t)e * (size_t)width, dy + (size_t)e * slice, per, width,
+                            kc);
+            }
+            if (it >= 0) {
+                tf[it] = (t1 - t0) * 1e6;
+                tb[it] = (moe_eng_now() - t1) * 1e6;
+            }
+        }
+        out->fwd_us = median_of(tf, (size_t)iters);
+        out->bwd_us = median_of(tb, (size_t)iters);
+        out->rows = per * BENCH_BIAS_EXPERTS;
+        out->ffn = width;
+        out->fwd_bytes = 2 * n * sizeof(float);
+        out->bwd_bytes = n * sizeof(float);
+        out->fwd_gbps = (double)out->fwd_bytes / (out->fwd_us * 1e3);
+        out->bwd_gbps = (double)out->bwd_bytes / (out->bwd_us * 1e3);
+        out->is_ok = ok;
+        st = MOE_OK;
+    }
+    moe_eng_heap_free(&heap, y, n * sizeof(float));
+    moe_eng_heap_free(&heap, dy, n * sizeof(float));
+    moe_eng_heap_free(&heap, bias, nb * sizeof(float));
+    moe_eng_heap_free(&heap, d_bias, nb * sizeof(float));
+    return st;
+}
+
 /* ---- Attention ------------------------------------------------------------------------- */
 
 struct attn_bufs {

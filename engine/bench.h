@@ -111,6 +111,20 @@ MOE_NODISCARD enum moe_status moe_bench_act_run(const struct moe_k_ops *k,
                                                 size_t fwd_bytes,
                                                 struct moe_bench_act *out);
 
+/* The routed experts' bias ops (the kernels' bias_fwd / bias_bwd, one call per local expert after
+ * its GEMM, as engine/experts.c runs them) over BENCH_BIAS_EXPERTS slices of [rows, width] with
+ * a forward working set of about fwd_bytes; reported in moe_bench_act's fields: rows (all
+ * slices'), ffn = the width, fwd_bytes (rows read and written), bwd_bytes (the output gradient
+ * read), one grouped pass each. is_ok: the forward added the bias and the backward summed the
+ * rows, exactly. */
+#define BENCH_BIAS_EXPERTS 16
+MOE_NODISCARD enum moe_status moe_bench_bias_run(const struct moe_k_ops *k,
+                                                 moe_k_ctx_t *kc,
+                                                 const struct moe_bench_cfg *cfg,
+                                                 int width,
+                                                 size_t fwd_bytes,
+                                                 struct moe_bench_act *out);
+
 struct moe_bench_attention {
     int batch, seq, heads, kv_heads, head_dim; /* causal self-attention, Tq = Tk = seq */
     double fwd_us, bwd_us; /* median time of one call over min(iters, 256) calls, interleaved */

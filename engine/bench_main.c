@@ -594,37 +594,49 @@ static int bench_mem(moe_comm_t *w,
     return bad;
 }
 
-/* SwiGLU forward and backward at the engine's shapes: expert and MLP row widths of the presets'
- * miniatures up to full models' (32-512), at per-call working sets like the engine's (activations
- * of one micro-batch's rows, cache-resident on a CPU host) -- calibrate prices the activation
- * from these rows, not from the streaming sizes of the table above. */
-static int bench_act(moe_comm_t *w,
-                     const struct moe_k_ops *k,
-                     moe_k_ctx_t *kc,
-                     const struct bench_args *a,
-                     cJSON *js)
+/* A forward / backward table at the engine's row widths and per-call working sets (see
+ * bench_act and bench_bias): each (width, size) run --passes times, each direction's kept pass. */
+struct act_table {
+    const char *key;   /* the JSON array's name */
+    const char *title; /* the text table's heading */
+    const char *width; /* the width column's name */
+    enum moe_status (*run)(const struct moe_k_ops *,
+                           moe_k_ctx_t *,
+                           const struct moe_bench_cfg *,
+                           int,
+                           size_t,
+                           struct moe_bench_act *);
+    int widths[3];
+    size_t sizes[2];
+};
+
+static int bench_act_table(moe_comm_t *w,
+                           const struct moe_k_ops *k,
+                           moe_k_ctx_t *kc,
+                           const struct bench_args *a,
+                           const struct act_table *t,
+                           cJSON *js)
 {
-    static const int widths[] = {32, 128, 512};
-    static const size_t sizes[] = {512u << 10, 2u << 20};
     bool root = moe_comm_rank(w) == 0;
-    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "activation") : NULL;
+    cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, t->key) : NULL;
     if (root && js == NULL) {
-        (void)printf("\n# SwiGLU forward / backward at the engine's row widths, mean over ranks\n");
-        (void)printf("#%6s %6s %10s %10s %9s %10s %10s %9s %6s\n", "ffn", "rows", "fwd_bytes",
+        (void)printf("\n# %s, mean over ranks\n", t->title);
+        (void)printf("#%6s %6s %10s %10s %9s %10s %10s %9s %6s\n", t->width, "rows", "fwd_bytes",
                      "fwd(us)", "fwd GB/s", "bwd_bytes", "bwd(us)", "bwd GB/s", "check");
     }
     /* --passes, each direction's kept pass of the per-call median (as the memory table's). */
     enum {
-        ACT_WIDTHS = sizeof(widths) / sizeof(widths[0]),
-        ACT_SIZES = sizeof(sizes) / sizeof(sizes[0])
+        ACT_WIDTHS = sizeof(t->widths) / sizeof(t->widths[0]),
+        ACT_SIZES = sizeof(t->sizes) / sizeof(t->sizes[0])
     };
+    const int *widths = t->widths;
     struct moe_bench_act passes[ACT_WIDTHS][ACT_SIZES][BENCH_MAX_PASSES];
     memset(passes, 0, sizeof(passes));
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < ACT_WIDTHS; i++) {
             for (size_t s = 0; s < ACT_SIZES; s++) {
                 struct moe_bench_act *m = &passes[i][s][pass];
-                if (moe_bench_act_run(k, kc, &a->cfg, widths[i], sizes[s], m) != MOE_OK) {
+                if (t->run(k, kc, &a->cfg, widths[i], t->sizes[s], m) != MOE_OK) {
                     m->is_ok = false;
                 }
             }
@@ -658,7 +670,7 @@ static int bench_act(moe_comm_t *w,
             bad += wrong;
             if (root && arr != NULL) {
                 cJSON *o = cJSON_CreateObject();
-                cJSON_AddNumberToObject(o, "ffn", m.ffn);
+                cJSON_AddNumberToObject(o, t->width, m.ffn);
                 cJSON_AddNumberToObject(o, "rows", m.rows);
                 cJSON_AddNumberToObject(o, "fwd_bytes", (double)m.fwd_bytes);
                 cJSON_AddNumberToObject(o, "fwd_us", fus);
@@ -676,6 +688,40 @@ static int bench_act(moe_comm_t *w,
         }
     }
     return bad;
+}
+
+/* SwiGLU forward and backward at the engine's shapes: expert and MLP row widths of the presets'
+ * miniatures up to full models' (32-512), at per-call working sets like the engine's (activations
+ * of one micro-batch's rows, cache-resident on a CPU host) -- calibrate prices the activation
+ * from these rows, not from the streaming sizes of the table above. */
+static int bench_act(moe_comm_t *w,
+                     const struct moe_k_ops *k,
+                     moe_k_ctx_t *kc,
+                     const struct bench_args *a,
+                     cJSON *js)
+{
+    static const struct act_table t = {
+        "activation",   "SwiGLU forward / backward at the engine's row widths",
+        "ffn",          moe_bench_act_run,
+        {32, 128, 512}, {512u << 10, 2u << 20}};
+    return bench_act_table(w, k, kc, a, &t, js);
+}
+
+/* The routed experts' bias ops at the engine's shapes: one call per expert right after its GEMM,
+ * over output widths of the miniatures (64: fc1's gate and up, fc2's hidden) up to 1024, on a
+ * cache-resident group (one micro-batch's expert rows) -- calibrate prices the bias pass from
+ * these rows: at GPT-OSS's miniature the calls ran 4x the streaming elementwise rate. */
+static int bench_bias(moe_comm_t *w,
+                      const struct moe_k_ops *k,
+                      moe_k_ctx_t *kc,
+                      const struct bench_args *a,
+                      cJSON *js)
+{
+    static const struct act_table t = {
+        "bias",          "expert bias add / bias gradient at the engine's widths (16 experts)",
+        "width",         moe_bench_bias_run,
+        {64, 256, 1024}, {256u << 10, 2u << 20}};
+    return bench_act_table(w, k, kc, a, &t, js);
 }
 
 /* n passes of one shape (n >= 1): each direction's kept pass of the per-call median (the rates
@@ -952,6 +998,7 @@ int main(int argc, char **argv)
     if (a.do_mem) {
         bad += bench_mem(w, k, kc, &a, js);
         bad += bench_act(w, k, kc, &a, js);
+        bad += bench_bias(w, k, kc, &a, js);
     }
     if (a.do_attn) {
         bad += bench_attention(w, k, kc, &a, js);

@@ -85,6 +85,9 @@ struct moe_gpu {
     double act_bwd_eff;               /* its backward's fraction (of the bytes it moves: input and
                                          output gradient read, input gradient written); 0 = the
                                          forward's work again + the gradient at elem_eff */
+    double bias_eff;                  /* bias_pass's forward fraction (rows read and written; a CPU
+                                         host measures it apart: calibrate); 0 = elem_eff */
+    double bias_bwd_eff;              /* its backward's (rows read); 0 = elem_eff */
     double optimizer_eff;             /* the optimizer pass's (norm, Adam, weight copy) fraction */
     double kernel_launch_us;          /* host time per Python-level call of the framework
                                          (a Transformer Engine module, autograd Function,

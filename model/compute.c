@@ -493,10 +493,14 @@ static struct fb routed_experts(const struct cctx *c,
     struct fb r = {fc1.f + fc2.f + *act_f, fc1.b + fc2.b + act_bwd(c, act_bytes, mats)};
     if (cfg->has_linear_bias && c->gpu->bias_pass > 0.0) {
         /* fc1's and fc2's biases in their own pass: the outputs read and written forward, the
-         * output gradients read for the bias gradients backward. */
+         * output gradients read for the bias gradients backward, at their own rates where a host
+         * measured them (a CPU's per-expert calls run on cache-resident rows). */
         double out_bytes = rows * (fe_loc * mats + h) * c->ab;
-        r.f += elem(c, 2.0 * out_bytes);
-        r.b += elem(c, out_bytes);
+        double hbm = c->gpu->hbm_tbps * TBPS;
+        r.f += c->gpu->bias_eff > 0.0 ? 2.0 * out_bytes / (hbm * c->gpu->bias_eff)
+                                      : elem(c, 2.0 * out_bytes);
+        r.b += c->gpu->bias_bwd_eff > 0.0 ? out_bytes / (hbm * c->gpu->bias_bwd_eff)
+                                          : elem(c, out_bytes);
     }
     return r;
 }

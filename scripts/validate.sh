@@ -255,8 +255,8 @@ read -r mmed mmax <<<"$(stats "${mems[@]}")"
 read -r cmed cmax <<<"$(stats "${cats[@]}")"
 read -r pmed pmax <<<"$(stats "${phases[@]}")"
 echo
-echo "# phases holding >= 10% of the measured step (plan, phase, error %; 'outside its runs' when the"
-echo "# prediction lies outside the range of the plan's $repeats runs, i.e. beyond the host's run-to-run spread):"
+echo "# phases holding >= 10% of the measured step (plan, phase, error %; 'outside its runs': the"
+echo "# prediction lies outside the range the plan's $repeats runs measured, however close):"
 printf '%s\n' "${phase_rows[@]}" | awk 'NF == 4 {printf "#   %-16s %-14s %+7.1f%%%s\n", $1, $2, $3,
     $4 == "0" ? "  outside its runs" : ""}'
 echo

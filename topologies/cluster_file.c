@@ -121,6 +121,8 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GPU, "elem_eff", gpu.elem_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "act_eff", gpu.act_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "act_bwd_eff", gpu.act_bwd_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_GPU, "bias_eff", gpu.bias_eff, 0, FRAC_MAX),
+    FIG_REAL(SEC_GPU, "bias_bwd_eff", gpu.bias_bwd_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "optimizer_eff", gpu.optimizer_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "kernel_launch_us", gpu.kernel_launch_us, 0, US_MAX),
     FIG_REAL(SEC_GPU, "host_cpp_op_us", gpu.host_cpp_op_us, 0, US_MAX),

@@ -82,6 +82,33 @@ static void test_activation_rows(void **state)
     cJSON_Delete(bench);
 }
 
+/* The experts' bias ops ("bias" rows, width keyed): forward and backward at the median of their
+ * rates over the rows that passed, / copy bandwidth, into the cluster; none: 0 (elem_eff). */
+static void test_bias_rows(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit plain;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &plain, &diag), MOE_OK);
+    assert_true(plain.bias_eff == 0.0 && plain.bias_bwd_eff == 0.0);
+    cJSON *arr = cJSON_AddArrayToObject(bench, "bias");
+    cJSON_AddItemToArray(arr, act_row(64, 12.0, 5.0, true));
+    cJSON_AddItemToArray(arr, act_row(256, 14.0, 7.0, true));
+    cJSON_AddItemToArray(arr, act_row(1024, 15.0, 3.0, true));
+    cJSON_AddItemToArray(arr, act_row(1024, 100.0, 100.0, false));
+    struct moe_calib_fit fit;
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.bias_eff * fit.mem_gbps - 14.0) <= 1e-9);
+    assert_true(fabs(fit.bias_bwd_eff * fit.mem_gbps - 5.0) <= 1e-9);
+    assert_true(fit.elem_eff == plain.elem_eff && fit.act_eff == plain.act_eff);
+    struct moe_cluster cl;
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    assert_true(cl.gpu.bias_eff == fit.bias_eff && cl.gpu.bias_bwd_eff == fit.bias_bwd_eff);
+    assert_true(cl.gpu.bias_pass == 1.0);
+    cJSON_Delete(bench);
+}
+
 /* The model's GEMM time on `cl` against each shape of `gemm` (a bench's "gemm" array) of at most
  * `max_flops` FLOPs (0: every shape): the largest |error|, its shape, and the shapes compared.
  * FP32 operands, no HBM bound in the way: the fitted curve alone. */
@@ -390,10 +417,11 @@ static void test_optimizer_eff(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_host_fit),      cmocka_unit_test(test_small_gemm_shapes),
-        cmocka_unit_test(test_step_collectives),   cmocka_unit_test(test_activation_rows),
-        cmocka_unit_test(test_synthetic_recovery), cmocka_unit_test(test_optimizer_eff),
-        cmocka_unit_test(test_attention_fit),      cmocka_unit_test(test_rank_spread),
+        cmocka_unit_test(test_real_host_fit),    cmocka_unit_test(test_small_gemm_shapes),
+        cmocka_unit_test(test_step_collectives), cmocka_unit_test(test_activation_rows),
+        cmocka_unit_test(test_bias_rows),        cmocka_unit_test(test_synthetic_recovery),
+        cmocka_unit_test(test_optimizer_eff),    cmocka_unit_test(test_attention_fit),
+        cmocka_unit_test(test_rank_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

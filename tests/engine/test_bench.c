@@ -75,6 +75,16 @@ static void test_compute_benchmarks(void **state)
     assert_true(act.bwd_bytes * 3 == act.fwd_bytes * 5);
     assert_true(act.fwd_gbps > 0.0 && act.bwd_gbps > 0.0);
     assert_int_equal(moe_bench_act_run(k, kc, &quick, 0, 1024, &act), MOE_ERR_INVALID);
+    /* The experts' bias ops: per-expert calls over 16 slices covering the requested forward
+     * bytes (rows read and written), checked exactly; the backward reads the rows once. */
+    struct moe_bench_act bias;
+    assert_int_equal(moe_bench_bias_run(k, kc, &quick, 64, 1u << 15, &bias), MOE_OK);
+    assert_true(bias.is_ok && bias.ffn == 64 && bias.fwd_bytes >= (1u << 15));
+    assert_true(bias.rows % BENCH_BIAS_EXPERTS == 0);
+    assert_true(bias.fwd_bytes == (size_t)bias.rows * 64 * 2 * sizeof(float));
+    assert_true(bias.bwd_bytes * 2 == bias.fwd_bytes);
+    assert_true(bias.fwd_gbps > 0.0 && bias.bwd_gbps > 0.0);
+    assert_int_equal(moe_bench_bias_run(k, kc, &quick, 0, 1024, &bias), MOE_ERR_INVALID);
     struct moe_bench_attention at;
     assert_int_equal(moe_bench_attention_run(k, kc, &quick, 2, 48, 4, 2, 16, &at), MOE_OK);
     assert_true(at.is_ok && at.fwd_gflops > 0.0 && at.bwd_gflops > 0.0);
