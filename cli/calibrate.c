@@ -764,3 +764,94 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     cl->dispatch.permute_bytes_eff = 1.0; /* permutes are row copies at streaming bandwidth */
     return moe_cluster_validate(cl, diag);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Merging benches (moe_calib_merge_bench).
+ */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s);
+    size_t m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* time_us, time_us_max, step_us, fwd_us; gflops, fwd_gflops; gbps, busbw_gbps, ... */
+static bool timing_key(const char *k)
+{
+    return k != NULL && (ends_with(k, "_us") || strstr(k, "_us_") != NULL || ends_with(k, "gbps") ||
+                         ends_with(k, "gflops"));
+}
+
+static enum moe_status
+merge_node(cJSON *dst, const cJSON *src, int n, const char *path, struct moe_diag *diag)
+{
+    if ((cJSON_IsBool(dst) && !cJSON_IsBool(src)) ||
+        (!cJSON_IsBool(dst) && (dst->type & 0xFF) != (src->type & 0xFF))) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "benches differ at %s: not the same kind of value", path);
+    }
+    if (cJSON_IsBool(dst)) {
+        if (cJSON_IsFalse(src)) {
+            dst->type = (dst->type & ~0xFF) | cJSON_False; /* this cJSON has no SetBoolValue */
+        }
+        return MOE_OK;
+    }
+    if (cJSON_IsNumber(dst)) {
+        double a = dst->valuedouble;
+        double b = src->valuedouble;
+        if (timing_key(dst->string)) {
+            cJSON_SetNumberValue(dst, (a * n + b) / (n + 1));
+        } else if (dst->string != NULL && strcmp(dst->string, "wrong") == 0) {
+            cJSON_SetNumberValue(dst, fmax(a, b));
+        } else if (a != b) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "benches differ at %s: %g vs %g (another host, rank count or "
+                                "bench version)",
+                                path, a, b);
+        }
+        return MOE_OK;
+    }
+    if (cJSON_IsString(dst)) {
+        if (strcmp(dst->valuestring, src->valuestring) != 0) {
+            return moe_diag_set(diag, MOE_ERR_INVALID, "benches differ at %s: '%s' vs '%s'", path,
+                                dst->valuestring, src->valuestring);
+        }
+        return MOE_OK;
+    }
+    if (cJSON_IsArray(dst) || cJSON_IsObject(dst)) {
+        if (cJSON_GetArraySize(dst) != cJSON_GetArraySize(src)) {
+            return moe_diag_set(diag, MOE_ERR_INVALID,
+                                "benches differ at %s: %d vs %d entries (another bench version or "
+                                "rank count)",
+                                path, cJSON_GetArraySize(dst), cJSON_GetArraySize(src));
+        }
+        int i = 0;
+        cJSON *d = NULL;
+        cJSON_ArrayForEach(d, dst)
+        {
+            const cJSON *s = cJSON_IsArray(dst) ? cJSON_GetArrayItem(src, i)
+                                                : cJSON_GetObjectItemCaseSensitive(src, d->string);
+            char sub[256];
+            if (cJSON_IsArray(dst)) {
+                (void)snprintf(sub, sizeof(sub), "%s[%d]", path, i);
+            } else {
+                (void)snprintf(sub, sizeof(sub), "%s.%s", path, d->string);
+            }
+            if (s == NULL) {
+                return moe_diag_set(diag, MOE_ERR_INVALID, "benches differ: %s is missing", sub);
+            }
+            MOE_TRY(merge_node(d, s, n, sub, diag));
+            i++;
+        }
+    }
+    return MOE_OK;
+}
+
+enum moe_status moe_calib_merge_bench(cJSON *dst, const cJSON *src, int n, struct moe_diag *diag)
+{
+    if (dst == NULL || src == NULL || n < 1) {
+        return moe_diag_set(diag, MOE_ERR_INVALID, "merge: need two benches");
+    }
+    return merge_node(dst, src, n, "bench", diag);
+}

@@ -20,12 +20,14 @@
 #include <unistd.h>
 
 #define BENCH_MAX_BYTES (64L * 1024 * 1024)
+#define MAX_BENCHES     8
 
 struct calib_opts {
     int np;
     const char *out;
     const char *name;
-    const char *bench_json;
+    const char *bench_json[MAX_BENCHES]; /* --bench-json, each once; fitted at their mean */
+    int num_bench_json;
     const char *save_bench;
     const char *mpirun_args;
     bool json;
@@ -41,7 +43,10 @@ static int usage(FILE *out)
         "                     timing: hwloc's core count is printed)\n"
         "  --out FILE         cluster file to write (default <topologies>/local.json)\n"
         "  --name NAME        cluster name in the file (default local)\n"
-        "  --bench-json FILE  fit an earlier `moefold-bench --json` output instead of running it\n"
+        "  --bench-json FILE  fit an earlier `moefold-bench --json` output instead of running it;\n"
+        "                     given more than once (up to 8: the same host and rank count, e.g.\n"
+        "                     measured before and after an experiment), fit the mean of their\n"
+        "                     timings\n"
         "  --save-bench FILE  keep the bench output (default <out>.bench.json)\n"
         "  --mpirun-args ARGS extra mpirun arguments, e.g. '--hostfile hosts' (default\n"
         "                     '--bind-to core')\n"
@@ -89,7 +94,12 @@ static int parse(int argc, char **argv, struct calib_opts *o)
             o->name = optarg;
             break;
         case 'b':
-            o->bench_json = optarg;
+            if (o->num_bench_json == MAX_BENCHES) {
+                fprintf(stderr, "moefold calibrate: --bench-json %s: at most %d benches\n", optarg,
+                        MAX_BENCHES);
+                return 2;
+            }
+            o->bench_json[o->num_bench_json++] = optarg;
             break;
         case 's':
             o->save_bench = optarg;
@@ -280,10 +290,26 @@ int moe_cli_calibrate(int argc, char **argv)
     struct moe_diag diag = {0};
     cJSON *bench = NULL;
     char *text = NULL;
-    if (o.bench_json != NULL) {
-        if (moe_json_read_file(o.bench_json, &bench, &diag) != MOE_OK) {
+    if (o.num_bench_json > 0) {
+        if (moe_json_read_file(o.bench_json[0], &bench, &diag) != MOE_OK) {
             fprintf(stderr, "moefold calibrate: %s\n", diag.message);
             return 1;
+        }
+        for (int i = 1; i < o.num_bench_json; i++) {
+            cJSON *more = NULL;
+            enum moe_status st = moe_json_read_file(o.bench_json[i], &more, &diag);
+            if (st == MOE_OK) {
+                st = moe_calib_merge_bench(bench, more, i, &diag);
+            }
+            cJSON_Delete(more);
+            if (st != MOE_OK) {
+                fprintf(stderr, "moefold calibrate: %s: %s\n", o.bench_json[i], diag.message);
+                cJSON_Delete(bench);
+                return 1;
+            }
+        }
+        if (o.num_bench_json > 1 && !o.json) {
+            printf("# moefold calibrate: the mean of %d benches' timings\n", o.num_bench_json);
         }
     } else {
         text = run_bench(&o);

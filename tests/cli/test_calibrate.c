@@ -109,6 +109,75 @@ static void test_bias_rows(void **state)
     cJSON_Delete(bench);
 }
 
+/* Two benches of one host folded into their mean: timings averaged, flags and-ed, any other
+ * difference (a shape, a missing entry) refused by name; the fit of the mean lies between. */
+static void test_merge_benches(void **state)
+{
+    (void)state;
+    cJSON *a = load_bench();
+    cJSON *b = load_bench();
+    cJSON *g0a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "gemm"), 0);
+    cJSON *g0b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b, "gemm"), 0);
+    double t = cJSON_GetObjectItemCaseSensitive(g0a, "time_us")->valuedouble;
+    double gf = cJSON_GetObjectItemCaseSensitive(g0a, "gflops")->valuedouble;
+    cJSON *it = NULL;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(b, "gemm"))
+    {
+        cJSON *tb = cJSON_GetObjectItemCaseSensitive(it, "time_us");
+        cJSON *gb = cJSON_GetObjectItemCaseSensitive(it, "gflops");
+        cJSON_SetNumberValue(tb, tb->valuedouble * 2.0);
+        cJSON_SetNumberValue(gb, gb->valuedouble / 2.0);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(g0b, "ok", cJSON_CreateFalse());
+    struct moe_diag diag = {0};
+    struct moe_calib_fit fa;
+    struct moe_calib_fit fb;
+    assert_int_equal(moe_calib_fit_bench(a, &fa, &diag), MOE_OK);
+    assert_int_equal(moe_calib_fit_bench(b, &fb, &diag), MOE_OK);
+    cJSON *m = cJSON_Duplicate(a, 1);
+    assert_int_equal(moe_calib_merge_bench(m, b, 1, &diag), MOE_OK);
+    cJSON *g0m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "gemm"), 0);
+    assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "time_us")->valuedouble - 1.5 * t) <=
+                1e-9 * t);
+    assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "gflops")->valuedouble - 0.75 * gf) <=
+                1e-9 * gf);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(g0m, "ok")));
+    /* a real second measurement: every timing differs, time_us_max included */
+    cJSON *c = load_bench();
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(c, "gemm"))
+    {
+        cJSON *tm = cJSON_GetObjectItemCaseSensitive(it, "time_us_max");
+        cJSON_SetNumberValue(tm, tm->valuedouble * 1.1);
+    }
+    cJSON *m2 = cJSON_Duplicate(a, 1);
+    assert_int_equal(moe_calib_merge_bench(m2, c, 1, &diag), MOE_OK);
+    cJSON_Delete(m2);
+    cJSON_Delete(c);
+    assert_true(cJSON_GetObjectItemCaseSensitive(g0m, "m")->valuedouble ==
+                cJSON_GetObjectItemCaseSensitive(g0a, "m")->valuedouble);
+    struct moe_calib_fit fm;
+    assert_int_equal(moe_calib_fit_bench(m, &fm, &diag), MOE_OK);
+    double peak_lo = fmin(fa.gemm_peak_gflops, fb.gemm_peak_gflops);
+    double peak_hi = fmax(fa.gemm_peak_gflops, fb.gemm_peak_gflops);
+    assert_true(fm.gemm_peak_gflops > peak_lo && fm.gemm_peak_gflops < peak_hi);
+    /* the third bench of a running mean weighs a third */
+    assert_int_equal(moe_calib_merge_bench(m, a, 2, &diag), MOE_OK);
+    assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "time_us")->valuedouble -
+                     4.0 / 3.0 * t) <= 1e-9 * t);
+    /* another shape, another rank count, a missing table: refused, naming the field */
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(g0b, "m"), 7.0);
+    assert_int_equal(moe_calib_merge_bench(m, b, 3, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "bench.gemm[0].m"));
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "ranks"), 4.0);
+    cJSON_DeleteItemFromObjectCaseSensitive(b, "gemm");
+    memset(&diag, 0, sizeof(diag));
+    assert_int_equal(moe_calib_merge_bench(m, b, 3, &diag), MOE_ERR_INVALID);
+    assert_non_null(strstr(diag.message, "bench"));
+    cJSON_Delete(m);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+
 /* The model's GEMM time on `cl` against each shape of `gemm` (a bench's "gemm" array) of at most
  * `max_flops` FLOPs (0: every shape): the largest |error|, its shape, and the shapes compared.
  * FP32 operands, no HBM bound in the way: the fitted curve alone. */
@@ -417,11 +486,11 @@ static void test_optimizer_eff(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_host_fit),    cmocka_unit_test(test_small_gemm_shapes),
-        cmocka_unit_test(test_step_collectives), cmocka_unit_test(test_activation_rows),
-        cmocka_unit_test(test_bias_rows),        cmocka_unit_test(test_synthetic_recovery),
-        cmocka_unit_test(test_optimizer_eff),    cmocka_unit_test(test_attention_fit),
-        cmocka_unit_test(test_rank_spread),
+        cmocka_unit_test(test_real_host_fit),      cmocka_unit_test(test_small_gemm_shapes),
+        cmocka_unit_test(test_step_collectives),   cmocka_unit_test(test_activation_rows),
+        cmocka_unit_test(test_bias_rows),          cmocka_unit_test(test_merge_benches),
+        cmocka_unit_test(test_synthetic_recovery), cmocka_unit_test(test_optimizer_eff),
+        cmocka_unit_test(test_attention_fit),      cmocka_unit_test(test_rank_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
