@@ -52,7 +52,7 @@ quiet_wait=${VALIDATE_QUIET_WAIT:-0}
 loaded=0
 wait_quiet() {
     [ "$quiet_wait" -gt 0 ] || return 0
-    local t=0 ok=0 u n s i w x y z a b a2 b2 busy idle
+    local t=0 ok=0 u n s i w x y z a b busy idle
     while [ $t -lt "$quiet_wait" ]; do
         read -r _ u n s i w x y z _ </proc/stat
         a=$((u + n + s + w + x + y + z)) b=$i
@@ -160,23 +160,11 @@ for ((pass = 1; pass <= repeats; pass++)); do
     done
 done
 
-# 4. The host measured again after the runs (VALIDATE_CALIBRATE_AFTER=0 skips it): the cluster
-# file is refitted at the mean of both benches' timings (moefold calibrate --bench-json twice),
-# so compare prices the host as it was around the runs, not only in the minute before them
-# (2026-12-02 17:35: one calibration's attention read 0.454 where the day's others read 0.40-0.43,
-# and every plan measured 4-13% slower than priced).
-if [ "${VALIDATE_CALIBRATE_AFTER:-1}" = 1 ] && [ -f "$cluster.bench.json" ] && [ "${#names[@]}" -gt 0 ]; then
+# 4. The host measured again after the runs, the cluster file refitted at the mean of both benches
+# (scripts/calibrate-after.sh; VALIDATE_CALIBRATE_AFTER=0 skips it).
+if [ "${VALIDATE_CALIBRATE_AFTER:-1}" = 1 ] && [ "${#names[@]}" -gt 0 ]; then
     wait_quiet
-    if "$bin/moefold" calibrate --np "$np_max" --out "$out/after.json" \
-        --save-bench "$out/after.bench.json" >"$out/calibrate-after.txt" 2>&1 &&
-        "$bin/moefold" calibrate --bench-json "$cluster.bench.json" \
-            --bench-json "$out/after.bench.json" --out "$cluster" >"$out/calibrate-mean.txt" 2>&1; then
-        echo "# host measured again after the runs; prices at the mean of both benches (GEMM peak"
-        echo "#   after $(grep -m1 '^GEMM peak' "$out/calibrate-after.txt" | awk '{print $4}'), mean $(grep -m1 '^GEMM peak' "$out/calibrate-mean.txt" | awk '{print $4}') GFLOP/s; attention fwd after $(grep -m1 '^attention efficiency' "$out/calibrate-after.txt" | awk '{print $3}'), mean $(grep -m1 '^attention efficiency' "$out/calibrate-mean.txt" | awk '{print $3}'); $out/calibrate-{after,mean}.txt)"
-    else
-        echo "# measuring the host after the runs failed ($out/calibrate-after.txt, calibrate-mean.txt): prices from the calibration before them"
-        fail=1
-    fi
+    scripts/calibrate-after.sh "$build" "$cluster" "$np_max" "$out" || fail=1
 fi
 
 printf '\n%-16s %5s %12s %12s %9s %9s  %-26s %s\n' "plan" "ranks" "pred_s" "meas_s" "step_err" \
