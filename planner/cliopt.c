@@ -578,6 +578,16 @@ enum moe_status moe_plan_load_cache_fn(void *cache,
     return MOE_OK;
 }
 
+enum moe_status moe_plan_auto_load(void *ctx,
+                                   const struct moe_layout *lay,
+                                   struct moe_load_stats *out,
+                                   bool *used,
+                                   struct moe_diag *diag)
+{
+    *used = true;
+    return moe_imbalance_auto(ctx, lay, MOE_IMBALANCE_DEFAULT_CV, out, diag);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Progress bar                                                                                 */
 

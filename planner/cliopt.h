@@ -95,6 +95,14 @@ MOE_NODISCARD enum moe_status moe_plan_load_cache_fn(void *cache,
                                                      bool *used,
                                                      struct moe_diag *diag);
 
+/* A load fn for the cache: --moe-imbalance auto's statistics of a layout for the model ctx (a
+ * const struct moe_model_cfg *) at the default popularity cv -- the plan command's default. */
+MOE_NODISCARD enum moe_status moe_plan_auto_load(void *ctx,
+                                                 const struct moe_layout *lay,
+                                                 struct moe_load_stats *out,
+                                                 bool *used,
+                                                 struct moe_diag *diag);
+
 /* Progress bar on stderr: set req->progress = moe_plan_progress_cb, progress_ctx = &pg. Shows
  * only when enabled, stderr is a terminal and a second has passed. */
 struct moe_plan_progress {

@@ -12,7 +12,6 @@
  */
 #include "model/config.h"
 #include "model/cost.h"
-#include "model/imbalance.h"
 #include "model/layout.h"
 #include "planner/cliopt.h"
 #include "planner/search.h"
@@ -148,17 +147,6 @@ static double naive_seconds_per_candidate(const struct moe_plan_request *req)
     return per;
 }
 
-/* --moe-imbalance auto's statistics of a layout (the plan command's default), for the cache. */
-static enum moe_status auto_load(void *ctx,
-                                 const struct moe_layout *lay,
-                                 struct moe_load_stats *out,
-                                 bool *used,
-                                 struct moe_diag *diag)
-{
-    *used = true;
-    return moe_imbalance_auto(ctx, lay, MOE_IMBALANCE_DEFAULT_CV, out, diag);
-}
-
 static int
 full_search(const char *cluster, double window, bool is_auto, double per, double *per_out)
 {
@@ -183,7 +171,7 @@ full_search(const char *cluster, double window, bool is_auto, double per, double
     }
     struct moe_plan_load_cache *lc = NULL;
     if (is_auto) {
-        lc = moe_plan_load_cache_create(auto_load, &cfg);
+        lc = moe_plan_load_cache_create(moe_plan_auto_load, &cfg);
         if (lc == NULL) {
             fprintf(stderr, "bench_planner: out of memory\n");
             return 1;

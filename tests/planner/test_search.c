@@ -7,7 +7,6 @@
  */
 #include "model/config.h"
 #include "model/cost.h"
-#include "model/imbalance.h"
 #include "model/layout.h"
 #include "model/memory.h"
 #include "planner/bound.h"
@@ -521,17 +520,6 @@ static const char *const claim_models[][2] = {
 };
 static const int claim_gpus[] = {256, 64, 64, 64, 32};
 
-/* --moe-imbalance auto's statistics of a layout (ctx: the model), as the plan command's. */
-static enum moe_status auto_load(void *ctx,
-                                 const struct moe_layout *lay,
-                                 struct moe_load_stats *out,
-                                 bool *used,
-                                 struct moe_diag *diag)
-{
-    *used = true;
-    return moe_imbalance_auto(ctx, lay, MOE_IMBALANCE_DEFAULT_CV, out, diag);
-}
-
 #define NUM_CLAIM_MODELS ((int)(sizeof(claim_gpus) / sizeof(claim_gpus[0])))
 #define TRIALS           400
 
@@ -547,7 +535,7 @@ static struct claim_ctx *claim_setup(int which, uint64_t seed)
     if (which == 3) {
         /* the plan command's default: the bounds price the Monte Carlo's mean factor */
         c->p.req.opt.moe_imbalance = 1.0;
-        c->lc = moe_plan_load_cache_create(auto_load, &c->p.cfg);
+        c->lc = moe_plan_load_cache_create(moe_plan_auto_load, &c->p.cfg);
         assert_non_null(c->lc);
         c->p.req.load_fn = moe_plan_load_cache_fn;
         c->p.req.load_ctx = c->lc;
