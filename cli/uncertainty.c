@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static enum moe_status
-read_run(const cJSON *j, const char *where, struct moe_unc_run *r, struct moe_diag *diag)
+/* One run of the profile; *has_loo false when it carries no leave-one-out error (a profile that
+ * `moefold fit --no-loo` wrote): such a run gives no interval. */
+static enum moe_status read_run(
+    const cJSON *j, const char *where, struct moe_unc_run *r, bool *has_loo, struct moe_diag *diag)
 {
     static const char *const keys[] = {"id",
                                        "model",
@@ -34,8 +36,9 @@ read_run(const cJSON *j, const char *where, struct moe_unc_run *r, struct moe_di
     MOE_TRY(moe_json_get_string(j, "ep_span", true, r->ep_span, sizeof(r->ep_span), where, diag));
     MOE_TRY(
         moe_json_get_double(j, "step_log_err_fit", true, -10.0, 10.0, &r->err_fit, where, diag));
+    *has_loo = cJSON_GetObjectItemCaseSensitive(j, "step_log_err_loo") != NULL;
     MOE_TRY(
-        moe_json_get_double(j, "step_log_err_loo", true, -10.0, 10.0, &r->err_loo, where, diag));
+        moe_json_get_double(j, "step_log_err_loo", false, -10.0, 10.0, &r->err_loo, where, diag));
     return MOE_OK;
 }
 
@@ -69,8 +72,13 @@ read_section(const cJSON *unc, struct moe_uncertainty *u, struct moe_diag *diag)
         }
         char w[64];
         (void)snprintf(w, sizeof(w), "%s.runs[%d]", where, u->num_runs);
-        MOE_TRY(read_run(j, w, &u->runs[u->num_runs], diag));
-        u->num_runs++;
+        bool has_loo = false;
+        MOE_TRY(read_run(j, w, &u->runs[u->num_runs], &has_loo, diag));
+        if (has_loo) {
+            u->num_runs++;
+        } else {
+            u->num_fit_only++;
+        }
     }
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(unc, "memory");
     if (mem != NULL) {
@@ -161,9 +169,12 @@ void moe_unc_step(const struct moe_uncertainty *u,
         }
     }
     if (n == 0) {
-        (void)snprintf(out->basis, sizeof(out->basis),
-                       "no interval: the cluster profile holds no measured runs (moefold fit "
-                       "writes them)");
+        (void)snprintf(out->basis, sizeof(out->basis), "%s",
+                       u->num_fit_only > 0
+                           ? "no interval: the cluster profile was fitted without leave-one-out "
+                             "refits (moefold fit --no-loo); fit again without it for intervals"
+                           : "no interval: the cluster profile holds no measured runs (moefold "
+                             "fit writes them)");
         return;
     }
     /* A few runs that happen to agree do not make the model better than the fit assumed it is

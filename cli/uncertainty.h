@@ -50,8 +50,9 @@ struct moe_unc_run {
 struct moe_uncertainty {
     int num_runs; /* runs with a leave-one-out error */
     struct moe_unc_run runs[MOE_UNC_MAX_RUNS];
-    double run_sd; /* the fit's model error of one run (log units; 0: not stated): an interval's
-                      sd never claims less */
+    int num_fit_only; /* runs the profile was fitted to without leave-one-out (fit --no-loo) */
+    double run_sd;    /* the fit's model error of one run (log units; 0: not stated): an interval's
+                         sd never claims less */
     char source[512];
     bool has_memory;
     double mem_rel_sd; /* relative sd of the memory model */

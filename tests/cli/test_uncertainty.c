@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -184,6 +185,40 @@ static void test_predict_json(void **state)
     free(out);
 }
 
+/* A profile written by `moefold fit --no-loo` holds no leave-one-out errors: predict reads it and
+ * says why it has no interval (it refused the file before). */
+static void test_profile_without_loo(void **state)
+{
+    (void)state;
+    char *out = malloc(OUT_LEN);
+    assert_non_null(out);
+    char dir[] = "/tmp/moefold_noloo_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char prof[128];
+    (void)snprintf(prof, sizeof(prof), "%s/p.json", dir);
+    char runs[512];
+    moe_test_root_path("tests/data/published_runs.json", runs, sizeof(runs));
+    char args[2048];
+    (void)snprintf(args, sizeof(args),
+                   "fit --cluster dgx-h100 --runs %s --no-loo --out %s >/dev/null 2>&1", runs,
+                   prof);
+    assert_int_equal(run(args, out), 0);
+    (void)snprintf(args, sizeof(args),
+                   "predict --model qwen3-30b-a3b --cluster %s --gpus 16 "
+                   "--expert-model-parallel-size 16 --json 2>/dev/null",
+                   prof);
+    assert_int_equal(run(args, out), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "uncertainty");
+    assert_non_null(u);
+    assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(u, "basis")->valuestring, "--no-loo"));
+    cJSON_Delete(j);
+    remove(prof);
+    rmdir(dir);
+    free(out);
+}
+
 static void test_plan_trust(void **state)
 {
     (void)state;
@@ -236,9 +271,8 @@ static void test_plan_trust(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_step_interval),
-        cmocka_unit_test(test_tie_band_and_memory),
-        cmocka_unit_test(test_predict_json),
+        cmocka_unit_test(test_step_interval), cmocka_unit_test(test_tie_band_and_memory),
+        cmocka_unit_test(test_predict_json),  cmocka_unit_test(test_profile_without_loo),
         cmocka_unit_test(test_plan_trust),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
