@@ -446,6 +446,18 @@ int moe_cli_fit(int argc, char **argv)
         moe_runs_free(&set);
         return 1;
     }
+    if (res.num_used_on_base == 0 && res.num_clusters > 1) {
+        /* Every run names another cluster (a refit of a profile with runs that name the cluster
+         * it came from, say): the figures scoped to one cluster are fitted for those clusters,
+         * and the base keeps its own. Say so before the table, which marks them [cluster]. */
+        fprintf(stderr,
+                "moefold fit: note: no run is on %s itself (the runs name %s%s); figures scoped "
+                "to one cluster (host, network, its GPU's GEMMs; marked [cluster]) are fitted "
+                "for the runs' clusters and %s keeps its own: give the runs \"cluster\": \"%s\" "
+                "(or its file) to fit them as this cluster's\n",
+                res.clusters[0], res.clusters[1], res.num_clusters > 2 ? ", ..." : "",
+                res.clusters[0], res.clusters[0]);
+    }
     rc = 0;
     if (a.out != NULL && moe_fit_write(&res, desc, a.out, &d) != MOE_OK) {
         fprintf(stderr, "moefold fit: %s\n", d.message);

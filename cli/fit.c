@@ -1107,6 +1107,7 @@ enum moe_status moe_fit(const char *base,
         prepare_run(set, i, path, bcl.name, o, res, &prs[i]);
         if (res->runs[i].used) {
             used[res->num_used++] = &prs[i];
+            res->num_used_on_base += prs[i].on_base ? 1 : 0;
         }
     }
     if (st == MOE_OK && res->num_used == 0) {

@@ -120,6 +120,7 @@ struct moe_fit_result {
     struct moe_fit_run *runs; /* [num_runs], one per run of the set */
     int num_runs;
     int num_used;
+    int num_used_on_base; /* used runs on the base cluster itself (its name or file) */
     int iterations;
     double rms_fit; /* rms of log(pred/measured) over used runs, in sample */
     double rms_loo; /* the same, leave-one-out */
