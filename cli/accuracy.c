@@ -195,6 +195,81 @@ static enum moe_status refit_all(const struct moe_run_set *set,
     return MOE_OK;
 }
 
+/* Runs a and b belong to one sweep: one model (preset or flags), cluster and GPU count. */
+static bool same_sweep(const struct moe_run *a, const struct moe_run *b)
+{
+    return strcmp(a->model, b->model) == 0 && strcmp(a->cluster, b->cluster) == 0 &&
+           a->gpus == b->gpus && (a->model[0] != '\0' || strcmp(a->args, b->args) == 0);
+}
+
+/*
+ * Leave-one-sweep-out: the runs of one sweep (same_sweep) share a model, a cluster and a GPU
+ * count, so leaving one of them out still fits the others -- an optimistic test of a layout the
+ * fit has not seen on a model and cluster it has. Each sweep of two or more runs is left out whole
+ * (its runs predicted, not fitted: marked as misses in a copy of the set) and the run's cluster
+ * fitted again without it (o->fit: from the priors, as make fit); a sweep of one run keeps its
+ * leave-one-out prediction.
+ */
+static enum moe_status sweep_out(const struct moe_run_set *set,
+                                 const struct moe_accuracy_options *o,
+                                 struct moe_accuracy_row *rows,
+                                 struct moe_diag *diag)
+{
+    enum moe_status st = MOE_OK;
+    for (int g = 0; st == MOE_OK && g < set->n; g++) {
+        bool leader = true;
+        int size = 0;
+        for (int i = 0; i < set->n; i++) {
+            leader = leader && !(i < g && same_sweep(&set->runs[i], &set->runs[g]));
+            size += same_sweep(&set->runs[i], &set->runs[g]);
+        }
+        if (!leader) {
+            continue;
+        }
+        if (size < 2) {
+            struct moe_accuracy_row *r = &rows[g];
+            r->has_sweep = r->ok && r->has_cv;
+            r->sweep_predicted = r->cv_predicted;
+            r->sweep_err_pct = r->cv_err_pct;
+            r->sweep_size = 1;
+            continue;
+        }
+        struct moe_run_set out;
+        memset(&out, 0, sizeof(out));
+        memcpy(out.releases, set->releases, sizeof(out.releases));
+        out.num_releases = set->num_releases;
+        for (int i = 0; st == MOE_OK && i < set->n; i++) {
+            struct moe_run r = set->runs[i];
+            if (same_sweep(&r, &set->runs[g]) && r.known_miss[0] == '\0') {
+                (void)snprintf(r.known_miss, sizeof(r.known_miss), "left out with its sweep");
+            }
+            st = moe_runs_add(&out, &r, diag);
+        }
+        struct moe_fit_options fo = o->fit;
+        fo.loo = false;
+        struct moe_fit_result res;
+        struct moe_diag d = {0};
+        enum moe_status fs = st == MOE_OK ? moe_fit(set->runs[g].cluster, &out, &fo, &res, &d) : st;
+        if (fs == MOE_OK) {
+            for (int i = 0; i < set->n; i++) {
+                struct moe_accuracy_row *r = &rows[i];
+                if (same_sweep(&set->runs[i], &set->runs[g]) && r->ok && res.runs[i].ok) {
+                    r->has_sweep = true;
+                    r->sweep_predicted = res.runs[i].pred_fit;
+                    r->sweep_err_pct = 100.0 * (r->sweep_predicted / r->published - 1.0);
+                    r->sweep_size = size;
+                }
+            }
+            moe_fit_result_free(&res);
+        } else if (fs == MOE_ERR_NOMEM) {
+            *diag = d;
+            st = fs;
+        } /* no usable run without the sweep: its runs have no such prediction */
+        moe_runs_free(&out);
+    }
+    return st;
+}
+
 enum moe_status moe_accuracy_run_set(const struct moe_run_set *set,
                                      const struct moe_accuracy_options *o,
                                      struct moe_accuracy_row *rows,
@@ -237,12 +312,13 @@ enum moe_status moe_accuracy_run_set(const struct moe_run_set *set,
         }
     }
     *n = set->n;
+    enum moe_status st = o->sweeps && o->cluster == NULL ? sweep_out(set, o, rows, diag) : MOE_OK;
     for (int k = 0; k < num_fits; k++) {
         moe_fit_result_free(&fits[k]);
     }
     free(fits);
     free(which);
-    return MOE_OK;
+    return st;
 }
 
 enum moe_status moe_accuracy_run(
@@ -299,9 +375,12 @@ void moe_accuracy_summarise(const struct moe_accuracy_row *rows,
         return;
     }
     double *mem = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    if (mem == NULL) {
+    double *sw = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (mem == NULL || sw == NULL) {
         free(e);
         free(c);
+        free(mem);
+        free(sw);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -322,6 +401,17 @@ void moe_accuracy_summarise(const struct moe_accuracy_row *rows,
             c[out->cv_n++] = fabs(r->cv_err_pct) / 100.0;
             out->cv_unseen += strcmp(r->cv_basis, "unseen by the profile") == 0;
         }
+        if (r->has_sweep) {
+            sw[out->sweep_n++] = fabs(r->sweep_err_pct) / 100.0;
+            bool first = true; /* count each sweep of two or more runs once, at its first run */
+            for (int j = 0; j < i && r->sweep_size > 1; j++) {
+                first =
+                    first && !(counted(&rows[j]) && rows[j].has_sweep &&
+                               strcmp(rows[j].model, r->model) == 0 &&
+                               strcmp(rows[j].cluster, r->cluster) == 0 && rows[j].gpus == r->gpus);
+            }
+            out->sweeps += r->sweep_size > 1 && first;
+        }
         if (r->has_interval) {
             out->intervals++;
             out->covered += r->covered;
@@ -338,12 +428,16 @@ void moe_accuracy_summarise(const struct moe_accuracy_row *rows,
             out->pairs++;
             out->concordant += (r->cv_predicted - s->cv_predicted) * m > 0.0;
             out->in_sample_concordant += (r->predicted - s->predicted) * m > 0.0;
+            out->sweep_concordant +=
+                r->has_sweep && s->has_sweep && (r->sweep_predicted - s->sweep_predicted) * m > 0.0;
         }
     }
     median_max(e, out->n, &out->median_abs, &out->max_abs);
     median_max(c, out->cv_n, &out->cv_median_abs, &out->cv_max_abs);
     median_max(mem, out->mem_n, &out->mem_median_abs, &out->mem_max_abs);
+    median_max(sw, out->sweep_n, &out->sweep_median_abs, &out->sweep_max_abs);
     free(e);
     free(c);
     free(mem);
+    free(sw);
 }

@@ -27,7 +27,10 @@ extern "C" {
 
 struct moe_accuracy_options {
     const char *cluster; /* predict every run on this profile (name or file); NULL: the run's own */
-    bool refit; /* cross-validate by refitting (moefold fit) instead of the stored errors */
+    bool refit;  /* cross-validate by refitting (moefold fit) instead of the stored errors */
+    bool sweeps; /* also leave each sweep out whole (runs of one model, cluster and GPU count):
+                    one fit without them per sweep of two or more runs; each run's own cluster
+                    only (cluster NULL) */
     struct moe_fit_options fit;
 };
 
@@ -48,7 +51,11 @@ struct moe_accuracy_row {
     double cv_predicted; /* by a fit without this run, or `predicted` for a run the profile never
                             saw */
     double cv_err_pct;
-    char cv_basis[48];    /* "leave-one-out", "leave-one-out (refit)" or "unseen by the profile" */
+    char cv_basis[48]; /* "leave-one-out", "leave-one-out (refit)" or "unseen by the profile" */
+    bool has_sweep;    /* a prediction by a fit without any run of its sweep exists */
+    double sweep_predicted; /* that prediction (cv_predicted for a sweep of one run) */
+    double sweep_err_pct;
+    int sweep_size;       /* runs of its sweep (left out together) */
     bool has_interval;    /* the 80% interval of the cross-validated prediction */
     double lo, hi;        /* in the metric's unit */
     bool covered;         /* the measurement lies inside it */
@@ -71,6 +78,10 @@ struct moe_accuracy_stats {
     int cv_n;
     int cv_unseen; /* of cv_n, runs the profile never saw */
     double cv_median_abs, cv_max_abs;
+    int sweep_n; /* of cv_n, runs with a leave-one-sweep-out prediction */
+    int sweeps;  /* sweeps of two or more runs among them */
+    double sweep_median_abs, sweep_max_abs;
+    int sweep_concordant; /* pairs ordered as measured by the leave-one-sweep-out predictions */
     int pairs, concordant, in_sample_concordant;
     int covered, intervals; /* coverage of the cross-validated intervals */
     int ran, ran_fit;       /* runs predicted (each of them ran) and those predicted to fit */

@@ -1,7 +1,8 @@
 /*
- * `moefold accuracy [--runs FILE ...] [--cluster PROFILE] [--refit] [--json]`: predicted vs
- * measured for every run of the runs files (default tests/data/published_runs.json), in sample
- * and cross-validated side by side, the ranking of layouts and the coverage of the 80% intervals
+ * `moefold accuracy [--runs FILE ...] [--cluster PROFILE] [--refit] [--no-sweeps] [--json]`:
+ * predicted vs measured for every run of the runs files (default tests/data/published_runs.json),
+ * in sample, cross-validated and with each run's whole sweep left out side by side, the ranking
+ * of layouts and the coverage of the 80% intervals
  * (cli/accuracy.h). Errors in --json are fractions.
  */
 #include "cli/accuracy.h"
@@ -28,6 +29,14 @@ static cJSON *stats_json(const struct moe_accuracy_stats *s)
     cJSON_AddNumberToObject(cv, "max_abs_err", s->cv_max_abs);
     cJSON_AddNumberToObject(cv, "n", s->cv_n);
     cJSON_AddNumberToObject(cv, "unseen", s->cv_unseen);
+    if (s->sweep_n > 0) {
+        cJSON *sw = cJSON_AddObjectToObject(o, "leave_one_sweep_out");
+        cJSON_AddNumberToObject(sw, "median_abs_err", s->sweep_median_abs);
+        cJSON_AddNumberToObject(sw, "max_abs_err", s->sweep_max_abs);
+        cJSON_AddNumberToObject(sw, "n", s->sweep_n);
+        cJSON_AddNumberToObject(sw, "sweeps_left_out", s->sweeps);
+        cJSON_AddNumberToObject(sw, "concordant", s->sweep_concordant);
+    }
     cJSON *rk = cJSON_AddObjectToObject(o, "ranking");
     cJSON_AddNumberToObject(rk, "pairs", s->pairs);
     cJSON_AddNumberToObject(rk, "concordant", s->concordant);
@@ -66,6 +75,11 @@ static cJSON *row_json(const struct moe_accuracy_row *r)
         cJSON_AddNumberToObject(j, "cv_predicted", r->cv_predicted);
         cJSON_AddNumberToObject(j, "cv_error", r->cv_err_pct / 100.0);
         cJSON_AddStringToObject(j, "cv_basis", r->cv_basis);
+        if (r->has_sweep) {
+            cJSON_AddNumberToObject(j, "sweep_predicted", r->sweep_predicted);
+            cJSON_AddNumberToObject(j, "sweep_error", r->sweep_err_pct / 100.0);
+            cJSON_AddNumberToObject(j, "sweep_size", r->sweep_size);
+        }
         if (r->has_interval) {
             cJSON *iv = cJSON_AddArrayToObject(j, "interval");
             cJSON_AddItemToArray(iv, cJSON_CreateNumber(r->lo));
@@ -111,8 +125,8 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
     printf("# predicted vs measured (%s); cv = cross-validated: leave-one-out for the runs the "
            "profile was fitted to\n",
            desc);
-    printf("%-5s %-16s %-12s %5s %-21s %10s %10s %8s %10s %8s %21s  %s\n", "id", "model", "cluster",
-           "gpus", "metric", "measured", "predicted", "error", "cv", "cv_error",
+    printf("%-5s %-16s %-12s %5s %-21s %10s %10s %8s %10s %8s %8s %21s  %s\n", "id", "model",
+           "cluster", "gpus", "metric", "measured", "predicted", "error", "cv", "cv_error", "sweep",
            "80% interval (cv)", "config");
     for (int i = 0; i < n; i++) {
         const struct moe_accuracy_row *r = &rows[i];
@@ -128,12 +142,16 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
         const char *tag = !r->complete       ? "incomplete"
                           : r->known_miss[0] ? "complete, known miss"
                                              : "complete";
-        printf(
-            "%-5s %-16s %-12.12s %5d %-21s %10.4g %10.4g %+7.1f%% %10.4g %+7.1f%% %21s  %s%s%s\n",
-            r->id, r->model, r->cluster, r->gpus, r->metric, r->published, r->predicted, r->err_pct,
-            r->cv_predicted, r->cv_err_pct, iv, tag,
-            strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : "; cv: ",
-            strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : r->cv_basis);
+        char sw[16] = "-";
+        if (r->has_sweep) {
+            (void)snprintf(sw, sizeof(sw), "%+.1f%%", r->sweep_err_pct);
+        }
+        printf("%-5s %-16s %-12.12s %5d %-21s %10.4g %10.4g %+7.1f%% %10.4g %+7.1f%% %8s %21s  "
+               "%s%s%s\n",
+               r->id, r->model, r->cluster, r->gpus, r->metric, r->published, r->predicted,
+               r->err_pct, r->cv_predicted, r->cv_err_pct, sw, iv, tag,
+               strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : "; cv: ",
+               strcmp(r->cv_basis, "leave-one-out") == 0 ? "" : r->cv_basis);
     }
     struct moe_accuracy_stats s;
     moe_accuracy_summarise(rows, n, &s);
@@ -141,9 +159,19 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
            "median %.1f%%, max %.1f%% (n %d, %d unseen by the profile)\n",
            100.0 * s.median_abs, 100.0 * s.max_abs, s.n, 100.0 * s.cv_median_abs,
            100.0 * s.cv_max_abs, s.cv_n, s.cv_unseen);
+    if (s.sweep_n > 0) {
+        printf("# leave-one-sweep-out (sweep = the runs of one model, cluster and GPU count; each "
+               "sweep of two or more runs, %d here, left out of its cluster's fit whole, the rest "
+               "as cv): median |error| %.1f%%, max %.1f%% (n %d)\n",
+               s.sweeps, 100.0 * s.sweep_median_abs, 100.0 * s.sweep_max_abs, s.sweep_n);
+    }
     printf("# ranking: %d of %d pairs of layouts (same model, cluster and GPUs, measured more than "
-           "%.0f%% apart) ordered as measured cross-validated (%d in sample)\n",
+           "%.0f%% apart) ordered as measured cross-validated (%d in sample",
            s.concordant, s.pairs, 100.0 * MOE_ACCURACY_RANK_GAP, s.in_sample_concordant);
+    if (s.sweep_n > 0) {
+        printf(", %d with the whole sweep left out", s.sweep_concordant);
+    }
+    printf(")\n");
     printf("# 80%% intervals cover %d of %d measurements (! marks a miss)\n", s.covered,
            s.intervals);
     printf("# memory: %d of %d runs (each of which ran) predicted to fit", s.ran_fit, s.ran);
@@ -169,16 +197,20 @@ static void print_table(const char *desc, const struct moe_accuracy_row *rows, i
 
 int moe_cli_accuracy(int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"runs", required_argument, NULL, 'r'}, {"cluster", required_argument, NULL, 'c'},
-        {"refit", no_argument, NULL, 'R'},      {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"runs", required_argument, NULL, 'r'},
+                                          {"cluster", required_argument, NULL, 'c'},
+                                          {"refit", no_argument, NULL, 'R'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"no-sweeps", no_argument, NULL, 'S'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     char def[4096];
     moe_accuracy_default_path(def, sizeof(def));
     const char *files[MAX_FILES];
     int num_files = 0;
     struct moe_accuracy_options o;
     moe_accuracy_options_init(&o);
+    o.sweeps = true;
     bool json = false;
     int c;
     optind = 1;
@@ -192,16 +224,23 @@ int moe_cli_accuracy(int argc, char **argv)
             o.refit = true;
         } else if (c == 'j') {
             json = true;
+        } else if (c == 'S') {
+            o.sweeps = false;
         } else if (c == 'h') {
-            printf("usage: moefold accuracy [--runs FILE ...] [--cluster PROFILE] [--refit] "
-                   "[--json]\n"
-                   "  --runs FILE        measured runs (default %s; repeatable)\n"
-                   "  --cluster PROFILE  predict every run on this cluster profile (default: each\n"
-                   "                     run's own cluster)\n"
-                   "  --refit            cross-validate by refitting without each run (moefold\n"
-                   "                     fit) instead of the profile's stored errors\n"
-                   "  --json             one JSON object (errors as fractions)\n",
-                   def);
+            printf(
+                "usage: moefold accuracy [--runs FILE ...] [--cluster PROFILE] [--refit] "
+                "[--no-sweeps] [--json]\n"
+                "  --runs FILE        measured runs (default %s; repeatable)\n"
+                "  --cluster PROFILE  predict every run on this cluster profile (default: each\n"
+                "                     run's own cluster)\n"
+                "  --refit            cross-validate by refitting without each run (moefold\n"
+                "                     fit) instead of the profile's stored errors\n"
+                "  --no-sweeps        skip leave-one-sweep-out: by default each sweep (runs of\n"
+                "                     one model, cluster and GPU count) of two or more runs is\n"
+                "                     also left out whole and its cluster fitted again from the\n"
+                "                     priors (not with --cluster)\n"
+                "  --json             one JSON object (errors as fractions)\n",
+                def);
             return 0;
         } else {
             fprintf(stderr, "moefold accuracy: unknown or incomplete option '%s' (see --help)\n",

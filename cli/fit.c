@@ -981,6 +981,16 @@ static enum moe_status predict_all(struct moe_fit_result *res,
         if (!fr->ok) {
             continue;
         }
+        /* A run left out of the fit (a known miss, one predicted from the others) takes its
+         * release's figures when the fitted runs gave that release some. */
+        for (int k = 0; !fr->used && prs[i].release < 0 && res->opt.releases &&
+                        fr->run->software[0] != '\0' && k < res->num_releases;
+             k++) {
+            if (strcmp(res->releases[k].name, fr->run->software) == 0) {
+                prs[i].release = k;
+                fr->release = k;
+            }
+        }
         struct fctx c = {pb, set};
         struct moe_prediction pred;
         MOE_TRY(predict_at(&c, NULL, &prs[i], &fr->pred_prior, &pred, diag));
