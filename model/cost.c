@@ -105,8 +105,13 @@ static void spread_waits(
     /* EP1's dispatch and combine are local permutes: no rank meets another there */
     bool ep = ep_exchange && lc->fwd_dispatch + lc->fwd_combine > 0.0;
     double seg[2] = {p->compute, p->expert}; /* attention side, experts */
+    /* The busiest EP rank's extra expert time (the load imbalance, already the exchange's wait):
+     * the other ranks wait for the slowest, and a rank behind by that gap is the slowest whatever
+     * the speed spread adds or takes, so the expected wait after the experts is the larger of the
+     * two, not their sum (the busiest rank lands on a fast core as often as on a slow one). */
+    double gap = ep ? p->wait_d + p->wait_c : 0.0;
     for (int i = 0; i < 2; i++) {
-        double w = s * seg[i];
+        double w = i == 1 ? pos(s * seg[i] - gap) : s * seg[i];
         bool to_dispatch = ep && (i == 0) != bwd;
         if (w <= 0.0) {
             continue;

@@ -504,6 +504,39 @@ static void test_rank_spread_waits(void **state)
     }
 }
 
+/* A busiest EP rank behind by more than the speed spread is the slowest whatever the spread adds
+ * or takes: the wait after the experts is the imbalance's, not the imbalance's plus the spread's.
+ * EP8 at load 2 (the gap is the experts' whole mean time, far above s x it): the spread adds its
+ * share of the attention-side compute only; balanced, it adds the experts' share too. */
+static void test_rank_spread_under_imbalance(void **state)
+{
+    (void)state;
+    const double s = 0.05;
+    double added[2];
+    double expert = 0.0;
+    for (int imb = 0; imb < 2; imb++) {
+        struct moe_model_cfg cfg;
+        struct moe_cluster cl;
+        struct moe_layout lay;
+        struct moe_options opt;
+        setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+        opt.overlap_grad_reduce = false;
+        opt.force_load_balancing = false;
+        opt.moe_imbalance = imb ? 2.0 : 1.0;
+        cl.host.rank_spread = 0.0;
+        struct moe_prediction a = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+        cl.host.rank_spread = s;
+        struct moe_prediction b = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_CLOSED_FORM);
+        added[imb] = (b.wait.dispatch - a.wait.dispatch) + (b.wait.combine - a.wait.combine);
+        if (imb == 0) {
+            expert = a.time.expert_gemm;
+        }
+        ASSERT_NEAR(b.time.expert_gemm, a.time.expert_gemm, 1e-12 * a.time.expert_gemm);
+    }
+    assert_true(added[1] > 0.0);
+    assert_true(added[1] < added[0] - 0.9 * s * expert);
+}
+
 static void test_group_placement(void **state)
 {
     (void)state;
@@ -1401,6 +1434,7 @@ int main(void)
         cmocka_unit_test(test_expert_bias_pass),
         cmocka_unit_test(test_offloaded_optimizer_rate),
         cmocka_unit_test(test_rank_spread_waits),
+        cmocka_unit_test(test_rank_spread_under_imbalance),
         cmocka_unit_test(test_group_placement),
         cmocka_unit_test(test_expected_domains),
         cmocka_unit_test(test_memory_by_hand),
