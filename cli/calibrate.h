@@ -58,9 +58,11 @@ struct moe_calib_fit {
      * the cost model prices as waits at the collectives that join ranks (model/cost.c). */
     double rank_spread;
     int rank_spread_points;
-    double grouped_eff;   /* median grouped rate / the curve at each expert's rows */
-    double mem_gbps;      /* streaming copy bandwidth per rank, largest working set */
-    double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
+    double grouped_eff;       /* median grouped rate / the curve at each expert's rows */
+    double grouped_half_dim;  /* the grouped rows' own narrow-dimension term (rows per expert) */
+    double grouped_rms_resid; /* RMS log residual of the grouped rows at (grouped_eff, it) */
+    double mem_gbps;          /* streaming copy bandwidth per rank, largest working set */
+    double elem_eff;          /* elementwise kernels' rate / copy bandwidth (median) */
     double act_eff;       /* SwiGLU's rate / copy bandwidth (median over sizes); 0 = not measured */
     double act_bwd_eff;   /* its backward's rate / copy bandwidth; 0 = not measured */
     double bias_eff;      /* the experts' bias add's rate / copy bandwidth; 0 = not measured */

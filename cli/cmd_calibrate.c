@@ -211,8 +211,11 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
     printf("%-26s %14.3g  (FLOPs)\n", "GEMM half_flops", f->gemm_half_flops);
     printf("%-26s %14.3g  (rows: x d/(d+half_dim), d = narrowest dimension)\n", "GEMM half_dim",
            f->gemm_half_dim);
-    printf("%-26s %14.3f  median grouped rate / the curve at each expert's rows\n",
+    printf("%-26s %14.3f  median grouped rate / the curve at each expert's rows, with\n",
            "grouped GEMM factor", f->grouped_eff);
+    printf("%-26s %14.3g  (rows per expert: its own narrow-dimension term), RMS log residual "
+           "%.3f\n",
+           "grouped GEMM half_dim", f->grouped_half_dim, f->grouped_rms_resid);
     if (f->rank_spread_points > 0) {
         printf("%-26s %13.1f%%  slowest rank's GEMM time / the ranks' mean - 1 (mean of %d "
                "shapes): host.rank_spread, each collective that joins ranks waits this share of "
@@ -377,6 +380,7 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "gemm_half_dim", fit.gemm_half_dim);
         cJSON_AddNumberToObject(j, "gemm_rms_resid", fit.gemm_rms_resid);
         cJSON_AddNumberToObject(j, "grouped_eff", fit.grouped_eff);
+        cJSON_AddNumberToObject(j, "grouped_half_dim", fit.grouped_half_dim);
         cJSON_AddNumberToObject(j, "rank_spread", fit.rank_spread);
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);
         cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);

@@ -32,7 +32,8 @@ struct moe_bench_cfg {
     int warmup; /* untimed iterations first */
     /* Collectives timed as a step runs them (moe_bench_coll_result.step_us): the bytes each rank
      * streams through before each call, as the kernels between two collectives of a training step
-     * do (0: none; moefold-bench uses the host's last-level cache per core). */
+     * do (0: none; moefold-bench uses the host's last-level cache per core). GEMMs: their
+     * operands cycle over twice this many bytes (moe_bench_gemm_run). */
     size_t evict_bytes;
 };
 
@@ -43,7 +44,10 @@ struct moe_bench_gemm {
     bool is_ok;    /* sampled entries match a double reference within 1e-4 relative */
 };
 
-/* C[m,n] = A[m,k] B[k,n] with the kernels' matmul; allocates and frees its buffers. */
+/* A linear of m rows, k inputs and n outputs as a training step runs it: the kernels' forward,
+ * backward-data and backward-weight GEMMs in turn (2mnk FLOPs each), cycled over operand sets
+ * that fill twice cfg->evict_bytes (cold operands; one set, hot, at 0). Allocates and frees its
+ * buffers. */
 MOE_NODISCARD enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
                                                  moe_k_ctx_t *kc,
                                                  const struct moe_bench_cfg *cfg,

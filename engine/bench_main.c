@@ -93,7 +93,8 @@ static void usage(FILE *f)
                      "  --bind            bind each rank to one core (hwloc) before measuring\n"
                      "  --evict-bytes SIZE  streamed by each rank before each collective of the\n"
                      "                    step(us) column (default: the last-level cache per\n"
-                     "                    core; 0 for hot caches)\n"
+                     "                    core; 0 for hot caches); GEMM operands cycle over\n"
+                     "                    twice as many bytes\n"
                      "  --help, --version\n");
 }
 
@@ -374,7 +375,8 @@ static int bench_gemm(moe_comm_t *w,
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "gemm") : NULL;
     if (root && js == NULL) {
-        (void)printf("\n# dense GEMM C[M,N] = A[M,K] B[K,N] (fp32 sgemm), mean over ranks\n");
+        (void)printf("\n# dense linear of M rows, K in, N out (fp32: forward, backward-data, "
+                     "backward-weight in turn, cold operands), mean over ranks\n");
         (void)printf("#%8s %8s %8s %12s %10s %6s\n", "M", "N", "K", "time(us)", "GFLOP/s", "check");
     }
     int bad = 0;

@@ -114,6 +114,8 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gemm.half_flops", g->gemm.half_flops, 0.0, true, big, "FLOPs per GEMM"},
         {"gemm.half_dim", g->gemm.half_dim, 0.0, false, big, "rows (narrowest GEMM dimension)"},
         {"gemm.grouped_eff", g->gemm.grouped_eff, 0.0, true, 1.0, "factor vs dense GEMM"},
+        {"gemm.grouped_half_dim", g->gemm.grouped_half_dim, 0.0, false, big,
+         "rows per expert, 0 = half_dim"},
         {"gemm.grouped_tile_m", g->gemm.grouped_tile_m, 1.0, false, big, "rows per tile"},
         {"gpu.attn_fwd_eff", g->attn_fwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
         {"gpu.attn_bwd_eff", g->attn_bwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},

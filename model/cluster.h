@@ -48,6 +48,9 @@ struct moe_gemm_eff {
     double half_flops;            /* FLOPs at which eff reaches 1-1/e of max (per GEMM) */
     double half_dim;              /* narrowest dimension at which tile filling halves eff; 0 off */
     double grouped_eff;           /* extra factor for grouped GEMMs vs dense (<= 1) */
+    double grouped_half_dim;      /* the grouped GEMMs' own narrow-dimension term at each expert's
+                                     rows (a CPU host: its experts' weights stay warm in the cache
+                                     where the dense linears' are cold); 0: half_dim */
     double grouped_tile_m;        /* rows per tile: each expert's token count is padded to it */
     double recipe_eff[MOE_CLUSTER_NUM_RECIPES]; /* per recipe (enum moe_recipe order): factor on
                                      max_eff for its scaling mode's GEMM kernels (BF16 = 1) */

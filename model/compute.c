@@ -183,6 +183,7 @@ struct cctx {
     double inv_peak;     /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
     double inv_half;     /* 1 / half_flops at the recipe's math */
     double half_dim;     /* narrowest-dimension term of the efficiency (0: none) */
+    double grouped_half; /* the experts' (gemm.grouped_half_dim, else half_dim) */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -208,6 +209,8 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->inv_peak = 1.0 / (peak * cl->gpu.gemm.max_eff[c->math] * c->eff_scale);
     c->inv_half = 1.0 / (cl->gpu.gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0));
     c->half_dim = cl->gpu.gemm.half_dim;
+    c->grouped_half =
+        cl->gpu.gemm.grouped_half_dim > 0.0 ? cl->gpu.gemm.grouped_half_dim : c->half_dim;
 }
 
 /* Forward and backward time of one GEMM shape. */
@@ -218,13 +221,19 @@ struct fb {
 
 /*
  * y[m,n] = x[m,k] W[k,n] with `groups` weight matrices sharing the m rows (grouped expert GEMM;
- * 1 for a plain GEMM); eff_div divides the math time (grouped kernels' efficiency factor). The
+ * 1 for a plain GEMM); eff_div divides the math time (grouped kernels' efficiency factor) and
+ * half_dim is the narrow-dimension term (c->half_dim, or c->grouped_half for experts). The
  * efficiency curve is evaluated once for the three GEMMs of one shape. Backward is dgrad
  * dx = dy W^T plus wgrad dW += x^T dy, which accumulates into the main-gradient buffer every
  * micro-batch (Megatron/TE fuse the accumulation: the weight-shaped output is read and written).
  */
-static struct fb
-gemm_fb(const struct cctx *c, double m, double n, double k, double groups, double eff_div)
+static struct fb gemm_fb(const struct cctx *c,
+                         double m,
+                         double n,
+                         double k,
+                         double groups,
+                         double eff_div,
+                         double half_dim)
 {
     struct fb r = {0.0, 0.0};
     if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
@@ -232,8 +241,8 @@ gemm_fb(const struct cctx *c, double m, double n, double k, double groups, doubl
     }
     double flops = 2.0 * m * n * k;
     double t_math = flops * c->inv_peak * eff_div / saturation(flops * c->inv_half);
-    if (c->half_dim > 0.0) {
-        t_math *= 1.0 + c->half_dim / fmin(m / groups, fmin(n, k)); /* each group's own rows */
+    if (half_dim > 0.0) {
+        t_math *= 1.0 + half_dim / fmin(m / groups, fmin(n, k)); /* each group's own rows */
     }
     double in = c->in_bytes;
     double w = groups * n * k;
@@ -254,7 +263,7 @@ gemm_fb(const struct cctx *c, double m, double n, double k, double groups, doubl
 /* Accumulate one GEMM's forward and backward time. */
 static void add_gemm(const struct cctx *c, double m, double n, double k, double *f, double *b)
 {
-    struct fb r = gemm_fb(c, m, n, k, 1.0, 1.0);
+    struct fb r = gemm_fb(c, m, n, k, 1.0, 1.0, c->half_dim);
     *f += r.f;
     *b += r.b;
 }
@@ -478,11 +487,11 @@ static struct fb routed_experts(const struct cctx *c,
     struct fb fc2;
     if (opt->moe_grouped_gemm) {
         double padded = ceil(m_e / tile) * tile * e_loc;
-        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_loc, 1.0 / ge);
-        fc2 = gemm_fb(c, padded, h, fe_loc, e_loc, 1.0 / ge);
+        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_loc, 1.0 / ge, c->grouped_half);
+        fc2 = gemm_fb(c, padded, h, fe_loc, e_loc, 1.0 / ge, c->grouped_half);
     } else {
-        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0 / ge);
-        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0 / ge);
+        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0 / ge, c->grouped_half);
+        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0 / ge, c->grouped_half);
         fc1.f *= e_loc;
         fc1.b *= e_loc;
         fc2.f *= e_loc;

@@ -139,6 +139,7 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GEMM, "half_flops", gpu.gemm.half_flops, 0, 1.0e18),
     FIG_REAL(SEC_GEMM, "half_dim", gpu.gemm.half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_eff", gpu.gemm.grouped_eff, 0, 1),
+    FIG_REAL(SEC_GEMM, "grouped_half_dim", gpu.gemm.grouped_half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_tile_m", gpu.gemm.grouped_tile_m, 0, 1.0e5),
 
     FIG_REAL(SEC_MAX_EFF, "bf16", gpu.gemm.max_eff[MOE_MATH_BF16], 0, 1),

@@ -8,7 +8,8 @@
  *   curve missed 16 x 1024 x 1024 by 2x).
  * - The attention core's efficiency and narrow-head term, fwd and bwd, from rates drawn with them.
  * - Figures the model reads come out in range: the optimizer's efficiency from the AdamW kernel,
- *   the grouped factor against the curve at each expert's own rows.
+ *   the grouped factor against the curve at each expert's own rows, with the grouped rows' own
+ *   narrow-dimension term (recovered from rates drawn with it).
  */
 #include "cli/calibrate.h"
 #include "model/comm_cost.h"
@@ -216,6 +217,59 @@ gemm_worst(const struct moe_cluster *cl, const cJSON *gemm, double max_flops)
         w.points++;
     }
     return w;
+}
+
+static cJSON *
+grouped_row(double experts, double tokens, double in, double out, double gflops, bool skewed)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "experts", experts);
+    cJSON_AddNumberToObject(o, "tokens", tokens);
+    cJSON_AddNumberToObject(o, "in", in);
+    cJSON_AddNumberToObject(o, "out", out);
+    cJSON_AddBoolToObject(o, "skewed", skewed);
+    cJSON_AddNumberToObject(o, "gflops", gflops);
+    cJSON_AddBoolToObject(o, "ok", true);
+    return o;
+}
+
+/* The grouped rows' own narrow-dimension term: rates drawn at factor 0.8 and 10 rows per expert
+ * on the real bench's dense curve (16 to 1024 rows per expert) come back as 0.8 and 10 (the
+ * grid's step is 0.05), whatever the dense half_dim; a skewed row is not fitted; the cluster
+ * carries the term. */
+static void test_grouped_half_dim(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit plain;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &plain, &diag), MOE_OK);
+    const double ge = 0.8, hg = 10.0;
+    static const double rows[][4] = {
+        {8, 128, 256, 512}, {8, 256, 256, 512},    {8, 512, 256, 256},  {8, 2048, 1024, 512},
+        {16, 512, 64, 64},  {32, 8192, 1024, 512}, {4, 4096, 256, 256}, {64, 8192, 512, 256}};
+    cJSON_DeleteItemFromObjectCaseSensitive(bench, "grouped_gemm");
+    cJSON *arr = cJSON_AddArrayToObject(bench, "grouped_gemm");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        double f = 2.0 * rows[i][1] * rows[i][2] * rows[i][3];
+        double d = fmin(rows[i][1] / rows[i][0], fmin(rows[i][2], rows[i][3]));
+        double rate =
+            ge * plain.gemm_peak_gflops * (1.0 - exp(-f / plain.gemm_half_flops)) * d / (d + hg);
+        cJSON_AddItemToArray(
+            arr, grouped_row(rows[i][0], rows[i][1], rows[i][2], rows[i][3], rate, false));
+    }
+    cJSON_AddItemToArray(arr, grouped_row(8, 512, 256, 256, 1.0, true));
+    struct moe_calib_fit fit;
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.grouped_half_dim - hg) <= 0.051);
+    assert_true(fabs(fit.grouped_eff - ge) <= 2e-3);
+    assert_true(fit.grouped_rms_resid < 5e-3);
+    assert_true(fabs(fit.gemm_half_dim - hg) > 0.5); /* not the dense term */
+    struct moe_cluster cl;
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    assert_true(cl.gpu.gemm.grouped_half_dim == fit.grouped_half_dim);
+    assert_true(cl.gpu.gemm.grouped_eff == fit.grouped_eff);
+    cJSON_Delete(bench);
 }
 
 static void test_real_host_fit(void **state)
@@ -494,11 +548,12 @@ static void test_optimizer_eff(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_host_fit),      cmocka_unit_test(test_small_gemm_shapes),
-        cmocka_unit_test(test_step_collectives),   cmocka_unit_test(test_activation_rows),
-        cmocka_unit_test(test_bias_rows),          cmocka_unit_test(test_merge_benches),
-        cmocka_unit_test(test_synthetic_recovery), cmocka_unit_test(test_optimizer_eff),
-        cmocka_unit_test(test_attention_fit),      cmocka_unit_test(test_rank_spread),
+        cmocka_unit_test(test_grouped_half_dim),  cmocka_unit_test(test_real_host_fit),
+        cmocka_unit_test(test_small_gemm_shapes), cmocka_unit_test(test_step_collectives),
+        cmocka_unit_test(test_activation_rows),   cmocka_unit_test(test_bias_rows),
+        cmocka_unit_test(test_merge_benches),     cmocka_unit_test(test_synthetic_recovery),
+        cmocka_unit_test(test_optimizer_eff),     cmocka_unit_test(test_attention_fit),
+        cmocka_unit_test(test_rank_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
