@@ -43,8 +43,13 @@ for bin in $(find "$build/bin/tests" -type f -perm -u+x | sort); do
         # Per-test result lines name their test; under mpirun the ranks' lines interleave, so a
         # result is matched by name to a test some rank started, not to the last "[ RUN ]" line
         # (that dropped a pass now and then). A failure on any rank wins over passes. A skip's
-        # reason is the test's "# skipped: REASON" line before it.
+        # reason is the test's "# skipped: REASON" line before it. A result marker after other
+        # text (a rank's stderr prefix written in pieces, e.g. "[rank 0] [       OK ] name") is
+        # read from the marker on (it dropped a pass on 2026-12-03).
         awk -v bin="$rel" '
+            match($0, /\[( RUN      |       OK |  FAILED  |  SKIPPED )\] /) && RSTART > 1 {
+                $0 = substr($0, RSTART)
+            }
             /^\[ RUN      \] / { seen[$4] = 1; why = ""; next }
             /^# skipped: / { why = substr($0, 12); next }
             /^\[       OK \] / && ($4 in seen) { if (!($4 in res)) res[$4] = "pass"; next }
