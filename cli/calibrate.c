@@ -254,8 +254,8 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
  * is a grid over 0-64 rows (step 0.05), each with the median ratio as the factor, keeping the one
  * of least RMS log residual; the factor is capped at 1.
  */
-#define GROUPED_HALF_MAX  64.0
-#define GROUPED_HALF_STEP 0.05
+#define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
+#define GROUPED_HALF_STEP  0.05
 
 static enum moe_status
 fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
@@ -287,7 +287,8 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
                             "calibrate: the bench has no grouped_gemm points");
     }
     double best_rms = INFINITY;
-    for (double h = 0.0; h <= GROUPED_HALF_MAX + 1e-9; h += GROUPED_HALF_STEP) {
+    for (int step = 0; step <= GROUPED_HALF_STEPS; step++) {
+        double h = step * GROUPED_HALF_STEP;
         double r[MAX_POINTS], sorted[MAX_POINTS];
         for (size_t i = 0; i < n; i++) {
             r[i] = g[i] /

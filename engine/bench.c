@@ -52,6 +52,7 @@ static void fill(float *x, size_t n, uint64_t seed)
 /* ---- GEMM ---------------------------------------------------------------------------------- */
 
 /* One operand set of a GEMM point: a linear's input, weight and output, and its gradients. */
+#define GEMM_MAX_SETS 64
 struct gemm_set {
     float *x, *dx, *w, *dw, *y;
 };
@@ -69,7 +70,7 @@ static int gemm_sets(const struct moe_bench_cfg *cfg, size_t set_bytes)
 {
     size_t want = 2 * cfg->evict_bytes;
     size_t n = set_bytes > 0 ? (want + set_bytes - 1) / set_bytes : 1;
-    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+    return n < 1 ? 1 : n > GEMM_MAX_SETS ? GEMM_MAX_SETS : (int)n;
 }
 
 enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
@@ -91,7 +92,7 @@ enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
         return MOE_ERR_NOMEM;
     }
     fill(buf, total, 1);
-    struct gemm_set sets[64];
+    struct gemm_set sets[GEMM_MAX_SETS];
     for (int i = 0; i < num_sets; i++) {
         float *p = buf + (size_t)i * set_floats;
         sets[i] = (struct gemm_set){p, p + nx, p + 2 * nx, p + 2 * nx + nw, p + 2 * nx + 2 * nw};
