@@ -365,9 +365,11 @@ static void print_table(const struct moe_cli_problem *p,
 }
 
 /* What ran otherwise than the plan said (run.json plan_differences), one line each. */
-static void print_differences(const struct moe_run *run)
+/* domain_was: the cluster's NVLink domain when the run emulated smaller nodes, else 0. */
+static void print_differences(const struct moe_run *run, int domain_was)
 {
-    if (run->plan_differences == NULL || cJSON_GetArraySize(run->plan_differences) == 0) {
+    int n = run->plan_differences != NULL ? cJSON_GetArraySize(run->plan_differences) : 0;
+    if (n == 0 && domain_was == 0) {
         return;
     }
     printf("\nthe run differs from the plan (the prediction above prices what ran):\n");
@@ -375,6 +377,11 @@ static void print_differences(const struct moe_run *run)
     cJSON_ArrayForEach(it, run->plan_differences)
     {
         printf("  %s\n", it->valuestring);
+    }
+    if (domain_was > 0) {
+        printf("  nodes: the run emulated nodes of %d rank(s) (--ranks-per-node); priced with "
+               "that NVLink domain, not the cluster's %d\n",
+               run->ranks_per_node, domain_was);
     }
 }
 
@@ -897,6 +904,13 @@ int moe_cli_compare(int argc, char **argv)
         }
         p->opt = ran;
     }
+    int domain_was = 0;
+    if (run.ranks_per_node > 0 && run.ranks_per_node < p->cl.nvlink.domain_gpus) {
+        /* Nodes as the run placed them: exchanges between emulated nodes take the scale-out
+         * path (the hierarchical dispatcher's cross-node step). */
+        domain_was = p->cl.nvlink.domain_gpus;
+        p->cl.nvlink.domain_gpus = run.ranks_per_node;
+    }
     p->num_gpus = plan->layout.num_gpus;
     p->imbalance_cv = MOE_IMBALANCE_DEFAULT_CV;
     if (o.observed_load) {
@@ -947,7 +961,7 @@ int moe_cli_compare(int argc, char **argv)
         cJSON_Delete(j);
     } else {
         print_table(p, &pred, &sv, &run, &rr, mem_load);
-        print_differences(&run);
+        print_differences(&run, domain_was);
         print_kernels(p, &run);
     }
     rc = 0;

@@ -812,6 +812,13 @@ void moe_eng_ran_options(const struct moe_eng *e,
              "expert sort",
              moe_dispatcher_name(p->dispatcher));
     }
+    if (e->is_hierarchical) {
+        ran->is_unfused_dispatch = true;
+        diff(diffs, num,
+             "dispatcher %s: permutes, per-node copies and their sums ran as separate passes "
+             "(DeepEP and HybridEP fuse them into their kernels)",
+             moe_dispatcher_name(p->dispatcher));
+    }
     if (e->fallbacks & MOE_ENG_FB_EP_OVERLAP) {
         ran->overlap_moe_ep_comm = false;
         ran->delay_wgrad_compute = false;

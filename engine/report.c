@@ -44,6 +44,10 @@
  *   with the default worst-case sizing (every token of the EP group could pick this rank's
  *   experts), --moe-buffer-factor when that is smaller, lower with a capacity factor; the largest
  *   over ranks. The cost model sizes the same buffers with its expected load factor instead.
+ * - ranks_per_node (only with --ranks-per-node): the emulated nodes' size; compare prices the run
+ *   with that NVLink domain (the hierarchical dispatcher's cross-node step runs between them).
+ * - ran: the plan's options as they ran (plan_differences says why each differs); the hierarchical
+ *   dispatcher sets unfused_dispatch, its permutes and per-node copies being separate passes.
  */
 #include "engine/check.h"
 #include "engine/internal.h"
@@ -573,6 +577,9 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         cJSON_AddStringToObject(o, "cluster", e->plan.cluster);
         cJSON_AddStringToObject(o, "backend", moe_eng_backend_name(e));
         cJSON_AddNumberToObject(o, "num_ranks", n);
+        if (e->opts.ranks_per_node > 0) {
+            cJSON_AddNumberToObject(o, "ranks_per_node", e->opts.ranks_per_node);
+        }
         add_layout(e, o);
         cJSON_AddNumberToObject(o, "steps", e->stats.num_steps);
         cJSON_AddNumberToObject(o, "measured_steps", e->stats.num_measured);

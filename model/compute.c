@@ -584,10 +584,12 @@ static void moe_block(const struct cctx *c,
     moe_comm_group_place(lay->ep, lay->etp, cl->nvlink.domain_gpus, &g);
     double permute_f = 0.0;
     double unpermute_f = 0.0;
-    if (!flex) {
-        double pe = cl->dispatch.permute_bytes_eff > 0.0 ? cl->dispatch.permute_bytes_eff : 1.0;
-        permute_f = (t_sp * k * h * c->ab * 2.0) / (c->gpu->hbm_tbps * TBPS * pe);
-        unpermute_f = (r * h * c->ab * 2.0 + t_sp * h * c->ab) / (c->gpu->hbm_tbps * TBPS * pe);
+    double pass_bw = c->gpu->hbm_tbps * TBPS *
+                     (cl->dispatch.permute_bytes_eff > 0.0 ? cl->dispatch.permute_bytes_eff : 1.0);
+    bool unfused = flex && opt->is_unfused_dispatch && lay->ep > 1;
+    if (!flex || unfused) {
+        permute_f = (t_sp * k * h * c->ab * 2.0) / pass_bw;
+        unpermute_f = (r * h * c->ab * 2.0 + t_sp * h * c->ab) / pass_bw;
     }
     /* Every exchange carries the activations' precision (BF16): Megatron-Core hands the
      * dispatcher the unquantised hidden states and Transformer Engine quantises after it, in the
@@ -644,14 +646,45 @@ static void moe_block(const struct cctx *c,
         out->ep_bytes += bytes;
         out->ep_inter_bytes += tr_disp.inter_bytes + 3.0 * tr_comb.inter_bytes;
     }
+    double hier_fd = 0.0, hier_fc = 0.0, hier_bc = 0.0, hier_bd = 0.0;
+    if (unfused) {
+        /* The hierarchical path run as separate passes (engine/hier.c). The sender gathers one
+         * copy of each token per node reached (dispatch; the output gradients in the combine's
+         * backward) and the token's owner adds the nodes' partial sums back (combine, into a
+         * cleared buffer; the input gradients in the dispatch's backward). Both exchanges copy
+         * the part that stays on the rank: its own node's copies in the cross-node step, and in
+         * the forwarding step the rows kept for the proxy's own experts (1 / ranks per node of
+         * them; the rest crosses NVLink, priced above). A proxy's rows are its experts' load: the
+         * busiest rank's extra forwarding and permuting is the next exchange's wait, as its extra
+         * expert time is. */
+        double d = (double)g.num_domains;
+        double copies = t_sp * moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk,
+                                                         g.num_domains, cfg->moe_router_num_groups,
+                                                         cfg->moe_router_group_topk);
+        double row = h * c->ab / pass_bw;
+        double gather = copies * row * 2.0;
+        double sum_back = copies * row * 3.0;
+        double clear = t_sp * row;
+        double fwd_copy = r1 / g.local * row * 2.0;
+        double stays = copies / d * row * 2.0 + fwd_copy;
+        hier_fd = gather + stays;
+        hier_fc = sum_back + clear + stays;
+        hier_bc = gather + stays;
+        hier_bd = sum_back + stays;
+        if (load > 1.0) {
+            double extra = (load - 1.0) * (2.0 * fwd_copy + permute_f);
+            out->fwd_combine_wait += extra;
+            out->bwd_dispatch_wait += extra;
+        }
+    }
     /* A phase is named by the forward operation: backward, the gradient of combine (the output
      * gradients to the experts: dispatch-like bytes, the unpermute's gradient) is combine and the
      * gradient of dispatch (back to the tokens, after the expert GEMMs) is dispatch, as the engine
      * times them. */
-    out->fwd_dispatch += d_f + permute_f;
-    out->fwd_combine += comb + unpermute_f;
-    out->bwd_combine += d_b + unpermute_f;
-    out->bwd_dispatch += comb + permute_f;
+    out->fwd_dispatch += d_f + permute_f + hier_fd;
+    out->fwd_combine += comb + unpermute_f + hier_fc;
+    out->bwd_combine += d_b + unpermute_f + hier_bc;
+    out->bwd_dispatch += comb + permute_f + hier_bd;
     *moe_tp_f = etp_comm + shared_tp; /* the block's TP-group collectives, forward */
 }
 

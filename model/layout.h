@@ -158,7 +158,11 @@ struct moe_options {
     enum moe_dtype exp_avg_dtype;
     enum moe_dtype exp_avg_sq_dtype;
     enum moe_dispatcher dispatcher;
-    double capacity_factor; /* 0 = dropless */
+    bool is_unfused_dispatch; /* DeepEP/HybridEP ran as separate passes (moefold's CPU engine):
+                                 the permutes, and on the hierarchical path each node's token
+                                 copies, their sums and the proxy's forwarding copy, each a
+                                 memory pass; false: fused into the exchange kernels */
+    double capacity_factor;   /* 0 = dropless */
 
     enum moe_recompute_granularity recompute;
     enum moe_recompute_method recompute_method;

@@ -61,6 +61,7 @@ static const char *const option_keys[] = {
     "exp_avg_dtype",
     "exp_avg_sq_dtype",
     "dispatcher",
+    "unfused_dispatch",
     "capacity_factor",
     "recompute",
     "recompute_method",
@@ -94,6 +95,7 @@ static const struct opt_bool opt_bools[] = {
     {"precision_aware_optimizer", offsetof(struct moe_options, precision_aware_optimizer)},
     {"optimizer_cpu_offload", offsetof(struct moe_options, optimizer_cpu_offload)},
     {"fine_grained_offload", offsetof(struct moe_options, fine_grained_offload)},
+    {"unfused_dispatch", offsetof(struct moe_options, is_unfused_dispatch)},
 };
 
 void moe_plan_init(struct moe_plan *plan)

@@ -173,6 +173,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "cluster",
                                        "backend",
                                        "num_ranks",
+                                       "ranks_per_node",
                                        "layout",
                                        "steps",
                                        "measured_steps",
@@ -212,6 +213,8 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
     MOE_TRY(moe_json_get_string(root, "backend", false, run->backend, sizeof(run->backend), path,
                                 diag));
     MOE_TRY(moe_json_get_int(root, "num_ranks", true, 1, 1 << 24, &run->num_ranks, path, diag));
+    MOE_TRY(moe_json_get_int(root, "ranks_per_node", false, 1, 1 << 24, &run->ranks_per_node, path,
+                             diag));
     MOE_TRY(moe_json_get_int(root, "steps", true, 1, 1 << 30, &run->steps, path, diag));
     MOE_TRY(moe_json_get_int(root, "measured_steps", true, 1, 1 << 30, &run->measured_steps, path,
                              diag));

@@ -30,6 +30,7 @@ struct moe_run {
     char cluster[64];
     char backend[32];
     int num_ranks;
+    int ranks_per_node; /* ranks of an emulated node (moefold-train --ranks-per-node); 0: none */
     int steps;          /* steps run */
     int measured_steps; /* steps averaged (the first is warm-up) */
     double tokens_per_step;

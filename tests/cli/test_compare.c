@@ -216,6 +216,55 @@ static void test_observed_load(void **state)
     free(out);
 }
 
+/* What ran, priced: a run on emulated nodes (moefold-train --ranks-per-node) is priced with
+ * that NVLink domain and says so; DeepEP's path run as separate passes (ran.unfused_dispatch, as
+ * the CPU engine records it) costs more than the fused kernels the plan priced. */
+static void test_ran_nodes_and_unfused_dispatch(void **state)
+{
+    struct files *f = *state;
+    char nodes[320];
+    char fused[320];
+    char unfused[320];
+    (void)snprintf(nodes, sizeof(nodes), "%s/run-nodes.json", f->dir);
+    (void)snprintf(fused, sizeof(fused), "%s/run-deepep.json", f->dir);
+    (void)snprintf(unfused, sizeof(unfused), "%s/run-unfused.json", f->dir);
+    const char *paths[] = {nodes, fused, unfused};
+    for (int i = 0; i < 3; i++) {
+        cJSON *r = read_json(f->run);
+        if (i == 0) {
+            cJSON_AddNumberToObject(r, "ranks_per_node", 4);
+        } else {
+            cJSON *ran = cJSON_AddObjectToObject(r, "ran");
+            cJSON_AddStringToObject(ran, "dispatcher", "deepep");
+            cJSON_AddBoolToObject(ran, "moe_grouped_gemm", true);
+            cJSON_AddBoolToObject(ran, "unfused_dispatch", i == 2);
+        }
+        char *s = cJSON_Print(r);
+        write_text(paths[i], s);
+        free(s);
+        cJSON_Delete(r);
+    }
+    char *out = malloc(OUT_LEN);
+    char args[1024];
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, nodes);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_non_null(strstr(out, "nodes: the run emulated nodes of 4 rank(s)"));
+    assert_non_null(strstr(out, "not the cluster's 8"));
+    /* EP8 across two 4-GPU "nodes": half the exchange takes the slower scale-out path. */
+    assert_true(summary_field(out, "step_pred_s ") > f->pred_step_s * 1.001);
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, fused);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_null(strstr(out, "emulated nodes"));
+    double t_fused = summary_field(out, "step_pred_s ");
+    (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, unfused);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_true(summary_field(out, "step_pred_s ") > t_fused * 1.0001);
+    free(out);
+    for (int i = 0; i < 3; i++) {
+        (void)unlink(paths[i]);
+    }
+}
+
 static void test_json(void **state)
 {
     struct files *f = *state;
@@ -534,7 +583,7 @@ int main(void)
         cmocka_unit_test(test_known_errors), cmocka_unit_test(test_observed_load),
         cmocka_unit_test(test_json),         cmocka_unit_test(test_trace_and_differences),
         cmocka_unit_test(test_bad_input),    cmocka_unit_test(test_kernel_profile),
-        cmocka_unit_test(test_repeat_runs),
+        cmocka_unit_test(test_repeat_runs),  cmocka_unit_test(test_ran_nodes_and_unfused_dispatch),
     };
     return cmocka_run_group_tests_name("cli_compare", tests, setup, teardown);
 }

@@ -706,6 +706,60 @@ static void test_ep_inside_domain_not_slower(void **state)
     }
 }
 
+/* DeepEP's path as moefold's CPU engine runs it (run.json "unfused_dispatch"): the permutes
+ * priced as the all-to-all's, plus the hierarchical path's own passes (engine/hier.c) by hand;
+ * the busiest proxy's extra forwarding and permuting is the next exchange's wait. Fused (every
+ * prediction of a GPU cluster) and the all-to-all dispatcher are unchanged by the flag. */
+static void test_unfused_hierarchical_passes(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 16, 1, 1, 1, 16); /* EP16 over two 8-GPU domains */
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    double t = (double)lay.mbs * lay.seq_length;
+    double k = cfg.moe_router_topk;
+    double row = cfg.hidden_size * 2.0 / (cl.gpu.hbm_tbps * 1e12 * cl.dispatch.permute_bytes_eff);
+    double copies = t * moe_comm_expected_domains(cfg.num_experts, (int)k, 2, 0, 0);
+    double fwd_copy = t * k / 8.0 * row * 2.0; /* a proxy's rows for its own experts */
+    double stays = copies / 2.0 * row * 2.0 + fwd_copy;
+    double permute = t * k * row * 2.0;
+    for (int i = 0; i < 2; i++) {
+        double load = i == 0 ? 1.0 : 1.5;
+        opt.dispatcher = MOE_DISPATCH_DEEPEP;
+        opt.is_unfused_dispatch = false;
+        struct moe_layer_cost fused, unfused;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, load, 0.0, &fused);
+        opt.is_unfused_dispatch = true;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, load, 0.0, &unfused);
+        double unpermute = (t * k * load * row * 2.0 + t * row);
+        double tol = 1e-9 * unfused.fwd_combine;
+        ASSERT_NEAR(unfused.fwd_dispatch - fused.fwd_dispatch, permute + copies * row * 2.0 + stays,
+                    tol);
+        ASSERT_NEAR(unfused.fwd_combine - fused.fwd_combine,
+                    unpermute + copies * row * 3.0 + t * row + stays, tol);
+        ASSERT_NEAR(unfused.bwd_combine - fused.bwd_combine, unpermute + copies * row * 2.0 + stays,
+                    tol);
+        ASSERT_NEAR(unfused.bwd_dispatch - fused.bwd_dispatch, permute + copies * row * 3.0 + stays,
+                    tol);
+        double extra = (load - 1.0) * (2.0 * fwd_copy + permute);
+        ASSERT_NEAR(unfused.fwd_combine_wait - fused.fwd_combine_wait, extra, tol);
+        ASSERT_NEAR(unfused.bwd_dispatch_wait - fused.bwd_dispatch_wait, extra, tol);
+        assert_true(unfused.fwd_expert == fused.fwd_expert);
+
+        opt.dispatcher = MOE_DISPATCH_ALLTOALL;
+        struct moe_layer_cost a2a_flag, a2a;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, load, 0.0, &a2a_flag);
+        opt.is_unfused_dispatch = false;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, load, 0.0, &a2a);
+        assert_true(a2a_flag.fwd_dispatch == a2a.fwd_dispatch);
+        assert_true(a2a_flag.fwd_combine == a2a.fwd_combine);
+        assert_true(a2a_flag.fwd_combine_wait == a2a.fwd_combine_wait);
+    }
+}
+
 static void test_phases_sum_to_step(void **state)
 {
     (void)state;
@@ -1442,6 +1496,7 @@ int main(void)
         cmocka_unit_test(test_recompute_never_more_memory),
         cmocka_unit_test(test_more_bandwidth_never_slower),
         cmocka_unit_test(test_ep_inside_domain_not_slower),
+        cmocka_unit_test(test_unfused_hierarchical_passes),
         cmocka_unit_test(test_phases_sum_to_step),
         cmocka_unit_test(test_bubble_closed_form_and_simulation),
         cmocka_unit_test(test_imbalance),
