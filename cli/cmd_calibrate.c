@@ -26,8 +26,7 @@ struct calib_opts {
     int np;
     const char *out;
     const char *name;
-    const char *bench_json[MAX_BENCHES]; /* --bench-json, each once; fitted at their merge */
-    enum moe_calib_merge merge;          /* --bench-merge (default the mean) */
+    const char *bench_json[MAX_BENCHES]; /* --bench-json, each once; fitted at their mean */
     int num_bench_json;
     const char *save_bench;
     const char *mpirun_args;
@@ -48,10 +47,6 @@ static int usage(FILE *out)
         "                     given more than once (up to 8: the same host and rank count, e.g.\n"
         "                     measured before and after an experiment), fit the mean of their\n"
         "                     timings\n"
-        "  --bench-merge mean|fastest\n"
-        "                     with several --bench-json: each timing's mean (default) or its\n"
-        "                     fastest (least time, greatest rate: a slow spell only slows a "
-        "bench)\n"
         "  --save-bench FILE  keep the bench output (default <out>.bench.json)\n"
         "  --mpirun-args ARGS extra mpirun arguments, e.g. '--hostfile hosts' (default\n"
         "                     '--bind-to core')\n"
@@ -68,7 +63,6 @@ static int parse(int argc, char **argv, struct calib_opts *o)
                                           {"out", required_argument, NULL, 'o'},
                                           {"name", required_argument, NULL, 'N'},
                                           {"bench-json", required_argument, NULL, 'b'},
-                                          {"bench-merge", required_argument, NULL, 'M'},
                                           {"save-bench", required_argument, NULL, 's'},
                                           {"mpirun-args", required_argument, NULL, 'm'},
                                           {"json", no_argument, NULL, 'j'},
@@ -80,7 +74,7 @@ static int parse(int argc, char **argv, struct calib_opts *o)
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "n:o:N:b:M:s:m:jh", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "n:o:N:b:s:m:jh", longs, NULL)) != -1) {
         switch (c) {
         case 'n': {
             char *end = NULL;
@@ -106,17 +100,6 @@ static int parse(int argc, char **argv, struct calib_opts *o)
                 return 2;
             }
             o->bench_json[o->num_bench_json++] = optarg;
-            break;
-        case 'M':
-            if (strcmp(optarg, "mean") == 0) {
-                o->merge = MOE_CALIB_MERGE_MEAN;
-            } else if (strcmp(optarg, "fastest") == 0) {
-                o->merge = MOE_CALIB_MERGE_FASTEST;
-            } else {
-                fprintf(stderr, "moefold calibrate: --bench-merge '%s': expected mean or fastest\n",
-                        optarg);
-                return 2;
-            }
             break;
         case 's':
             o->save_bench = optarg;
@@ -319,7 +302,7 @@ int moe_cli_calibrate(int argc, char **argv)
             cJSON *more = NULL;
             enum moe_status st = moe_json_read_file(o.bench_json[i], &more, &diag);
             if (st == MOE_OK) {
-                st = moe_calib_merge_bench(bench, more, i, o.merge, &diag);
+                st = moe_calib_merge_bench(bench, more, i, &diag);
             }
             cJSON_Delete(more);
             if (st != MOE_OK) {
@@ -329,8 +312,7 @@ int moe_cli_calibrate(int argc, char **argv)
             }
         }
         if (o.num_bench_json > 1 && !o.json) {
-            printf("# moefold calibrate: the %s of %d benches' timings\n",
-                   o.merge == MOE_CALIB_MERGE_FASTEST ? "fastest" : "mean", o.num_bench_json);
+            printf("# moefold calibrate: the mean of %d benches' timings\n", o.num_bench_json);
         }
     } else {
         text = run_bench(&o);

@@ -160,8 +160,8 @@ for ((pass = 1; pass <= repeats; pass++)); do
     done
 done
 
-# 4. The host measured again after the runs, the cluster file refitted at the fastest of both
-# benches (scripts/calibrate-after.sh; VALIDATE_CALIBRATE_AFTER=0 skips it).
+# 4. The host measured again after the runs, the cluster file refitted at the mean of both benches
+# (scripts/calibrate-after.sh; VALIDATE_CALIBRATE_AFTER=0 skips it).
 if [ "${VALIDATE_CALIBRATE_AFTER:-1}" = 1 ] && [ "${#names[@]}" -gt 0 ]; then
     wait_quiet
     scripts/calibrate-after.sh "$build" "$cluster" "$np_max" "$out" || fail=1

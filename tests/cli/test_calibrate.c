@@ -136,7 +136,7 @@ static void test_merge_benches(void **state)
     assert_int_equal(moe_calib_fit_bench(a, &fa, &diag), MOE_OK);
     assert_int_equal(moe_calib_fit_bench(b, &fb, &diag), MOE_OK);
     cJSON *m = cJSON_Duplicate(a, 1);
-    assert_int_equal(moe_calib_merge_bench(m, b, 1, MOE_CALIB_MERGE_MEAN, &diag), MOE_OK);
+    assert_int_equal(moe_calib_merge_bench(m, b, 1, &diag), MOE_OK);
     cJSON *g0m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "gemm"), 0);
     assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "time_us")->valuedouble - 1.5 * t) <=
                 1e-9 * t);
@@ -154,7 +154,7 @@ static void test_merge_benches(void **state)
             cJSON_AddNumberToObject(it, "time_us_max", tu * (which ? 1.1 : 1.0));
         }
     }
-    assert_int_equal(moe_calib_merge_bench(m2, c, 1, MOE_CALIB_MERGE_MEAN, &diag), MOE_OK);
+    assert_int_equal(moe_calib_merge_bench(m2, c, 1, &diag), MOE_OK);
     double tmax =
         cJSON_GetObjectItemCaseSensitive(
             cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m2, "gemm"), 0), "time_us_max")
@@ -169,44 +169,18 @@ static void test_merge_benches(void **state)
     double peak_lo = fmin(fa.gemm_peak_gflops, fb.gemm_peak_gflops);
     double peak_hi = fmax(fa.gemm_peak_gflops, fb.gemm_peak_gflops);
     assert_true(fm.gemm_peak_gflops > peak_lo && fm.gemm_peak_gflops < peak_hi);
-    /* the fastest of the two: each point's least time and greatest rate, the flags still and-ed;
-     * a's rows are all the faster here, so the fit is a's; a point faster in the other bench is
-     * taken from it */
-    cJSON *g1b = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b, "gemm"), 1);
-    double t1 = cJSON_GetObjectItemCaseSensitive(
-                    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "gemm"), 1), "time_us")
-                    ->valuedouble;
-    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(g1b, "time_us"), 0.5 * t1);
-    cJSON *f = cJSON_Duplicate(a, 1);
-    assert_int_equal(moe_calib_merge_bench(f, b, 1, MOE_CALIB_MERGE_FASTEST, &diag), MOE_OK);
-    cJSON *g0f = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(f, "gemm"), 0);
-    cJSON *g1f = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(f, "gemm"), 1);
-    assert_true(cJSON_GetObjectItemCaseSensitive(g0f, "time_us")->valuedouble == t);
-    assert_true(cJSON_GetObjectItemCaseSensitive(g0f, "gflops")->valuedouble == gf);
-    assert_true(cJSON_GetObjectItemCaseSensitive(g1f, "time_us")->valuedouble == 0.5 * t1);
-    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(g0f, "ok")));
-    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(g1b, "time_us"), 2.0 * t1);
-    cJSON_ReplaceItemInObjectCaseSensitive(g0b, "ok", cJSON_CreateTrue());
-    cJSON_Delete(f);
-    f = cJSON_Duplicate(a, 1);
-    assert_int_equal(moe_calib_merge_bench(f, b, 1, MOE_CALIB_MERGE_FASTEST, &diag), MOE_OK);
-    struct moe_calib_fit ff;
-    assert_int_equal(moe_calib_fit_bench(f, &ff, &diag), MOE_OK);
-    assert_true(fabs(ff.gemm_peak_gflops / fa.gemm_peak_gflops - 1.0) < 1e-9);
-    cJSON_Delete(f);
-    cJSON_ReplaceItemInObjectCaseSensitive(g0b, "ok", cJSON_CreateFalse());
     /* the third bench of a running mean weighs a third */
-    assert_int_equal(moe_calib_merge_bench(m, a, 2, MOE_CALIB_MERGE_MEAN, &diag), MOE_OK);
+    assert_int_equal(moe_calib_merge_bench(m, a, 2, &diag), MOE_OK);
     assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "time_us")->valuedouble -
                      4.0 / 3.0 * t) <= 1e-9 * t);
     /* another shape, another rank count, a missing table: refused, naming the field */
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(g0b, "m"), 7.0);
-    assert_int_equal(moe_calib_merge_bench(m, b, 3, MOE_CALIB_MERGE_MEAN, &diag), MOE_ERR_INVALID);
+    assert_int_equal(moe_calib_merge_bench(m, b, 3, &diag), MOE_ERR_INVALID);
     assert_non_null(strstr(diag.message, "bench.gemm[0].m"));
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "ranks"), 4.0);
     cJSON_DeleteItemFromObjectCaseSensitive(b, "gemm");
     memset(&diag, 0, sizeof(diag));
-    assert_int_equal(moe_calib_merge_bench(m, b, 3, MOE_CALIB_MERGE_MEAN, &diag), MOE_ERR_INVALID);
+    assert_int_equal(moe_calib_merge_bench(m, b, 3, &diag), MOE_ERR_INVALID);
     assert_non_null(strstr(diag.message, "bench"));
     cJSON_Delete(m);
     cJSON_Delete(a);
