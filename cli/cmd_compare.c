@@ -364,8 +364,8 @@ static void print_table(const struct moe_cli_problem *p,
     }
 }
 
-/* What ran otherwise than the plan said (run.json plan_differences), one line each. */
-/* domain_was: the cluster's NVLink domain when the run emulated smaller nodes, else 0. */
+/* What ran otherwise than the plan said (run.json plan_differences), one line each; domain_was:
+ * the cluster's NVLink domain when the run emulated smaller nodes (priced with those), else 0. */
 static void print_differences(const struct moe_run *run, int domain_was)
 {
     int n = run->plan_differences != NULL ? cJSON_GetArraySize(run->plan_differences) : 0;

@@ -600,6 +600,7 @@ static void moe_block(const struct cctx *c,
     double d_f = 0.0;
     double comb = 0.0;
     double d_b = 0.0;
+    double reach = 1.0; /* EP domains a token reaches (all-to-all and flex dispatchers) */
     if (lay->ep > 1) {
         struct moe_ep_traffic tr_disp = {0};
         struct moe_ep_traffic tr_comb = {0};
@@ -611,7 +612,7 @@ static void moe_block(const struct cctx *c,
             tr_disp.intra_bytes = gathered * (g.local - 1.0) / g.size;
             tr_comb = tr_disp;
         } else {
-            double reach =
+            reach =
                 moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk, g.num_domains,
                                           cfg->moe_router_num_groups, cfg->moe_router_group_topk);
             double ie = cl->nvlink.eff;
@@ -658,9 +659,7 @@ static void moe_block(const struct cctx *c,
          * busiest rank's extra forwarding and permuting is the next exchange's wait, as its extra
          * expert time is. */
         double d = (double)g.num_domains;
-        double copies = t_sp * moe_comm_expected_domains(cfg->num_experts, cfg->moe_router_topk,
-                                                         g.num_domains, cfg->moe_router_num_groups,
-                                                         cfg->moe_router_group_topk);
+        double copies = t_sp * reach;
         double row = h * c->ab / pass_bw;
         double gather = copies * row * 2.0;
         double sum_back = copies * row * 3.0;

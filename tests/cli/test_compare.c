@@ -54,6 +54,16 @@ static void write_text(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
+/* Write j to path as JSON and free it. */
+static void write_json(const char *path, cJSON *j)
+{
+    char *s = cJSON_Print(j);
+    assert_non_null(s);
+    write_text(path, s);
+    free(s);
+    cJSON_Delete(j);
+}
+
 static cJSON *read_json(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -106,10 +116,7 @@ static void write_run(const cJSON *plan, const char *path, double time_scale, co
         cJSON_AddItemToObject(r, "expert_load_max_over_mean", cJSON_Parse(loads));
         cJSON_AddNumberToObject(r, "expert_rows_factor", 8.0); /* worst case at EP8 */
     }
-    char *s = cJSON_Print(r);
-    write_text(path, s);
-    free(s);
-    cJSON_Delete(r);
+    write_json(path, r);
 }
 
 static int setup(void **state)
@@ -239,10 +246,7 @@ static void test_ran_nodes_and_unfused_dispatch(void **state)
             cJSON_AddBoolToObject(ran, "moe_grouped_gemm", true);
             cJSON_AddBoolToObject(ran, "unfused_dispatch", i == 2);
         }
-        char *s = cJSON_Print(r);
-        write_text(paths[i], s);
-        free(s);
-        cJSON_Delete(r);
+        write_json(paths[i], r);
     }
     char *out = malloc(OUT_LEN);
     char args[1024];
@@ -309,10 +313,7 @@ static void write_traced_run(const char *from, const char *path)
     }
     cJSON *d = cJSON_AddArrayToObject(r, "plan_differences");
     cJSON_AddItemToArray(d, cJSON_CreateString("moe_grouped_gemm: the plan says on, ran off"));
-    char *s = cJSON_Print(r);
-    write_text(path, s);
-    free(s);
-    cJSON_Delete(r);
+    write_json(path, r);
 }
 
 static void test_trace_and_differences(void **state)
@@ -429,10 +430,7 @@ static void test_kernel_profile(void **state)
     }
     char path[320];
     (void)snprintf(path, sizeof(path), "%s/run-kernels.json", f->dir);
-    char *txt = cJSON_Print(run);
-    write_text(path, txt);
-    free(txt);
-    cJSON_Delete(run);
+    write_json(path, run);
     char *out = malloc(OUT_LEN);
     char args[1024];
     (void)snprintf(args, sizeof(args), "compare %s %s 2>&1", f->plan, path);
@@ -508,10 +506,7 @@ static void test_repeat_runs(void **state)
     cJSON_Delete(plan);
     cJSON *o = read_json(other);
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "num_ranks"), 4);
-    char *txt = cJSON_Print(o);
-    write_text(other, txt);
-    free(txt);
-    cJSON_Delete(o);
+    write_json(other, o);
 
     char *out = malloc(OUT_LEN);
     char args[2048];
