@@ -43,29 +43,34 @@ struct compare_opts {
     int gantt; /* columns of the ASCII Gantt chart; 0 = none */
     bool json;
     bool observed_load;
+    bool host_speed;
 };
 
 static int usage(FILE *out)
 {
-    fprintf(out, "usage: moefold compare PLAN.json RUN.json [--cluster NAME|FILE] [--json]\n"
-                 "                       [--plot FILE.svg|FILE.png] [--observed-load]\n"
-                 "                       [--trace OUT.json] [--repeat RUN.json ...]\n"
-                 "       moefold compare --megatron-log FILE [--cluster NAME|FILE] [--json] ...\n"
-                 "                       (a Megatron-LM training log; --megatron-log --help)\n"
-                 "  --cluster        predict on this cluster instead of the one the plan names\n"
-                 "  --json           one JSON object on stdout\n"
-                 "  --plot           bar chart of predicted vs measured time per phase (gnuplot)\n"
-                 "  --observed-load  price the expert load the run observed, not the plan's\n"
-                 "  --trace OUT      the predicted step and the run's traced step (moefold-train\n"
-                 "                   --trace) in one Chrome trace, each aligned at its step's\n"
-                 "                   start (open it in ui.perfetto.dev or chrome://tracing)\n"
-                 "  --gantt COLS     the same two timelines as an ASCII Gantt chart, COLS\n"
-                 "                   characters wide (one row per predicted stage and measured\n"
-                 "                   rank; a letter per phase, capital while waiting)\n"
-                 "  --repeat RUN     another run of the same plan (up to 8, the option once per\n"
-                 "                   file): the table adds each phase's range over all the runs\n"
-                 "                   and whether the prediction lies inside it, i.e. whether an\n"
-                 "                   error is within the host's run-to-run spread\n");
+    fprintf(out,
+            "usage: moefold compare PLAN.json RUN.json [--cluster NAME|FILE] [--json]\n"
+            "                       [--plot FILE.svg|FILE.png] [--observed-load] [--host-speed]\n"
+            "                       [--trace OUT.json] [--repeat RUN.json ...]\n"
+            "       moefold compare --megatron-log FILE [--cluster NAME|FILE] [--json] ...\n"
+            "                       (a Megatron-LM training log; --megatron-log --help)\n"
+            "  --cluster        predict on this cluster instead of the one the plan names\n"
+            "  --json           one JSON object on stdout\n"
+            "  --plot           bar chart of predicted vs measured time per phase (gnuplot)\n"
+            "  --observed-load  price the expert load the run observed, not the plan's\n"
+            "  --host-speed     price a CPU run at the speed its host had while it ran: the\n"
+            "                   profile's compute and memory rates scaled by the run's probe\n"
+            "                   GEMM (run.json host_probe) over the profile's price of it\n"
+            "  --trace OUT      the predicted step and the run's traced step (moefold-train\n"
+            "                   --trace) in one Chrome trace, each aligned at its step's\n"
+            "                   start (open it in ui.perfetto.dev or chrome://tracing)\n"
+            "  --gantt COLS     the same two timelines as an ASCII Gantt chart, COLS\n"
+            "                   characters wide (one row per predicted stage and measured\n"
+            "                   rank; a letter per phase, capital while waiting)\n"
+            "  --repeat RUN     another run of the same plan (up to 8, the option once per\n"
+            "                   file): the table adds each phase's range over all the runs\n"
+            "                   and whether the prediction lies inside it, i.e. whether an\n"
+            "                   error is within the host's run-to-run spread\n");
     return out == stdout ? 0 : 2;
 }
 
@@ -362,6 +367,43 @@ static void print_table(const struct moe_cli_problem *p,
         }
         printf("\n");
     }
+}
+
+/* --host-speed: the host's speed while the run ran over the speed the profile prices. */
+struct host_speed {
+    double probe_us;  /* the run's probe GEMM, mean time (run.json host_probe) */
+    double priced_us; /* the profile's price of the same GEMM (fp32 operands, as the bench) */
+    double factor;    /* priced / measured: > 1 when the host ran faster than profiled */
+};
+
+/* Scale the profile's compute and memory rates (GEMM peaks, memory bandwidth, the host
+ * optimizer's and offload copies' rates) and its per-step fixed time by the run's probe;
+ * communication keeps the bench's figures. MOE_ERR_INVALID when the run has no probe. */
+static enum moe_status apply_host_speed(struct moe_cluster *cl,
+                                        const struct moe_run *run,
+                                        const char *run_path,
+                                        struct host_speed *hs,
+                                        struct moe_diag *diag)
+{
+    if (!(run->probe_us > 0.0)) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "--host-speed: %s records no host probe (a GPU run, one made with "
+                            "--no-host-probe, or an older run file)",
+                            run_path);
+    }
+    const int *d = run->probe_mnk;
+    hs->probe_us = run->probe_us;
+    hs->priced_us = 1e6 * moe_compute_gemm_s(&cl->gpu, MOE_MATH_BF16, 1.0, d[0], d[1], d[2], 4.0);
+    hs->factor = hs->priced_us / hs->probe_us;
+    double f = hs->factor;
+    for (int i = 0; i < MOE_NUM_MATH; i++) {
+        cl->gpu.peak_tflops[i] *= f;
+    }
+    cl->gpu.hbm_tbps *= f;
+    cl->host.optimizer_gbps *= f;
+    cl->host.link_gbps *= f;
+    cl->overheads.step_fixed_ms /= f;
+    return MOE_OK;
 }
 
 /* What ran otherwise than the plan said (run.json plan_differences), one line each; domain_was:
@@ -791,20 +833,17 @@ static cJSON *compare_json(const struct moe_prediction *pr,
 
 static int parse_args(int argc, char **argv, struct compare_opts *o)
 {
-    static const struct option longs[] = {{"cluster", required_argument, NULL, 'c'},
-                                          {"plot", required_argument, NULL, 'p'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {"observed-load", no_argument, NULL, 'o'},
-                                          {"trace", required_argument, NULL, 't'},
-                                          {"gantt", required_argument, NULL, 'g'},
-                                          {"repeat", required_argument, NULL, 'r'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"plot", required_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},          {"observed-load", no_argument, NULL, 'o'},
+        {"host-speed", no_argument, NULL, 's'},    {"trace", required_argument, NULL, 't'},
+        {"gantt", required_argument, NULL, 'g'},   {"repeat", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof(*o));
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "c:p:jot:g:r:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:p:jost:g:r:h", longs, NULL)) != -1) {
         if (c == 'c') {
             o->cluster = optarg;
         } else if (c == 'p') {
@@ -813,6 +852,8 @@ static int parse_args(int argc, char **argv, struct compare_opts *o)
             o->json = true;
         } else if (c == 'o') {
             o->observed_load = true;
+        } else if (c == 's') {
+            o->host_speed = true;
         } else if (c == 't') {
             o->trace = optarg;
         } else if (c == 'g') {
@@ -911,6 +952,11 @@ int moe_cli_compare(int argc, char **argv)
         domain_was = p->cl.nvlink.domain_gpus;
         p->cl.nvlink.domain_gpus = run.ranks_per_node;
     }
+    struct host_speed hs = {0};
+    if (o.host_speed && apply_host_speed(&p->cl, &run, o.run_path, &hs, &diag) != MOE_OK) {
+        moe_cli_error("compare", &diag);
+        goto out_free;
+    }
     p->num_gpus = plan->layout.num_gpus;
     p->imbalance_cv = MOE_IMBALANCE_DEFAULT_CV;
     if (o.observed_load) {
@@ -953,6 +999,12 @@ int moe_cli_compare(int argc, char **argv)
     }
     if (o.json) {
         cJSON *j = compare_json(&pred, &sv, &run, &rr);
+        if (j != NULL && o.host_speed) {
+            cJSON *h = cJSON_AddObjectToObject(j, "host_speed");
+            cJSON_AddNumberToObject(h, "probe_us", hs.probe_us);
+            cJSON_AddNumberToObject(h, "priced_us", hs.priced_us);
+            cJSON_AddNumberToObject(h, "factor", hs.factor);
+        }
         char *s = j != NULL ? cJSON_Print(j) : NULL;
         if (s != NULL) {
             puts(s);
@@ -960,6 +1012,13 @@ int moe_cli_compare(int argc, char **argv)
         }
         cJSON_Delete(j);
     } else {
+        if (o.host_speed) {
+            printf("host speed: the run's probe GEMM (%d x %d x %d, as moefold-bench times it) "
+                   "took %.0f us, the profile prices it at %.0f us: compute and memory rates "
+                   "priced at %.3f x the profile's (--host-speed)\n",
+                   run.probe_mnk[0], run.probe_mnk[1], run.probe_mnk[2], hs.probe_us, hs.priced_us,
+                   hs.factor);
+        }
         print_table(p, &pred, &sv, &run, &rr, mem_load);
         print_differences(&run, domain_was);
         print_kernels(p, &run);

@@ -50,10 +50,6 @@ struct bench_args {
     long long evict;      /* --evict-bytes, -1: the host's last-level cache per core */
 };
 
-/* Streamed before each step-like collective call when the host's cache is unknown: more than the
- * private L2 of current server cores (1-2 MiB). */
-#define BENCH_EVICT_FALLBACK (8LL << 20)
-
 /* "16M", "64K", "8" -> bytes; -1 on error. */
 static long long parse_size(const char *s)
 {
@@ -322,19 +318,10 @@ static void header(moe_comm_t *w, const struct bench_args *a, cJSON *js)
                  a->evict >= 0 ? "" : "; the last-level cache per core");
 }
 
-/* --evict-bytes, or the host's last-level cache per core (a fallback when hwloc cannot say). */
+/* --evict-bytes, or the host's last-level cache per core. */
 static size_t evict_default(const struct bench_args *a)
 {
-    if (a->evict >= 0) {
-        return (size_t)a->evict;
-    }
-    struct moe_host_info h;
-    struct moe_diag diag;
-    memset(&diag, 0, sizeof(diag));
-    if (moe_host_discover(&h, &diag) == MOE_OK && h.llc_bytes > 0.0 && h.num_cores > 0) {
-        return (size_t)(h.llc_bytes / h.num_cores);
-    }
-    return (size_t)BENCH_EVICT_FALLBACK;
+    return a->evict >= 0 ? (size_t)a->evict : moe_host_evict_bytes();
 }
 
 static int bench_gemm(moe_comm_t *w,

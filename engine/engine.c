@@ -8,6 +8,7 @@
  * The queries at the end include what ran of the plan (moe_eng_ran_options: each option the engine
  * runs otherwise, and how), which creation logs and run.json reports (engine/report.c).
  */
+#include "engine/bench.h"
 #include "engine/check.h"
 #include "engine/internal.h"
 
@@ -637,6 +638,25 @@ static double peak_rss_bytes(void)
     return (double)ru.ru_maxrss * 1024.0; /* Linux reports KiB */
 }
 
+/* The host speed probe (opts.no_host_probe): moefold-bench's 512^3 GEMM row, timed as the bench
+ * times it, between two steps. Every rank probes at once, as the bench's ranks do. */
+#define PROBE_ITERS 3
+
+static void host_probe(struct moe_eng *e)
+{
+    if (e->opts.no_host_probe || e->is_device || e->ctx.k->backend != MOE_K_BACKEND_CPU) {
+        return;
+    }
+    struct moe_bench_cfg cfg = {PROBE_ITERS, 1, e->opts.probe_evict_bytes};
+    struct moe_bench_gemm g;
+    if (moe_bench_gemm_run(e->ctx.k, e->ctx.kctx, &cfg, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM,
+                           MOE_ENG_PROBE_DIM, &g) == MOE_OK &&
+        g.is_ok) {
+        e->stats.probe_us += g.time_us;
+        e->stats.probe_calls++;
+    }
+}
+
 enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)
 {
     int n = e->opts.num_steps;
@@ -644,6 +664,9 @@ enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)
     for (int i = 0; i < n; i++) {
         struct moe_eng_step_result r;
         MOE_TRY(moe_eng_train_step(e, &r, diag));
+        if (i > 0 || n == 1) {
+            host_probe(e); /* after the measured steps, outside their timers */
+        }
         double elapsed = moe_eng_now() - t_start;
         double eta = elapsed / (double)(i + 1) * (double)(n - i - 1);
         char mtp[32] = "";

@@ -118,6 +118,14 @@ struct moe_eng_run_opts {
      * "kernel_s"; host-synchronous backends only (CPU, emulated device), refused on CUDA. */
     bool profile_kernels;
 
+    /* Host speed probe (CPU backend): after each measured step every rank times the GEMM that
+     * moefold-bench's 512^3 row times (engine/bench.c, cold operands past probe_evict_bytes), so
+     * `moefold compare --host-speed` can price the run at the speed the host had while it ran.
+     * Outside the steps' timers; run.json "host_probe". probe_evict_bytes: as moefold-bench's
+     * --evict-bytes (train_main: the host's last-level cache per core). */
+    bool no_host_probe;
+    size_t probe_evict_bytes;
+
     int trace_step; /* record this step's intervals for moe_eng_write_trace (1-based; 0 = none) */
 
     const char *save_dir; /* checkpoint directory written after the run (and every save_every) */

@@ -389,6 +389,9 @@ struct moe_eng_pool {
 };
 
 /* Statistics gathered over a run (reported in run.json). */
+/* The host speed probe's GEMM: m = n = k (moefold-bench's 512^3 row; engine/engine.c). */
+#define MOE_ENG_PROBE_DIM 512
+
 struct moe_eng_stats {
     int num_steps;
     int cap_steps;
@@ -405,6 +408,8 @@ struct moe_eng_stats {
     int cap_ep_rows;      /* steps x micro-batches */
     double bytes_dropped; /* token copies dropped by the capacity factor (slots) */
     double offload_s;     /* time spent copying to/from the host pool */
+    double probe_us;      /* host speed probe (opts.no_host_probe): summed time per GEMM call */
+    int probe_calls;      /* probes summed in probe_us */
     /* --profile-kernels (engine/engine.c): kernel ops' wall time and calls by phase slot,
      * [MOE_ENG_NUM_SLOTS][MOE_K_NUM_OPS], summed over measured steps; NULL when off. */
     double *kernel_s;

@@ -194,6 +194,22 @@ static void rank_summary(const struct moe_eng *e, double *out)
     out[SUM_ROWS] = expert_rows_factor(e);
 }
 
+/* "host_probe": the mean time of the probe's GEMM (moefold-bench's MOE_ENG_PROBE_DIM^3 row) over
+ * every rank's probes between the measured steps (engine/engine.c host_probe); absent when none
+ * ran. */
+static void add_host_probe(cJSON *o, const double *sum, size_t evict_bytes)
+{
+    if (!(sum[1] > 0.0)) {
+        return;
+    }
+    cJSON *p = cJSON_AddObjectToObject(o, "host_probe");
+    const int mnk[3] = {MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM};
+    cJSON_AddItemToObject(p, "gemm_mnk", cJSON_CreateIntArray(mnk, 3));
+    cJSON_AddNumberToObject(p, "time_us", sum[0] / sum[1]);
+    cJSON_AddNumberToObject(p, "calls", sum[1]);
+    cJSON_AddNumberToObject(p, "evict_bytes", (double)evict_bytes);
+}
+
 static void add_buffer_parts(cJSON *o, const double *parts)
 {
     cJSON *b = cJSON_AddObjectToObject(o, "buffers_detail_gib");
@@ -569,6 +585,8 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     }
     double dropped = e->stats.bytes_dropped; /* slots dropped on this rank, summed over ranks */
     moe_comm_allreduce(e->ctx.world, &dropped, &dropped, 1, MOE_COMM_F64, MOE_COMM_SUM);
+    double probe[2] = {e->stats.probe_us, (double)e->stats.probe_calls}; /* summed over ranks */
+    moe_comm_allreduce(e->ctx.world, probe, probe, 2, MOE_COMM_F64, MOE_COMM_SUM);
     cJSON *o = e->ctx.rank == 0 ? cJSON_CreateObject() : NULL;
     if (o != NULL) {
         cJSON_AddStringToObject(o, "format", "moefold-run");
@@ -592,6 +610,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         cJSON_AddNumberToObject(o, "critical_rank", crit);
         cJSON_AddNumberToObject(o, "critical_stage", crit_stage);
         add_phases(o, cs + SUM_PHASES, cs + SUM_WAITS);
+        add_host_probe(o, probe, e->opts.probe_evict_bytes);
         cJSON_AddBoolToObject(o, "wait_measured", wait_bad == 0);
         add_ran(e, o);
         add_phase_definitions(o);

@@ -15,6 +15,7 @@
 #include "engine/device.h"
 #include "engine/engine.h"
 #include "model/megatron_args.h"
+#include "topologies/hwloc_host.h"
 #include "topologies/json_util.h"
 #include "topologies/model_file.h"
 #include "topologies/plan_file.h"
@@ -95,6 +96,9 @@ static void usage(FILE *f)
         "  --profile-kernels     time every kernel op (CPU backend): run.json \"kernel_s\"\n"
         "                        holds each phase's ops, seconds and calls per step;\n"
         "                        moefold compare prints them beside the model's prices\n"
+        "  --no-host-probe       CPU backend: skip the host speed probe (after each measured\n"
+        "                        step, moefold-bench's 512^3 GEMM; run.json \"host_probe\",\n"
+        "                        read by moefold compare --host-speed)\n"
         "  --verbose             details, and every rank may print\n"
         "  --version, --help\n";
     /* clang-format on */
@@ -147,6 +151,7 @@ enum {
     OPT_TRACE_STEP,
     OPT_SKEW,
     OPT_PROFILE_KERNELS,
+    OPT_NO_HOST_PROBE,
 };
 
 /* A numeric option value: returns 0, or prints the problem and returns 2. */
@@ -230,12 +235,14 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
         {"trace-step", required_argument, NULL, OPT_TRACE_STEP},
         {"moe-router-skew", required_argument, NULL, OPT_SKEW},
         {"profile-kernels", no_argument, NULL, OPT_PROFILE_KERNELS},
+        {"no-host-probe", no_argument, NULL, OPT_NO_HOST_PROBE},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     moe_eng_run_opts_init(&a->run);
+    a->run.probe_evict_bytes = moe_host_evict_bytes();
     a->out = "run.json";
     opterr = is_root ? 1 : 0;
     int c;
@@ -357,6 +364,9 @@ static int parse_args(int argc, char **argv, struct args *a, bool is_root)
             break;
         case OPT_PROFILE_KERNELS:
             a->run.profile_kernels = true;
+            break;
+        case OPT_NO_HOST_PROBE:
+            a->run.no_host_probe = true;
             break;
         case OPT_TRACE_STEP:
             rc = int_opt("trace-step", optarg, 1, 100000000, &n, is_root);

@@ -68,9 +68,11 @@ cp "$out/local.measured$best.trace.json" "$out/local.measured.trace.json"
 
 echo
 echo "# compare: predicted vs measured"
-flags=()
+# --host-speed: price the host at the speed its probe GEMM measured during the run (a shared VM's
+# speed moves between the bench and the run, minutes apart)
+flags=(--host-speed)
 if grep -Eq '"ep":[[:space:]]*([2-9]|[1-9][0-9])' "$out/local.plan.json"; then
-    flags=(--observed-load) # price the routing the untrained router produced
+    flags+=(--observed-load) # price the routing the untrained router produced
 fi
 "$bin/moefold" compare "$out/local.plan.json" "$out/local.run.json" --cluster "$cluster" \
     "${flags[@]}" --trace "$out/local.trace.json" --gantt 100

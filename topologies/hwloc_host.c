@@ -31,6 +31,17 @@ static void cache_info(hwloc_topology_t t, struct moe_host_info *out)
     }
 }
 
+size_t moe_host_evict_bytes(void)
+{
+    struct moe_host_info h;
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    if (moe_host_discover(&h, &diag) == MOE_OK && h.llc_bytes > 0.0 && h.num_cores > 0) {
+        return (size_t)(h.llc_bytes / h.num_cores);
+    }
+    return (size_t)8 << 20;
+}
+
 enum moe_status moe_host_discover(struct moe_host_info *out, struct moe_diag *diag)
 {
     memset(out, 0, sizeof(*out));

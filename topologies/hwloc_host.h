@@ -10,6 +10,8 @@
 
 #include "model/status.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,6 +29,11 @@ struct moe_host_info {
 
 /* Discover the local host. MOE_ERR_RUNTIME (diag says which hwloc call failed) on failure. */
 MOE_NODISCARD enum moe_status moe_host_discover(struct moe_host_info *out, struct moe_diag *diag);
+
+/* The bytes a timed kernel's operands cycle over so that they are cold: the last-level cache per
+ * core (moefold-bench's default --evict-bytes, and moefold-train's host probe); 8 MiB when hwloc
+ * cannot say (more than the private L2 of current server cores, 1-2 MiB). */
+size_t moe_host_evict_bytes(void);
 
 /*
  * Bind the calling process to core core_idx modulo the number of cores (strict binding of its

@@ -98,6 +98,36 @@ read_device(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag 
     return MOE_OK;
 }
 
+/* The optional "host_probe" object of CPU runs: the host speed probe's GEMM shape and mean time
+ * (engine/report.c add_host_probe). */
+static enum moe_status
+read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
+{
+    if (o == NULL) {
+        return MOE_OK;
+    }
+    static const char *const keys[] = {"gemm_mnk", "time_us", "calls", "evict_bytes"};
+    MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
+    const cJSON *mnk = cJSON_GetObjectItemCaseSensitive(o, "gemm_mnk");
+    if (!cJSON_IsArray(mnk) || cJSON_GetArraySize(mnk) != 3) {
+        return moe_diag_set(diag, MOE_ERR_PARSE, "%s.gemm_mnk: expected an array of 3 integers", w);
+    }
+    for (int i = 0; i < 3; i++) {
+        const cJSON *d = cJSON_GetArrayItem(mnk, i);
+        if (!cJSON_IsNumber(d) || !(d->valuedouble >= 1.0 && d->valuedouble <= 65536.0) ||
+            d->valuedouble != (double)(int)d->valuedouble) {
+            return moe_diag_set(diag, MOE_ERR_PARSE,
+                                "%s.gemm_mnk[%d]: expected an integer in [1, 65536]", w, i);
+        }
+        run->probe_mnk[i] = (int)d->valuedouble;
+    }
+    MOE_TRY(moe_json_get_double(o, "time_us", true, 1e-3, 1e9, &run->probe_us, w, diag));
+    double calls = 0.0, evict = 0.0;
+    MOE_TRY(moe_json_get_double(o, "calls", false, 0.0, 1e12, &calls, w, diag));
+    MOE_TRY(moe_json_get_double(o, "evict_bytes", false, 0.0, 1e15, &evict, w, diag));
+    return MOE_OK;
+}
+
 /* The optional "buffers_detail_gib" object: the buffers category's parts (engine/report.c). */
 static enum moe_status
 read_buffers_detail(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
@@ -204,6 +234,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "expert_load_max_over_mean",
                                        "expert_load_rank_max_over_mean",
                                        "device",
+                                       "host_probe",
                                        "plan"};
     MOE_TRY(moe_json_check_format(root, MOE_RUN_FILE_FORMAT, MOE_RUN_FILE_VERSION, path, diag));
     MOE_TRY(moe_json_check_keys(root, keys, MOE_ARRAY_LEN(keys), path, diag));
@@ -270,6 +301,8 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
     MOE_TRY(moe_json_get_double(root, "expert_rows_factor", false, 0.0, 1e9,
                                 &run->expert_rows_factor, path, diag));
     MOE_TRY(read_device(cJSON_GetObjectItemCaseSensitive(root, "device"), "device", run, diag));
+    MOE_TRY(read_host_probe(cJSON_GetObjectItemCaseSensitive(root, "host_probe"), "host_probe", run,
+                            diag));
     MOE_TRY(read_losses(cJSON_GetObjectItemCaseSensitive(root, "per_step"), path, run, diag));
     MOE_TRY(read_load(cJSON_GetObjectItemCaseSensitive(root, "expert_load_max_over_mean"),
                       "expert_load_max_over_mean", run->load_max_over_mean, &run->num_moe_layers,

@@ -335,6 +335,52 @@ static void test_run_file_and_bytes(void **state)
     }
 }
 
+/* moe_eng_train's host speed probe: after the measured step every rank times the bench's 512^3
+ * GEMM; run.json "host_probe" holds its shape and mean time (read back by moe_run_read), and
+ * --no-host-probe leaves it out. */
+static void test_host_probe(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"DP4 EP2", 1, 1, 1, 1, 2, 1, false, N};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int off = 0; off < 2; off++) {
+        struct moe_eng_run_opts o;
+        eng_test_opts(&o, 2);
+        o.no_host_probe = off == 1;
+        o.probe_evict_bytes = (size_t)1 << 20;
+        moe_comm_t *w = NULL;
+        moe_eng_t *e = make(&plan, &o, &w);
+        struct moe_diag diag;
+        memset(&diag, 0, sizeof(diag));
+        assert_int_equal(moe_eng_train(e, &diag), MOE_OK);
+        char path[128];
+        shared_dir(path, sizeof(path), off ? "run-noprobe" : "run-probe");
+        assert_int_equal(moe_eng_write_run(e, path, NULL, &diag), MOE_OK);
+        moe_eng_destroy(e);
+        moe_comm_destroy(w);
+        if (rank == 0) {
+            struct moe_run run;
+            assert_int_equal(moe_run_read(path, &run, &diag), MOE_OK);
+            if (off) {
+                assert_true(run.probe_us == 0.0);
+            } else {
+                for (int i = 0; i < 3; i++) {
+                    assert_int_equal(run.probe_mnk[i], 512);
+                }
+                /* 2 x 512^3 FLOPs at between 0.1 and 10^5 GFLOP/s */
+                assert_true(run.probe_us > 2.0 * 512 * 512 * 512 / 1e8 &&
+                            run.probe_us < 2.0 * 512 * 512 * 512 / 1e2);
+            }
+            moe_run_fini(&run);
+            (void)unlink(path);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
 /* --profile-kernels: each phase's ops take at most the phase's time, and the ops land where
  * they run: the dense GEMMs and attention in compute, the experts' activation in expert_gemm, the
  * permutes in dispatch/combine, AdamW in the optimizer. */
@@ -766,6 +812,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_offload_bit_identical),
         cmocka_unit_test(test_memory_vs_prediction),
         cmocka_unit_test(test_run_file_and_bytes),
+        cmocka_unit_test(test_host_probe),
         cmocka_unit_test(test_trace_and_waits),
         cmocka_unit_test(test_runs_the_plan),
         cmocka_unit_test(test_buffers_detail_and_rows_factor),
