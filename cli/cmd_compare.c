@@ -60,7 +60,8 @@ static int usage(FILE *out)
             "  --observed-load  price the expert load the run observed, not the plan's\n"
             "  --host-speed     price a CPU run at the speed its host had while it ran: the\n"
             "                   profile's compute and memory rates scaled by the run's probe\n"
-            "                   GEMM (run.json host_probe) over the profile's price of it\n"
+            "                   GEMM (run.json host_probe) over the profile's price of it,\n"
+            "                   and the ranks' speed spread the probes saw\n"
             "  --trace OUT      the predicted step and the run's traced step (moefold-train\n"
             "                   --trace) in one Chrome trace, each aligned at its step's\n"
             "                   start (open it in ui.perfetto.dev or chrome://tracing)\n"
@@ -371,13 +372,16 @@ static void print_table(const struct moe_cli_problem *p,
 
 /* --host-speed: the host's speed while the run ran over the speed the profile prices. */
 struct host_speed {
-    double probe_us;  /* the run's probe GEMM, mean time (run.json host_probe) */
-    double priced_us; /* the profile's price of the same GEMM (fp32 operands, as the bench) */
-    double factor;    /* priced / measured: > 1 when the host ran faster than profiled */
+    double probe_us;       /* the run's probe GEMM, mean time (run.json host_probe) */
+    double priced_us;      /* the profile's price of the same GEMM (fp32 operands, as the bench) */
+    double factor;         /* priced / measured: > 1 when the host ran faster than profiled */
+    double spread;         /* the ranks' speed spread at the probes (< 0: not recorded) */
+    double spread_profile; /* the profile's host.rank_spread */
 };
 
 /* Scale the profile's compute and memory rates (GEMM peaks, memory bandwidth, the host
- * optimizer's and offload copies' rates) and its per-step fixed time by the run's probe;
+ * optimizer's and offload copies' rates) and its per-step fixed time by the run's probe, and take
+ * the ranks' speed spread the probes saw for host.rank_spread (the waits at the collectives);
  * communication keeps the bench's figures. MOE_ERR_INVALID when the run has no probe. */
 static enum moe_status apply_host_speed(struct moe_cluster *cl,
                                         const struct moe_run *run,
@@ -403,6 +407,11 @@ static enum moe_status apply_host_speed(struct moe_cluster *cl,
     cl->host.optimizer_gbps *= f;
     cl->host.link_gbps *= f;
     cl->overheads.step_fixed_ms /= f;
+    hs->spread_profile = cl->host.rank_spread;
+    hs->spread = run->probe_rank_spread;
+    if (hs->spread >= 0.0) {
+        cl->host.rank_spread = hs->spread;
+    }
     return MOE_OK;
 }
 
@@ -1004,6 +1013,10 @@ int moe_cli_compare(int argc, char **argv)
             cJSON_AddNumberToObject(h, "probe_us", hs.probe_us);
             cJSON_AddNumberToObject(h, "priced_us", hs.priced_us);
             cJSON_AddNumberToObject(h, "factor", hs.factor);
+            if (hs.spread >= 0.0) {
+                cJSON_AddNumberToObject(h, "rank_spread", hs.spread);
+                cJSON_AddNumberToObject(h, "profile_rank_spread", hs.spread_profile);
+            }
         }
         char *s = j != NULL ? cJSON_Print(j) : NULL;
         if (s != NULL) {
@@ -1018,6 +1031,11 @@ int moe_cli_compare(int argc, char **argv)
                    "priced at %.3f x the profile's (--host-speed)\n",
                    run.probe_mnk[0], run.probe_mnk[1], run.probe_mnk[2], hs.probe_us, hs.priced_us,
                    hs.factor);
+            if (hs.spread >= 0.0) {
+                printf("ranks' speed spread at the probes (slowest over mean): %.1f%%, priced "
+                       "instead of the profile's %.1f%%\n",
+                       100.0 * hs.spread, 100.0 * hs.spread_profile);
+            }
         }
         print_table(p, &pred, &sv, &run, &rr, mem_load);
         print_differences(&run, domain_was);

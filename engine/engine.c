@@ -639,7 +639,9 @@ static double peak_rss_bytes(void)
 }
 
 /* The host speed probe (opts.no_host_probe): moefold-bench's 512^3 GEMM row, timed as the bench
- * times it, between two steps. Every rank probes at once, as the bench's ranks do. */
+ * times it, between two steps. The ranks start together (a barrier, as the bench's rows) and
+ * compare their times: the slowest over the mean, minus 1, is the ranks' speed spread at that
+ * moment, the figure calibrate fits host.rank_spread from (the mean over the bench's rows). */
 #define PROBE_ITERS 3
 
 static void host_probe(struct moe_eng *e)
@@ -647,14 +649,22 @@ static void host_probe(struct moe_eng *e)
     if (e->opts.no_host_probe || e->is_device || e->ctx.k->backend != MOE_K_BACKEND_CPU) {
         return;
     }
+    moe_comm_barrier(e->ctx.world);
     struct moe_bench_cfg cfg = {PROBE_ITERS, 1, e->opts.probe_evict_bytes};
     struct moe_bench_gemm g;
-    if (moe_bench_gemm_run(e->ctx.k, e->ctx.kctx, &cfg, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM,
-                           MOE_ENG_PROBE_DIM, &g) == MOE_OK &&
-        g.is_ok) {
-        e->stats.probe_us += g.time_us;
-        e->stats.probe_calls++;
+    bool ok = moe_bench_gemm_run(e->ctx.k, e->ctx.kctx, &cfg, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM,
+                                 MOE_ENG_PROBE_DIM, &g) == MOE_OK &&
+              g.is_ok && g.time_us > 0.0;
+    double sum[2] = {ok ? g.time_us : 0.0, ok ? 1.0 : 0.0};
+    double max = ok ? g.time_us : 0.0;
+    moe_comm_allreduce(e->ctx.world, sum, sum, 2, MOE_COMM_F64, MOE_COMM_SUM);
+    moe_comm_allreduce(e->ctx.world, &max, &max, 1, MOE_COMM_F64, MOE_COMM_MAX);
+    if (sum[1] < (double)e->ctx.size) {
+        return; /* a rank's probe failed: keep none of this one */
     }
+    e->stats.probe_us += g.time_us;
+    e->stats.probe_spread += max / (sum[0] / sum[1]) - 1.0;
+    e->stats.probe_calls++;
 }
 
 enum moe_status moe_eng_train(moe_eng_t *e, struct moe_diag *diag)

@@ -409,7 +409,8 @@ struct moe_eng_stats {
     double bytes_dropped; /* token copies dropped by the capacity factor (slots) */
     double offload_s;     /* time spent copying to/from the host pool */
     double probe_us;      /* host speed probe (opts.no_host_probe): summed time per GEMM call */
-    int probe_calls;      /* probes summed in probe_us */
+    double probe_spread;  /* their slowest rank's time over the ranks' mean, minus 1, summed */
+    int probe_calls;      /* probes summed in probe_us and probe_spread */
     /* --profile-kernels (engine/engine.c): kernel ops' wall time and calls by phase slot,
      * [MOE_ENG_NUM_SLOTS][MOE_K_NUM_OPS], summed over measured steps; NULL when off. */
     double *kernel_s;

@@ -194,9 +194,9 @@ static void rank_summary(const struct moe_eng *e, double *out)
     out[SUM_ROWS] = expert_rows_factor(e);
 }
 
-/* "host_probe": the mean time of the probe's GEMM (moefold-bench's MOE_ENG_PROBE_DIM^3 row) over
- * every rank's probes between the measured steps (engine/engine.c host_probe); absent when none
- * ran. */
+/* "host_probe" (engine/engine.c host_probe; absent when none ran): the probe GEMM's mean time
+ * over every rank's probes between the measured steps, and the ranks' mean speed spread at those
+ * probes. sum: time, calls and spread, each summed over the ranks. */
 static void add_host_probe(cJSON *o, const double *sum, size_t evict_bytes)
 {
     if (!(sum[1] > 0.0)) {
@@ -207,6 +207,7 @@ static void add_host_probe(cJSON *o, const double *sum, size_t evict_bytes)
     cJSON_AddItemToObject(p, "gemm_mnk", cJSON_CreateIntArray(mnk, 3));
     cJSON_AddNumberToObject(p, "time_us", sum[0] / sum[1]);
     cJSON_AddNumberToObject(p, "calls", sum[1]);
+    cJSON_AddNumberToObject(p, "rank_spread", sum[2] / sum[1]);
     cJSON_AddNumberToObject(p, "evict_bytes", (double)evict_bytes);
 }
 
@@ -585,8 +586,9 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     }
     double dropped = e->stats.bytes_dropped; /* slots dropped on this rank, summed over ranks */
     moe_comm_allreduce(e->ctx.world, &dropped, &dropped, 1, MOE_COMM_F64, MOE_COMM_SUM);
-    double probe[2] = {e->stats.probe_us, (double)e->stats.probe_calls}; /* summed over ranks */
-    moe_comm_allreduce(e->ctx.world, probe, probe, 2, MOE_COMM_F64, MOE_COMM_SUM);
+    /* summed over ranks (the spread is the same on every rank) */
+    double probe[3] = {e->stats.probe_us, (double)e->stats.probe_calls, e->stats.probe_spread};
+    moe_comm_allreduce(e->ctx.world, probe, probe, 3, MOE_COMM_F64, MOE_COMM_SUM);
     cJSON *o = e->ctx.rank == 0 ? cJSON_CreateObject() : NULL;
     if (o != NULL) {
         cJSON_AddStringToObject(o, "format", "moefold-run");

@@ -106,7 +106,8 @@ read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_d
     if (o == NULL) {
         return MOE_OK;
     }
-    static const char *const keys[] = {"gemm_mnk", "time_us", "calls", "evict_bytes"};
+    static const char *const keys[] = {"gemm_mnk", "time_us", "calls", "rank_spread",
+                                       "evict_bytes"};
     MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
     const cJSON *mnk = cJSON_GetObjectItemCaseSensitive(o, "gemm_mnk");
     if (!cJSON_IsArray(mnk) || cJSON_GetArraySize(mnk) != 3) {
@@ -122,6 +123,9 @@ read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_d
         run->probe_mnk[i] = (int)d->valuedouble;
     }
     MOE_TRY(moe_json_get_double(o, "time_us", true, 1e-3, 1e9, &run->probe_us, w, diag));
+    run->probe_rank_spread = -1.0;
+    MOE_TRY(
+        moe_json_get_double(o, "rank_spread", false, 0.0, 100.0, &run->probe_rank_spread, w, diag));
     double calls = 0.0, evict = 0.0;
     MOE_TRY(moe_json_get_double(o, "calls", false, 0.0, 1e12, &calls, w, diag));
     MOE_TRY(moe_json_get_double(o, "evict_bytes", false, 0.0, 1e15, &evict, w, diag));

@@ -79,9 +79,12 @@ struct moe_run {
     cJSON *ran;                /* owned: the options the engine ran ("ran"), or NULL */
     cJSON *plan_differences;   /* owned: strings, each an option that ran otherwise, or NULL */
     /* The host speed probe (optional "host_probe", CPU runs): one m x n x k GEMM's mean time as
-     * moefold-bench times it, between the measured steps; probe_us 0 when absent. */
+     * moefold-bench times it, between the measured steps; probe_us 0 when absent. Its
+     * rank_spread: the ranks' mean speed spread at the probes (slowest over mean, minus 1), as
+     * calibrate's host.rank_spread; < 0 when absent. */
     int probe_mnk[3];
     double probe_us;
+    double probe_rank_spread;
 };
 
 /* Read and check a run file. *out owns its trees: release with moe_run_fini. */

@@ -270,30 +270,31 @@ static void test_ran_nodes_and_unfused_dispatch(void **state)
 }
 
 /* --host-speed prices the run at its probe's speed: the factor is the profile's price of the
- * probe GEMM over the probe's time, a slower probe a slower prediction; a run without a probe,
- * or with a malformed one, is refused with a message naming it. */
+ * probe GEMM over the probe's time, a slower probe a slower prediction, and the ranks' speed
+ * spread the probes saw replaces the profile's (a larger one, longer waits); a run without a
+ * probe, or with a malformed one, is refused with a message naming it. */
 static void test_host_speed(void **state)
 {
     struct files *f = *state;
-    char slow[320], fast[320], bad[320];
-    (void)snprintf(slow, sizeof(slow), "%s/run-probe-slow.json", f->dir);
-    (void)snprintf(fast, sizeof(fast), "%s/run-probe-fast.json", f->dir);
-    (void)snprintf(bad, sizeof(bad), "%s/run-probe-bad.json", f->dir);
-    const char *paths[] = {slow, fast, bad};
-    const double us[] = {4000.0, 1000.0, 1000.0};
-    for (int i = 0; i < 3; i++) {
+    char paths[4][320];
+    const char *names[] = {"slow", "fast", "spread", "bad"};
+    const double us[] = {4000.0, 1000.0, 1000.0, 1000.0};
+    const double spread[] = {0.0, 0.0, 0.3, 0.0};
+    for (int i = 0; i < 4; i++) {
+        (void)snprintf(paths[i], sizeof(paths[i]), "%s/run-probe-%s.json", f->dir, names[i]);
         cJSON *r = read_json(f->run);
         cJSON *p = cJSON_AddObjectToObject(r, "host_probe");
-        const int mnk[3] = {512, 512, i == 2 ? 0 : 512};
+        const int mnk[3] = {512, 512, i == 3 ? 0 : 512};
         cJSON_AddItemToObject(p, "gemm_mnk", cJSON_CreateIntArray(mnk, 3));
         cJSON_AddNumberToObject(p, "time_us", us[i]);
         cJSON_AddNumberToObject(p, "calls", 8);
+        cJSON_AddNumberToObject(p, "rank_spread", spread[i]);
         write_json(paths[i], r);
     }
     char *out = malloc(OUT_LEN);
-    char args[1024];
-    double factor[2], step[2];
-    for (int i = 0; i < 2; i++) {
+    char args[2048];
+    double factor[3], step[3];
+    for (int i = 0; i < 3; i++) {
         (void)snprintf(args, sizeof(args), "compare %s %s --host-speed --json 2>&1", f->plan,
                        paths[i]);
         assert_int_equal(run_cli(args, out), 0);
@@ -305,20 +306,25 @@ static void test_host_speed(void **state)
         factor[i] = cJSON_GetObjectItemCaseSensitive(h, "factor")->valuedouble;
         assert_true(priced > 0.0);
         assert_true(fabs(factor[i] - priced / us[i]) < 1e-9 * factor[i]);
+        assert_true(cJSON_GetObjectItemCaseSensitive(h, "rank_spread")->valuedouble == spread[i]);
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step_time_s");
         step[i] = cJSON_GetObjectItemCaseSensitive(st, "predicted")->valuedouble;
         cJSON_Delete(j);
     }
     assert_true(fabs(factor[1] / factor[0] - 4.0) < 1e-9);
     assert_true(step[0] > step[1] * 1.01);
+    assert_true(step[2] > step[1] * 1.001); /* the slowest rank at +30%: waits at the exchanges */
+    (void)snprintf(args, sizeof(args), "compare %s %s --host-speed 2>&1", f->plan, paths[2]);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_non_null(strstr(out, "ranks' speed spread at the probes (slowest over mean): 30.0%"));
     (void)snprintf(args, sizeof(args), "compare %s %s --host-speed 2>&1", f->plan, f->run);
     assert_int_not_equal(run_cli(args, out), 0);
     assert_non_null(strstr(out, "records no host probe"));
-    (void)snprintf(args, sizeof(args), "compare %s %s --host-speed 2>&1", f->plan, bad);
+    (void)snprintf(args, sizeof(args), "compare %s %s --host-speed 2>&1", f->plan, paths[3]);
     assert_int_not_equal(run_cli(args, out), 0);
     assert_non_null(strstr(out, "host_probe.gemm_mnk[2]"));
     free(out);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         (void)unlink(paths[i]);
     }
 }

@@ -336,8 +336,8 @@ static void test_run_file_and_bytes(void **state)
 }
 
 /* moe_eng_train's host speed probe: after the measured step every rank times the bench's 512^3
- * GEMM; run.json "host_probe" holds its shape and mean time (read back by moe_run_read), and
- * --no-host-probe leaves it out. */
+ * GEMM; run.json "host_probe" holds its shape, mean time and the ranks' speed spread (read back
+ * by moe_run_read), and --no-host-probe leaves it out. */
 static void test_host_probe(void **state)
 {
     (void)state;
@@ -373,6 +373,8 @@ static void test_host_probe(void **state)
                 /* 2 x 512^3 FLOPs at between 0.1 and 10^5 GFLOP/s */
                 assert_true(run.probe_us > 2.0 * 512 * 512 * 512 / 1e8 &&
                             run.probe_us < 2.0 * 512 * 512 * 512 / 1e2);
+                /* the slowest rank over the mean, minus 1: at most N - 1 */
+                assert_true(run.probe_rank_spread >= 0.0 && run.probe_rank_spread <= N - 1.0);
             }
             moe_run_fini(&run);
             (void)unlink(path);
