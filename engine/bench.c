@@ -73,30 +73,46 @@ static int gemm_sets(const struct moe_bench_cfg *cfg, size_t set_bytes)
     return n < 1 ? 1 : n > GEMM_MAX_SETS ? GEMM_MAX_SETS : (int)n;
 }
 
-enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
-                                   moe_k_ctx_t *kc,
-                                   const struct moe_bench_cfg *cfg,
-                                   int m,
-                                   int n,
-                                   int k_dim,
-                                   struct moe_bench_gemm *out)
+enum moe_status moe_bench_gemm_sets_init(
+    struct moe_bench_gemm_sets *s, const struct moe_bench_cfg *cfg, int m, int n, int k_dim)
 {
-    struct moe_eng_heap heap = {0};
+    memset(s, 0, sizeof(*s));
+    s->m = m;
+    s->n = n;
+    s->k = k_dim;
     size_t nx = (size_t)m * (size_t)k_dim, nw = (size_t)k_dim * (size_t)n;
-    size_t ny = (size_t)m * (size_t)n;
-    size_t set_floats = 2 * nx + 2 * nw + ny;
-    int num_sets = gemm_sets(cfg, set_floats * sizeof(float));
-    size_t total = (size_t)num_sets * set_floats;
-    float *buf = moe_eng_heap_alloc(&heap, total * sizeof(float));
-    if (buf == NULL) {
+    s->set_floats = 2 * nx + 2 * nw + (size_t)m * (size_t)n;
+    s->num_sets = gemm_sets(cfg, s->set_floats * sizeof(float));
+    s->buf = moe_eng_heap_alloc(&s->heap, (size_t)s->num_sets * s->set_floats * sizeof(float));
+    if (s->buf == NULL) {
         return MOE_ERR_NOMEM;
     }
-    fill(buf, total, 1);
+    fill(s->buf, (size_t)s->num_sets * s->set_floats, 1);
+    return MOE_OK;
+}
+
+void moe_bench_gemm_sets_fini(struct moe_bench_gemm_sets *s)
+{
+    if (s->buf != NULL) {
+        moe_eng_heap_free(&s->heap, s->buf, (size_t)s->num_sets * s->set_floats * sizeof(float));
+    }
+    memset(s, 0, sizeof(*s));
+}
+
+void moe_bench_gemm_time(const struct moe_k_ops *k,
+                         moe_k_ctx_t *kc,
+                         const struct moe_bench_cfg *cfg,
+                         const struct moe_bench_gemm_sets *s,
+                         struct moe_bench_gemm *out)
+{
+    int m = s->m, n = s->n, k_dim = s->k;
+    size_t nx = (size_t)m * (size_t)k_dim, nw = (size_t)k_dim * (size_t)n;
     struct gemm_set sets[GEMM_MAX_SETS];
-    for (int i = 0; i < num_sets; i++) {
-        float *p = buf + (size_t)i * set_floats;
+    for (int i = 0; i < s->num_sets; i++) {
+        float *p = s->buf + (size_t)i * s->set_floats;
         sets[i] = (struct gemm_set){p, p + nx, p + 2 * nx, p + 2 * nx + nw, p + 2 * nx + 2 * nw};
     }
+    int num_sets = s->num_sets;
     /* Call i: set i mod num_sets, GEMM i mod 3 (each of the 2mnk FLOPs). */
     double t0 = 0.0;
     for (int i = 0; i < cfg->warmup + cfg->iters; i++) {
@@ -125,9 +141,9 @@ enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
     const struct gemm_set *g = &sets[0];
     k->linear_fwd(g->y, g->x, g->w, NULL, m, k_dim, n, kc);
     out->is_ok = true;
-    for (int s = 0; s < 16; s++) {
-        int i = (int)((uint64_t)s * 7919u % (uint64_t)m);
-        int j = (int)((uint64_t)s * 104729u % (uint64_t)n);
+    for (int q = 0; q < 16; q++) {
+        int i = (int)((uint64_t)q * 7919u % (uint64_t)m);
+        int j = (int)((uint64_t)q * 104729u % (uint64_t)n);
         double ref = 0.0, mag = 0.0;
         for (int p = 0; p < k_dim; p++) {
             double t = (double)g->x[(size_t)i * (size_t)k_dim + (size_t)p] *
@@ -138,8 +154,23 @@ enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
         out->is_ok = out->is_ok && fabs((double)g->y[(size_t)i * (size_t)n + (size_t)j] - ref) <=
                                        1e-4 * mag + 1e-30;
     }
-    moe_eng_heap_free(&heap, buf, total * sizeof(float));
-    return MOE_OK;
+}
+
+enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
+                                   moe_k_ctx_t *kc,
+                                   const struct moe_bench_cfg *cfg,
+                                   int m,
+                                   int n,
+                                   int k_dim,
+                                   struct moe_bench_gemm *out)
+{
+    struct moe_bench_gemm_sets s;
+    enum moe_status st = moe_bench_gemm_sets_init(&s, cfg, m, n, k_dim);
+    if (st == MOE_OK) {
+        moe_bench_gemm_time(k, kc, cfg, &s, out);
+    }
+    moe_bench_gemm_sets_fini(&s);
+    return st;
 }
 
 /* ---- Grouped GEMM ------------------------------------------------------------------------------

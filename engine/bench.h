@@ -16,6 +16,7 @@
 #ifndef MOE_ENGINE_BENCH_H
 #define MOE_ENGINE_BENCH_H
 
+#include "engine/arena.h"
 #include "engine/comm.h"
 #include "kernels/kernels.h"
 #include "model/status.h"
@@ -43,6 +44,29 @@ struct moe_bench_gemm {
     double gflops; /* 2mnk / time */
     bool is_ok;    /* sampled entries match a double reference within 1e-4 relative */
 };
+
+/* The operand sets of one GEMM point (moe_bench_gemm_run), kept to time it again (moefold-train's
+ * host probe): num_sets sets of set_floats floats, filled once from a fixed seed. */
+struct moe_bench_gemm_sets {
+    int m, n, k;
+    int num_sets;
+    size_t set_floats;
+    float *buf;
+    struct moe_eng_heap heap;
+};
+
+/* Sets filling twice cfg->evict_bytes (one at 0); MOE_ERR_NOMEM when they do not fit. Release
+ * with moe_bench_gemm_sets_fini (safe after a failed init). */
+MOE_NODISCARD enum moe_status moe_bench_gemm_sets_init(
+    struct moe_bench_gemm_sets *s, const struct moe_bench_cfg *cfg, int m, int n, int k_dim);
+void moe_bench_gemm_sets_fini(struct moe_bench_gemm_sets *s);
+
+/* Time the point on s: cfg->warmup then cfg->iters calls, as moe_bench_gemm_run. */
+void moe_bench_gemm_time(const struct moe_k_ops *k,
+                         moe_k_ctx_t *kc,
+                         const struct moe_bench_cfg *cfg,
+                         const struct moe_bench_gemm_sets *s,
+                         struct moe_bench_gemm *out);
 
 /* A linear of m rows, k inputs and n outputs as a training step runs it: the kernels' forward,
  * backward-data and backward-weight GEMMs in turn (2mnk FLOPs each), cycled over operand sets

@@ -470,6 +470,10 @@ void moe_eng_destroy(moe_eng_t *e)
         return;
     }
     struct moe_eng_heap *h = &e->ctx.heap;
+    if (e->probe_sets != NULL) {
+        moe_bench_gemm_sets_fini(e->probe_sets);
+        moe_eng_heap_free(h, e->probe_sets, sizeof(*e->probe_sets));
+    }
     moe_eng_timing_destroy(e);
     moe_eng_data_fini(e);
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
@@ -649,12 +653,22 @@ static void host_probe(struct moe_eng *e)
     if (e->opts.no_host_probe || e->is_device || e->ctx.k->backend != MOE_K_BACKEND_CPU) {
         return;
     }
-    moe_comm_barrier(e->ctx.world);
     struct moe_bench_cfg cfg = {PROBE_ITERS, 1, e->opts.probe_evict_bytes};
-    struct moe_bench_gemm g;
-    bool ok = moe_bench_gemm_run(e->ctx.k, e->ctx.kctx, &cfg, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM,
-                                 MOE_ENG_PROBE_DIM, &g) == MOE_OK &&
-              g.is_ok && g.time_us > 0.0;
+    if (e->probe_sets == NULL) { /* the operands once (tens of MiB, filled from a seed) */
+        e->probe_sets = moe_eng_heap_alloc(&e->ctx.heap, sizeof(*e->probe_sets));
+        if (e->probe_sets != NULL &&
+            moe_bench_gemm_sets_init(e->probe_sets, &cfg, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM,
+                                     MOE_ENG_PROBE_DIM) != MOE_OK) {
+            moe_bench_gemm_sets_fini(e->probe_sets); /* buf NULL: this rank's probes fail */
+        }
+    }
+    bool ok = e->probe_sets != NULL && e->probe_sets->buf != NULL;
+    moe_comm_barrier(e->ctx.world);
+    struct moe_bench_gemm g = {0};
+    if (ok) {
+        moe_bench_gemm_time(e->ctx.k, e->ctx.kctx, &cfg, e->probe_sets, &g);
+        ok = g.is_ok && g.time_us > 0.0;
+    }
     double sum[2] = {ok ? g.time_us : 0.0, ok ? 1.0 : 0.0};
     double max = ok ? g.time_us : 0.0;
     moe_comm_allreduce(e->ctx.world, sum, sum, 2, MOE_COMM_F64, MOE_COMM_SUM);

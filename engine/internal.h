@@ -392,6 +392,8 @@ struct moe_eng_pool {
 /* The host speed probe's GEMM: m = n = k (moefold-bench's 512^3 row; engine/engine.c). */
 #define MOE_ENG_PROBE_DIM 512
 
+struct moe_bench_gemm_sets;
+
 struct moe_eng_stats {
     int num_steps;
     int cap_steps;
@@ -525,7 +527,8 @@ struct moe_eng {
     int tag_base_bwd;
 
     /* Device side (CUDA backend; on the CPU backend the host views alias engine memory). */
-    bool is_device;              /* engine memory is device memory (ctx.dev != NULL) */
+    bool is_device;                         /* engine memory is device memory (ctx.dev != NULL) */
+    struct moe_bench_gemm_sets *probe_sets; /* the host probe's operands (engine.c), or NULL */
     struct moe_eng_arena *htemp; /* host temporaries: &temp on the CPU, &htemp_arena on CUDA */
     struct moe_eng_arena htemp_arena;
     int *h_ids;             /* [m, M] host copies of ids / targets (filled by data.c) */
