@@ -107,12 +107,12 @@ void moe_bench_gemm_time(const struct moe_k_ops *k,
 {
     int m = s->m, n = s->n, k_dim = s->k;
     size_t nx = (size_t)m * (size_t)k_dim, nw = (size_t)k_dim * (size_t)n;
+    int num_sets = s->num_sets;
     struct gemm_set sets[GEMM_MAX_SETS];
-    for (int i = 0; i < s->num_sets; i++) {
+    for (int i = 0; i < num_sets; i++) {
         float *p = s->buf + (size_t)i * s->set_floats;
         sets[i] = (struct gemm_set){p, p + nx, p + 2 * nx, p + 2 * nx + nw, p + 2 * nx + 2 * nw};
     }
-    int num_sets = s->num_sets;
     /* Call i: set i mod num_sets, GEMM i mod 3 (each of the 2mnk FLOPs). */
     double t0 = 0.0;
     for (int i = 0; i < cfg->warmup + cfg->iters; i++) {

@@ -126,7 +126,7 @@ read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_d
     run->probe_rank_spread = -1.0;
     MOE_TRY(
         moe_json_get_double(o, "rank_spread", false, 0.0, 100.0, &run->probe_rank_spread, w, diag));
-    double calls = 0.0, evict = 0.0;
+    double calls = 0.0, evict = 0.0; /* checked, not kept: compare reads the shape and time */
     MOE_TRY(moe_json_get_double(o, "calls", false, 0.0, 1e12, &calls, w, diag));
     MOE_TRY(moe_json_get_double(o, "evict_bytes", false, 0.0, 1e15, &evict, w, diag));
     return MOE_OK;
