@@ -234,6 +234,18 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
     }
     fit->rank_spread = ns > 0 ? sum / (double)ns : 0.0;
     fit->rank_spread_points = (int)ns;
+    /* The probe's row as measured, not as the fitted curve prices it: the curve misses single
+     * shapes by its RMS residual (0.09-0.10 on this project's host), and compare --host-speed
+     * divides the run's probe by this to tell how fast the host ran against the bench. */
+    fit->probe_gemm_us = 0.0;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double t = num_of(it, "time_us");
+        if (ok_of(it) && t > 0.0 && num_of(it, "m") == MOE_CALIB_PROBE_DIM &&
+            num_of(it, "n") == MOE_CALIB_PROBE_DIM && num_of(it, "k") == MOE_CALIB_PROBE_DIM) {
+            fit->probe_gemm_us = t;
+        }
+    }
     /* Fit the rate itself: its asymptote is the peak the model scales (max_eff 1). */
     struct curve_data c = {f, d, y, n};
     double rate = 0.0;
@@ -788,6 +800,8 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     /* An offloaded optimizer runs on the same cores and memory: the optimizer kernel's rate. */
     cl->host.optimizer_gbps = fit->mem_gbps * fit->optimizer_eff;
     cl->host.rank_spread = fit->rank_spread;
+    cl->host.probe_gemm_dim = fit->probe_gemm_us > 0.0 ? MOE_CALIB_PROBE_DIM : 0.0;
+    cl->host.probe_gemm_us = fit->probe_gemm_us;
     cl->dispatch.deepep_intra_eff = cl->net.a2a_eff;
     cl->dispatch.deepep_inter_eff = cl->net.a2a_eff;
     cl->dispatch.hybridep_intra_eff = cl->net.a2a_eff;

@@ -42,6 +42,10 @@ struct moe_calib_line {
     double size_busbw_gbps[MOE_BUSBW_MAX_SIZES];
 };
 
+/* m = n = k of moefold-train's host speed probe (engine/internal.h MOE_ENG_PROBE_DIM), one of
+ * moefold-bench's GEMM rows. */
+#define MOE_CALIB_PROBE_DIM 512
+
 struct moe_calib_fit {
     char cpu_model[128];
     int ranks;
@@ -58,6 +62,9 @@ struct moe_calib_fit {
      * the cost model prices as waits at the collectives that join ranks (model/cost.c). */
     double rank_spread;
     int rank_spread_points;
+    /* The bench's time of the cube GEMM moefold-train's host probe times (MOE_CALIB_PROBE_DIM;
+     * 0 when the bench has no such row): host.probe_gemm_us, compare --host-speed's reference. */
+    double probe_gemm_us;
     double grouped_eff;       /* median grouped rate / the curve at each expert's rows */
     double grouped_half_dim;  /* the grouped rows' own narrow-dimension term (rows per expert) */
     double grouped_rms_resid; /* RMS log residual of the grouped rows at (grouped_eff, it) */

@@ -222,6 +222,11 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
                "the compute before it\n",
                "rank speed spread", 100.0 * f->rank_spread, f->rank_spread_points);
     }
+    if (f->probe_gemm_us > 0.0) {
+        printf("%-26s %14.1f  the bench's %d^3 GEMM (the host probe's: compare --host-speed's "
+               "reference)\n",
+               "probe GEMM us", f->probe_gemm_us, MOE_CALIB_PROBE_DIM);
+    }
     printf("%-26s %14.2f  streaming copy, largest working set\n", "memory GB/s per rank",
            f->mem_gbps);
     printf("%-26s %14.3f  median elementwise kernel rate / copy\n", "elementwise efficiency",
@@ -382,6 +387,7 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "grouped_eff", fit.grouped_eff);
         cJSON_AddNumberToObject(j, "grouped_half_dim", fit.grouped_half_dim);
         cJSON_AddNumberToObject(j, "rank_spread", fit.rank_spread);
+        cJSON_AddNumberToObject(j, "probe_gemm_us", fit.probe_gemm_us);
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);
         cJSON_AddNumberToObject(j, "elem_eff", fit.elem_eff);
         cJSON_AddNumberToObject(j, "act_eff", fit.act_eff);

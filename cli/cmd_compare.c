@@ -373,7 +373,9 @@ static void print_table(const struct moe_cli_problem *p,
 /* --host-speed: the host's speed while the run ran over the speed the profile prices. */
 struct host_speed {
     double probe_us;       /* the run's probe GEMM, mean time (run.json host_probe) */
-    double priced_us;      /* the profile's price of the same GEMM (fp32 operands, as the bench) */
+    double priced_us;      /* the profile's time of the same GEMM: the calibration bench's row
+                            * (host.probe_gemm_us), else its price (fp32 operands, as the bench) */
+    bool is_bench_row;     /* priced_us is the bench's measurement */
     double factor;         /* priced / measured: > 1 when the host ran faster than profiled */
     double spread;         /* the ranks' speed spread at the probes (< 0: not recorded) */
     double spread_profile; /* the profile's host.rank_spread */
@@ -382,7 +384,10 @@ struct host_speed {
 /* Scale the profile's compute and memory rates (GEMM peaks, memory bandwidth, the host
  * optimizer's and offload copies' rates) and its per-step fixed time by the run's probe, and take
  * the ranks' speed spread the probes saw for host.rank_spread (the waits at the collectives);
- * communication keeps the bench's figures. MOE_ERR_INVALID when the run has no probe. */
+ * communication keeps the bench's figures. The reference is the calibration bench's own time of
+ * the probe's GEMM where the profile records it (host.probe_gemm_us): the fitted curve's price of
+ * that one shape is off by its residual (2.7% in a make validate run of 2026-12-03, which moved
+ * every rate by as much). MOE_ERR_INVALID when the run has no probe. */
 static enum moe_status apply_host_speed(struct moe_cluster *cl,
                                         const struct moe_run *run,
                                         const char *run_path,
@@ -397,7 +402,11 @@ static enum moe_status apply_host_speed(struct moe_cluster *cl,
     }
     const int *d = run->probe_mnk;
     hs->probe_us = run->probe_us;
-    hs->priced_us = 1e6 * moe_compute_gemm_s(&cl->gpu, MOE_MATH_BF16, 1.0, d[0], d[1], d[2], 4.0);
+    double dim = cl->host.probe_gemm_dim;
+    hs->is_bench_row = cl->host.probe_gemm_us > 0.0 && d[0] == dim && d[1] == dim && d[2] == dim;
+    hs->priced_us = hs->is_bench_row ? cl->host.probe_gemm_us
+                                     : 1e6 * moe_compute_gemm_s(&cl->gpu, MOE_MATH_BF16, 1.0, d[0],
+                                                                d[1], d[2], 4.0);
     hs->factor = hs->priced_us / hs->probe_us;
     double f = hs->factor;
     for (int i = 0; i < MOE_NUM_MATH; i++) {
@@ -1012,6 +1021,7 @@ int moe_cli_compare(int argc, char **argv)
             cJSON *h = cJSON_AddObjectToObject(j, "host_speed");
             cJSON_AddNumberToObject(h, "probe_us", hs.probe_us);
             cJSON_AddNumberToObject(h, "priced_us", hs.priced_us);
+            cJSON_AddStringToObject(h, "reference", hs.is_bench_row ? "bench" : "price");
             cJSON_AddNumberToObject(h, "factor", hs.factor);
             if (hs.spread >= 0.0) {
                 cJSON_AddNumberToObject(h, "rank_spread", hs.spread);
@@ -1027,10 +1037,11 @@ int moe_cli_compare(int argc, char **argv)
     } else {
         if (o.host_speed) {
             printf("host speed: the run's probe GEMM (%d x %d x %d, as moefold-bench times it) "
-                   "took %.0f us, the profile prices it at %.0f us: compute and memory rates "
+                   "took %.0f us, the profile%s %.0f us: compute and memory rates "
                    "priced at %.3f x the profile's (--host-speed)\n",
-                   run.probe_mnk[0], run.probe_mnk[1], run.probe_mnk[2], hs.probe_us, hs.priced_us,
-                   hs.factor);
+                   run.probe_mnk[0], run.probe_mnk[1], run.probe_mnk[2], hs.probe_us,
+                   hs.is_bench_row ? "'s calibration bench measured it at" : " prices it at",
+                   hs.priced_us, hs.factor);
             if (hs.spread >= 0.0) {
                 printf("ranks' speed spread at the probes (slowest over mean): %.1f%%, priced "
                        "instead of the profile's %.1f%%\n",

@@ -191,6 +191,10 @@ static enum moe_status validate_links(const struct moe_cluster *cl, struct moe_d
          "GB/s per GPU, 0 = bounded by the host link"},
         {"host.rank_spread", cl->host.rank_spread, 0.0, false, 1.0,
          "slowest rank's compute / the mean - 1"},
+        {"host.probe_gemm_dim", cl->host.probe_gemm_dim, 0.0, false, 65536.0,
+         "m = n = k of the host probe's GEMM, 0 = none"},
+        {"host.probe_gemm_us", cl->host.probe_gemm_us, 0.0, false, 1e9,
+         "microseconds, 0 = not measured"},
     };
     MOE_TRY(check_ranges(cl, r, MOE_ARRAY_LEN(r), diag));
     if (nv->has_nvls != (nv->nvls_busbw_gbps > 0.0)) {

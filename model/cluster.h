@@ -161,6 +161,10 @@ struct moe_host {
     double rank_spread;     /* the ranks' speed spread: the slowest rank's compute over the
                              * ranks' mean, minus 1 (moefold calibrate); every collective that
                              * joins ranks waits this share of the compute before it. 0: none */
+    double probe_gemm_dim;  /* the cube GEMM moefold-train's host probe times (its m = n = k) */
+    double probe_gemm_us;   /* the calibration bench's time of that GEMM (forward and both
+                             * backward GEMMs in turn, mean over the ranks and the benches read):
+                             * compare --host-speed's reference. 0: not measured */
 };
 
 /* Expert-parallel dispatcher kernels (DeepEP, HybridEP) achieved bandwidth and SM cost. */

@@ -174,6 +174,8 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_HOST, "link_eff", host.link_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_HOST, "optimizer_gbps", host.optimizer_gbps, 0, BW_MAX),
     FIG_REAL(SEC_HOST, "rank_spread", host.rank_spread, 0, FRAC_MAX),
+    FIG_REAL(SEC_HOST, "probe_gemm_dim", host.probe_gemm_dim, 0, 65536),
+    FIG_REAL(SEC_HOST, "probe_gemm_us", host.probe_gemm_us, 0, 1.0e9),
 
     FIG_REAL(SEC_DISPATCH, "deepep_intra_eff", dispatch.deepep_intra_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_DISPATCH, "deepep_inter_eff", dispatch.deepep_inter_eff, 0, FRAC_MAX),

@@ -466,6 +466,38 @@ static void test_rank_spread(void **state)
     cJSON_Delete(bench);
 }
 
+/* The bench's time of the host probe's cube GEMM, as measured (not the curve's price), into
+ * host.probe_gemm_us with its dimension; a bench without that row records none. */
+static void test_probe_row(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit fit;
+    struct moe_diag diag = {0};
+    struct moe_cluster cl;
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.probe_gemm_us - 1793.1091250375175) < 1e-9);
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    assert_true(cl.host.probe_gemm_dim == MOE_CALIB_PROBE_DIM);
+    assert_true(cl.host.probe_gemm_us == fit.probe_gemm_us);
+    /* Not the fitted curve's price of the shape (the row sits off the curve). */
+    double priced = 1e6 * moe_compute_gemm_s(&cl.gpu, MOE_MATH_BF16, 1.0, 512, 512, 512, 4.0);
+    assert_true(fabs(priced / fit.probe_gemm_us - 1.0) > 1e-3);
+    cJSON *gemm = cJSON_GetObjectItemCaseSensitive(bench, "gemm");
+    for (int i = cJSON_GetArraySize(gemm) - 1; i >= 0; i--) {
+        const cJSON *it = cJSON_GetArrayItem(gemm, i);
+        if (cJSON_GetObjectItemCaseSensitive(it, "m")->valuedouble == MOE_CALIB_PROBE_DIM &&
+            cJSON_GetObjectItemCaseSensitive(it, "n")->valuedouble == MOE_CALIB_PROBE_DIM) {
+            cJSON_DeleteItemFromArray(gemm, i);
+        }
+    }
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fit.probe_gemm_us == 0.0);
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    assert_true(cl.host.probe_gemm_dim == 0.0 && cl.host.probe_gemm_us == 0.0);
+    cJSON_Delete(bench);
+}
+
 /* Attention rates drawn from rate = peak eff d / (d + half) at head dims d (fwd and bwd apart). */
 static void
 set_attention(cJSON *bench, const int *dims, int n, double peak, const double *fe, const double *be)
@@ -553,7 +585,7 @@ int main(void)
         cmocka_unit_test(test_activation_rows),   cmocka_unit_test(test_bias_rows),
         cmocka_unit_test(test_merge_benches),     cmocka_unit_test(test_synthetic_recovery),
         cmocka_unit_test(test_optimizer_eff),     cmocka_unit_test(test_attention_fit),
-        cmocka_unit_test(test_rank_spread),
+        cmocka_unit_test(test_rank_spread),       cmocka_unit_test(test_probe_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

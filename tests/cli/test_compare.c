@@ -306,6 +306,8 @@ static void test_host_speed(void **state)
         factor[i] = cJSON_GetObjectItemCaseSensitive(h, "factor")->valuedouble;
         assert_true(priced > 0.0);
         assert_true(fabs(factor[i] - priced / us[i]) < 1e-9 * factor[i]);
+        /* dgx-h100 records no bench row of the probe: the reference is the curve's price. */
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(h, "reference")->valuestring, "price");
         assert_true(cJSON_GetObjectItemCaseSensitive(h, "rank_spread")->valuedouble == spread[i]);
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step_time_s");
         step[i] = cJSON_GetObjectItemCaseSensitive(st, "predicted")->valuedouble;
@@ -317,6 +319,36 @@ static void test_host_speed(void **state)
     (void)snprintf(args, sizeof(args), "compare %s %s --host-speed 2>&1", f->plan, paths[2]);
     assert_int_equal(run_cli(args, out), 0);
     assert_non_null(strstr(out, "ranks' speed spread at the probes (slowest over mean): 30.0%"));
+    /* A profile that records the calibration bench's time of the probe's GEMM takes that as the
+     * reference, not the curve's price of the shape; a probe of another shape keeps the price. */
+    char base[512], cl_path[320];
+    moe_test_root_path("topologies/dgx-h100.json", base, sizeof(base));
+    cJSON *cl = read_json(base);
+    cJSON *host = cJSON_GetObjectItemCaseSensitive(cl, "host");
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(host, "probe_gemm_dim"), "value"),
+                         512);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(host, "probe_gemm_us"), "value"),
+                         2500);
+    (void)snprintf(cl_path, sizeof(cl_path), "%s/cluster-probe.json", f->dir);
+    write_json(cl_path, cl); /* frees cl */
+    (void)snprintf(args, sizeof(args), "compare %s %s --cluster %s --host-speed --json 2>&1",
+                   f->plan, paths[1], cl_path);
+    assert_int_equal(run_cli(args, out), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "host_speed");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(h, "reference")->valuestring, "bench");
+    assert_true(cJSON_GetObjectItemCaseSensitive(h, "priced_us")->valuedouble == 2500.0);
+    assert_true(fabs(cJSON_GetObjectItemCaseSensitive(h, "factor")->valuedouble - 2.5) < 1e-12);
+    cJSON_Delete(j);
+    (void)snprintf(args, sizeof(args), "compare %s %s --cluster %s --host-speed 2>&1", f->plan,
+                   paths[1], cl_path);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_non_null(strstr(out, "the profile's calibration bench measured it at 2500 us"));
+    assert_non_null(strstr(out, "priced at 2.500 x the profile's"));
+    (void)unlink(cl_path);
     (void)snprintf(args, sizeof(args), "compare %s %s --host-speed 2>&1", f->plan, f->run);
     assert_int_not_equal(run_cli(args, out), 0);
     assert_non_null(strstr(out, "records no host probe"));
