@@ -264,8 +264,8 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
  * are cold, and an expert's weights are a few MiB per rank and stay warm, so at 16-64 rows per
  * expert the dense term (16 rows on this host, 2026-12-03) priced the engine's expert GEMMs 15-35%
  * slow while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The
- * term is a grid over 0-64 rows (step 0.05), each with the median ratio as the factor, keeping the
- * one of least RMS log residual; the factor is capped at 1.
+ * term is a grid over 0-64 rows (step 0.05), each with the median ratio (at most 1) as the factor,
+ * keeping the one of least RMS log residual.
  */
 #define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
 #define GROUPED_HALF_STEP  0.05
@@ -308,7 +308,10 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
                    (fit->gemm_peak_gflops * curve_shape(flops[i], d[i], fit->gemm_half_flops, h));
             sorted[i] = r[i];
         }
-        double ge = median(sorted, n);
+        /* At most 1 (a cluster file's grouped_eff is a factor on the dense curve), and capped
+         * here, inside the grid: capping the best unconstrained pair afterwards kept a term
+         * chosen for a larger factor and priced the rows slow. */
+        double ge = fmin(median(sorted, n), 1.0);
         double ss = 0.0;
         for (size_t i = 0; i < n; i++) {
             double e = log(r[i] / ge);
@@ -322,9 +325,6 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
         }
     }
     fit->grouped_rms_resid = best_rms;
-    if (fit->grouped_eff > 1.0) {
-        fit->grouped_eff = 1.0;
-    }
     return MOE_OK;
 }
 
