@@ -259,13 +259,16 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 
 /*
  * Grouped GEMM: rate = grouped_eff x peak x the curve with its own narrow-dimension term at each
- * expert's rows (gemm.grouped_half_dim). Each grouped row is the mean rate of a step's three
- * GEMMs (forward, backward data, backward weight), as each dense row is; the dense rows' operands
- * are cold, and an expert's weights are a few MiB per rank and stay warm, so at 16-64 rows per
- * expert the dense term (16 rows on this host, 2026-12-03) priced the engine's expert GEMMs 15-35%
- * slow while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The
- * term is a grid over 0-64 rows (step 0.05), each with the median ratio (at most 1) as the factor,
- * keeping the one of least RMS log residual.
+ * expert's rows (gemm.grouped_half_dim). The dense rows are timed as a step runs them, operands
+ * cold; an expert's weights are a few MiB per rank and stay warm, so at 16-64 rows per expert the
+ * dense term (16 rows on this host, 2026-12-03) priced the engine's expert GEMMs 15-35% slow
+ * while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The grouped
+ * rows time the forward alone on hot operands: timing the step's three GEMMs in turn (what the
+ * model prices at one rate) priced the engine's expert_gemm 5-8% fast in two validate runs, and
+ * on cold operand sets the small-weight rows fell to 43-51 GFLOP/s where the engine's ran at 76
+ * (its whole working set fits this host's last-level cache); the forward alone read -1% to +5%
+ * in three of four runs (README, "Closed loop"). The term is a grid over 0-64 rows (step 0.05),
+ * each with the median ratio (at most 1) as the factor, keeping the one of least RMS log residual.
  */
 #define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
 #define GROUPED_HALF_STEP  0.05

@@ -192,7 +192,7 @@ static void expert_counts(int *counts, int num, int tokens, bool skewed)
 }
 
 struct grouped_bufs {
-    float *x, *w, *y, *ref, *dx, *dw;
+    float *x, *w, *y, *ref;
     int *counts;
     size_t nx, nw, ny;
 };
@@ -203,65 +203,9 @@ static void grouped_free(struct moe_eng_heap *h, struct grouped_bufs *b, int num
     moe_eng_heap_free(h, b->w, b->nw * sizeof(float));
     moe_eng_heap_free(h, b->y, b->ny * sizeof(float));
     moe_eng_heap_free(h, b->ref, b->ny * sizeof(float));
-    moe_eng_heap_free(h, b->dx, b->nx * sizeof(float));
-    moe_eng_heap_free(h, b->dw, b->nw * sizeof(float));
     moe_eng_heap_free(h, b->counts, (size_t)num * sizeof(int));
 }
 
-/* One grouped call of a step's three GEMMs (call i mod 3: forward, backward data, backward
- * weight), as the engine's expert layers run them. */
-static void grouped_call(const struct moe_k_ops *k,
-                         moe_k_ctx_t *kc,
-                         const struct grouped_bufs *b,
-                         int i,
-                         int num_experts,
-                         int in,
-                         int out)
-{
-    switch (i % 3) {
-    case 0:
-        k->grouped_linear_fwd(b->y, b->x, b->w, b->counts, NULL, num_experts, in, out, kc);
-        break;
-    case 1:
-        k->grouped_linear_bwd_data(b->dx, b->y, b->w, b->counts, NULL, num_experts, in, out, false,
-                                   kc);
-        break;
-    default:
-        k->grouped_linear_bwd_weight(b->dw, b->y, b->x, b->counts, NULL, num_experts, in, out, kc);
-        break;
-    }
-}
-
-/* The same three GEMMs as one linear over all rows against the first expert's weights. */
-static void dense_call(const struct moe_k_ops *k,
-                       moe_k_ctx_t *kc,
-                       const struct grouped_bufs *b,
-                       int i,
-                       int rows,
-                       int in,
-                       int out)
-{
-    switch (i % 3) {
-    case 0:
-        k->linear_fwd(b->ref, b->x, b->w, NULL, rows, in, out, kc);
-        break;
-    case 1:
-        k->linear_bwd_data(b->dx, b->ref, b->w, rows, in, out, false, kc);
-        break;
-    default:
-        k->linear_bwd_weight(b->dw, NULL, b->ref, b->x, rows, in, out, kc);
-        break;
-    }
-}
-
-/*
- * A step runs each expert linear's forward and both backward GEMMs, and on this project's CPU host
- * they do not run at one rate: in every plan of a make validate run (2026-12-03, 32-64 rows per
- * expert) the engine's grouped backward-data calls took 0.9x and the backward-weight calls 0.8x
- * the forward's time. The model prices the three at one rate, so the table times the three in
- * turn (as the dense table does) and reports their mean rate; timing the forward alone priced
- * the experts' backward 10-20% slow.
- */
 enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                       moe_k_ctx_t *kc,
                                       const struct moe_bench_cfg *cfg,
@@ -281,33 +225,29 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     b.w = moe_eng_heap_alloc(&heap, b.nw * sizeof(float));
     b.y = moe_eng_heap_alloc(&heap, b.ny * sizeof(float));
     b.ref = moe_eng_heap_alloc(&heap, b.ny * sizeof(float));
-    b.dx = moe_eng_heap_alloc(&heap, b.nx * sizeof(float));
-    b.dw = moe_eng_heap_alloc(&heap, b.nw * sizeof(float));
     b.counts = moe_eng_heap_alloc(&heap, (size_t)num_experts * sizeof(int));
-    if (b.x == NULL || b.w == NULL || b.y == NULL || b.ref == NULL || b.dx == NULL ||
-        b.dw == NULL || b.counts == NULL) {
+    if (b.x == NULL || b.w == NULL || b.y == NULL || b.ref == NULL || b.counts == NULL) {
         grouped_free(&heap, &b, num_experts);
         return MOE_ERR_NOMEM;
     }
     fill(b.x, b.nx, 3);
     fill(b.w, b.nw, 4);
-    memset(b.y, 0, b.ny * sizeof(float));
-    memset(b.ref, 0, b.ny * sizeof(float));
-    memset(b.dw, 0, b.nw * sizeof(float));
     expert_counts(b.counts, num_experts, tokens, is_skewed);
-    double t0 = 0.0;
-    for (int i = 0; i < cfg->warmup + cfg->iters; i++) {
-        if (i == cfg->warmup) {
-            t0 = moe_eng_now();
-        }
-        grouped_call(k, kc, &b, i, num_experts, in, out);
+    for (int i = 0; i < cfg->warmup; i++) {
+        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, NULL, num_experts, in, out, kc);
+    }
+    double t0 = moe_eng_now();
+    for (int i = 0; i < cfg->iters; i++) {
+        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, NULL, num_experts, in, out, kc);
     }
     res->time_us = elapsed_us(t0, cfg->iters);
-    for (int i = 0; i < cfg->warmup + cfg->iters; i++) {
-        if (i == cfg->warmup) {
-            t0 = moe_eng_now();
-        }
-        dense_call(k, kc, &b, i, tokens, in, out);
+    /* One linear with the same FLOPs: all rows against the first expert's weights. */
+    for (int i = 0; i < cfg->warmup; i++) {
+        k->linear_fwd(b.ref, b.x, b.w, NULL, tokens, in, out, kc);
+    }
+    t0 = moe_eng_now();
+    for (int i = 0; i < cfg->iters; i++) {
+        k->linear_fwd(b.ref, b.x, b.w, NULL, tokens, in, out, kc);
     }
     double dense_us = elapsed_us(t0, cfg->iters);
     double flops = 2.0 * tokens * (double)in * out;
@@ -320,7 +260,6 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     res->dense_gflops = flops / (dense_us * 1e3);
     res->ratio = res->gflops / res->dense_gflops;
     /* Check: each expert's rows equal a plain linear on that slice. */
-    k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, NULL, num_experts, in, out, kc);
     size_t off = 0;
     for (int e = 0; e < num_experts; e++) {
         if (b.counts[e] > 0) {

@@ -82,18 +82,17 @@ MOE_NODISCARD enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
 
 struct moe_bench_grouped {
     int num_experts;
-    int tokens;          /* rows over all experts */
-    int in, out;         /* dims of each expert's linear */
-    bool is_skewed;      /* rows per expert follow 1/(rank+1) (Zipf-like) instead of uniform */
-    double time_us;      /* per grouped GEMM: the mean of forward, backward data, backward weight */
+    int tokens;     /* rows over all experts */
+    int in, out;    /* dims of each expert's linear */
+    bool is_skewed; /* rows per expert follow 1/(rank+1) (Zipf-like) instead of uniform */
+    double time_us;
     double gflops;       /* 2 * tokens * in * out / time */
-    double dense_gflops; /* one linear over all rows with the same FLOPs (the same three GEMMs) */
+    double dense_gflops; /* one linear over all rows with the same FLOPs */
     double ratio;        /* gflops / dense_gflops */
-    bool is_ok;          /* grouped forward equals per-expert linear results exactly */
+    bool is_ok;          /* grouped result equals per-expert linear results exactly */
 };
 
-/* Grouped linear (forward, backward data, backward weight in turn) over num_experts experts vs
- * one linear of equal FLOPs. */
+/* Grouped linear forward over num_experts experts vs one linear of equal FLOPs. */
 MOE_NODISCARD enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                                     moe_k_ctx_t *kc,
                                                     const struct moe_bench_cfg *cfg,

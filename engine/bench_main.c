@@ -444,8 +444,7 @@ static int bench_grouped(moe_comm_t *w,
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "grouped_gemm") : NULL;
     if (root && js == NULL) {
-        (void)printf("\n# grouped expert GEMM (one sgemm per expert; forward, dgrad, wgrad in "
-                     "turn) vs one GEMM of equal FLOPs\n");
+        (void)printf("\n# grouped expert GEMM (one sgemm per expert) vs one GEMM of equal FLOPs\n");
         (void)printf("#%7s %8s %6s %6s %7s %12s %10s %12s %7s %6s\n", "experts", "tokens", "in",
                      "out", "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio", "check");
     }
