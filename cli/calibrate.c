@@ -235,7 +235,7 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
     fit->rank_spread = ns > 0 ? sum / (double)ns : 0.0;
     fit->rank_spread_points = (int)ns;
     /* The probe's row as measured, not as the fitted curve prices it: the curve misses single
-     * shapes by its RMS residual (0.09-0.10 on this project's host), and compare --host-speed
+     * shapes by its RMS residual (0.09-0.12 on this project's host), and compare --host-speed
      * divides the run's probe by this to tell how fast the host ran against the bench. */
     fit->probe_gemm_us = 0.0;
     cJSON_ArrayForEach(it, arr)
@@ -265,9 +265,9 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
  * while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The grouped
  * rows time the forward alone on hot operands: timing the step's three GEMMs in turn (what the
  * model prices at one rate) priced the engine's expert_gemm 5-8% fast in two validate runs, and
- * on cold operand sets the small-weight rows fell to 43-51 GFLOP/s where the engine's ran at 76
- * (its whole working set fits this host's last-level cache); the forward alone read -1% to +5%
- * in three of four runs (README, "Closed loop"). The term is a grid over 0-64 rows (step 0.05),
+ * on cold operand sets the validate model's shapes read 54-59 GFLOP/s where the engine's three
+ * calls at them averaged 76 (its whole working set fits this host's last-level cache); the
+ * forward alone read -1% to +5% in three of four runs (README, "Closed loop"). The term is a grid over 0-64 rows (step 0.05),
  * each with the median ratio (at most 1) as the factor, keeping the one of least RMS log residual.
  */
 #define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
