@@ -267,8 +267,9 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
  * model prices at one rate) priced the engine's expert_gemm 5-8% fast in two validate runs, and
  * on cold operand sets the validate model's shapes read 54-59 GFLOP/s where the engine's three
  * calls at them averaged 76 (its whole working set fits this host's last-level cache); the
- * forward alone read -1% to +5% in three of four runs (README, "Closed loop"). The term is a grid over 0-64 rows (step 0.05),
- * each with the median ratio (at most 1) as the factor, keeping the one of least RMS log residual.
+ * forward alone read -1% to +5% in three of four runs (README, "Closed loop"). The term is a grid
+ * over 0-64 rows (step 0.05), each with the median ratio (at most 1) as the factor, keeping the one
+ * of least RMS log residual.
  */
 #define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
 #define GROUPED_HALF_STEP  0.05
