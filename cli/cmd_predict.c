@@ -241,6 +241,19 @@ static void print_human(const struct moe_cli_problem *p,
            p->opt.overlap_param_gather ? ", overlap-param" : "",
            p->opt.overlap_moe_ep_comm ? ", a2a-overlap" : "",
            p->opt.cuda_graph_impl != MOE_CG_NONE ? ", cuda-graphs" : "");
+    if (moe_cfg_is_moe(&p->cfg)) {
+        const double lb[3] = {p->opt.aux_loss_coeff, p->opt.seq_aux_loss_coeff,
+                              p->opt.global_aux_loss_coeff};
+        const char *names[3] = {"aux_loss", "seq_aux_loss", "global_aux_loss"};
+        const char *group[3] = {"TP x CP", "TP x CP", "TP x DP x CP"};
+        for (int i = 0; i < 3; i++) {
+            if (lb[i] > 0.0) {
+                printf("# load balancing: %s %g (its expert counts all-reduced over %s per MoE "
+                       "layer forward, priced in dispatch)\n",
+                       names[i], lb[i], group[i]);
+            }
+        }
+    }
     if (p->cl.software[0] != '\0') {
         printf("# software: %s's fitted figures for release %s (--software)\n", p->cl.name,
                p->cl.software);

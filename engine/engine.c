@@ -31,7 +31,7 @@ void moe_eng_run_opts_init(struct moe_eng_run_opts *o)
     o->adam_eps = 1e-8f; /* Megatron-LM --adam-eps default */
     o->weight_decay = 0.1f;
     o->clip_grad = 1.0f;       /* Megatron-LM --clip-grad default */
-    o->aux_loss_coeff = 1e-2f; /* Megatron MoE examples --moe-aux-loss-coeff 1e-2 */
+    o->aux_loss_coeff = -1.0f; /* the plan's (moe_eng_run_opts.aux_loss_coeff) */
     o->z_loss_coeff = 0.0f;
     o->bias_update_rate = 1e-3f; /* DeepSeek-V3 report: bias update speed 0.001 */
     o->topk_scaling = 1.0f;
@@ -397,6 +397,14 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     e->planned = plan->options;
     e->plan.options.is_fp32_training = true; /* the engine stores everything in fp32 */
     e->opts = *opts;
+    if (e->opts.aux_loss_coeff < 0.0f) {
+        /* The engine's one router loss is Switch's (per micro-batch, the counts all-reduced over
+         * TP x CP): the plan's aux_loss, else its seq_aux_loss, which sums the same counts over
+         * the same group (moe_eng_ran_options says what ran). */
+        const struct moe_options *po = &plan->options;
+        e->opts.aux_loss_coeff =
+            (float)(po->aux_loss_coeff > 0.0 ? po->aux_loss_coeff : po->seq_aux_loss_coeff);
+    }
     e->k = e->ctx.k;
     e->kc = e->ctx.kctx;
     e->is_device = e->ctx.dev != NULL;
@@ -805,6 +813,30 @@ void moe_eng_ran_options(const struct moe_eng *e,
              "routing: random logits with %+.2f on EP rank 0's experts (--moe-router-skew), a "
              "measured imbalance (compare --observed-load prices it)",
              e->opts.router_skew);
+    }
+    /* The router's load-balancing loss (engine creation resolved the coefficient). */
+    double planned = p->aux_loss_coeff > 0.0 ? p->aux_loss_coeff : p->seq_aux_loss_coeff;
+    float want = (float)planned;
+    ran->aux_loss_coeff = e->opts.aux_loss_coeff == want ? planned : (double)e->opts.aux_loss_coeff;
+    ran->seq_aux_loss_coeff = 0.0;
+    ran->global_aux_loss_coeff = 0.0;
+    if (e->opts.aux_loss_coeff != want) {
+        diff(diffs, num,
+             "load balancing: Switch's aux loss at %g (--aux-loss-coeff), not the plan's %g",
+             (double)e->opts.aux_loss_coeff, (double)want);
+    } else if (p->seq_aux_loss_coeff > 0.0 && !(p->aux_loss_coeff > 0.0)) {
+        diff(diffs, num,
+             "seq_aux_loss %g: ran as Switch's per-batch aux loss (the same TP x CP all-reduce "
+             "of the expert counts)",
+             p->seq_aux_loss_coeff);
+    } else if (p->seq_aux_loss_coeff > 0.0) {
+        diff(diffs, num, "seq_aux_loss %g: not implemented; only the aux loss ran",
+             p->seq_aux_loss_coeff);
+    }
+    if (p->global_aux_loss_coeff > 0.0) {
+        diff(diffs, num,
+             "global_aux_loss %g: not implemented; its all-reduce over TP x DP x CP did not run",
+             p->global_aux_loss_coeff);
     }
     if (e->plan.model.is_quick_geglu) {
         diff(diffs, num,

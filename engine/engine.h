@@ -89,7 +89,8 @@ struct moe_eng_run_opts {
     float clip_grad;    /* global gradient-norm clip; 0 = off */
 
     /* Router */
-    float aux_loss_coeff;   /* switch load-balancing loss coefficient; 0 = off */
+    float aux_loss_coeff;   /* Switch load-balancing loss coefficient; 0 = off; < 0 (the
+                               default): the plan's aux_loss, else seq_aux_loss coefficient */
     float z_loss_coeff;     /* router z-loss coefficient; 0 = off */
     float bias_update_rate; /* aux-loss-free expert-bias update rate (models with expert bias) */
     float topk_scaling;     /* routed scaling factor applied to top-k weights */

@@ -676,11 +676,25 @@ static void moe_block(const struct cctx *c,
             out->bwd_dispatch_wait += extra;
         }
     }
+    /* The load-balancing losses sum the token counts per expert over their group before the
+     * dispatch, one all-reduce per loss and forward (Megatron's
+     * get_tokens_per_expert_and_token_count: routing_map.sum(0), int64): aux_loss and
+     * seq_aux_loss over TP x CP, global_aux_loss over TP x DP x CP (rank order TP, CP, DP). The
+     * engine times it with the dispatch. A one-rank group costs nothing. */
+    double counts = cfg->num_experts * 8.0;
+    struct moe_group_place lbg;
+    moe_comm_group_place(lay->tp * lay->cp, 1, cl->nvlink.domain_gpus, &lbg);
+    double lb = ((opt->aux_loss_coeff > 0.0) + (opt->seq_aux_loss_coeff > 0.0)) *
+                moe_comm_allreduce_s(cl, &lbg, counts);
+    if (opt->global_aux_loss_coeff > 0.0) {
+        moe_comm_group_place(lay->tp * lay->cp * lay->dp, 1, cl->nvlink.domain_gpus, &lbg);
+        lb += moe_comm_allreduce_s(cl, &lbg, counts);
+    }
     /* A phase is named by the forward operation: backward, the gradient of combine (the output
      * gradients to the experts: dispatch-like bytes, the unpermute's gradient) is combine and the
      * gradient of dispatch (back to the tokens, after the expert GEMMs) is dispatch, as the engine
      * times them. */
-    out->fwd_dispatch += d_f + permute_f + hier_fd;
+    out->fwd_dispatch += lb + d_f + permute_f + hier_fd;
     out->fwd_combine += comb + unpermute_f + hier_fc;
     out->bwd_combine += d_b + unpermute_f + hier_bc;
     out->bwd_dispatch += comb + permute_f + hier_bd;

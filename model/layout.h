@@ -163,6 +163,13 @@ struct moe_options {
                                  copies, their sums and the proxy's forwarding copy, each a
                                  memory pass; false: fused into the exchange kernels */
     double capacity_factor;   /* 0 = dropless */
+    /* Router load-balancing losses (--moe-router-load-balancing-type / --moe-aux-loss-coeff),
+     * each coefficient 0 when off. Each sums the step's token counts per expert with one
+     * all-reduce per MoE layer forward: aux_loss (Switch / GShard, per batch) and seq_aux_loss
+     * (DeepSeek-V2, per sequence) over the TP x CP group, global_aux_loss over TP x DP x CP. */
+    double aux_loss_coeff;
+    double seq_aux_loss_coeff;
+    double global_aux_loss_coeff;
 
     enum moe_recompute_granularity recompute;
     enum moe_recompute_method recompute_method;

@@ -78,7 +78,6 @@ enum moe_mf_why {
     WHY_PERF,
     WHY_NOT_MODELLED,
     WHY_FP16,
-    WHY_ROUTING,
     WHY_NO_FP8_FORMAT,
     WHY_NO_FP4_FORMAT,
     WHY_NO_FLEX,
@@ -174,6 +173,19 @@ struct moe_mf_slot_val {
     unsigned bits;    /* K_MODULES */
 };
 
+/* --moe-router-load-balancing-type and --moe-aux-loss-coeff: two lists Megatron pairs by position,
+ * kept as read (the last occurrence of each wins) and paired after the last flag. */
+#define MOE_MF_MAX_BALANCE 6
+struct moe_mf_balance {
+    bool has_types, has_coeffs;
+    int at_types, at_coeffs; /* argv index of each flag */
+    int num_types, num_coeffs;
+    int types[MOE_MF_MAX_BALANCE]; /* index into moe_mf_balance_types */
+    double coeffs[MOE_MF_MAX_BALANCE];
+};
+extern const char *const moe_mf_balance_types[];
+extern const int moe_mf_num_balance_types;
+
 struct moe_mf_parse {
     struct moe_model_cfg *cfg;
     struct moe_layout *lay;
@@ -186,6 +198,7 @@ struct moe_mf_parse {
     /* the model before any flag, to tell derived defaults from given values */
     int old_layers, old_hidden, old_heads, old_groups, old_kv;
     struct moe_mf_slot_val slot[S_COUNT];
+    struct moe_mf_balance balance;
 };
 
 void moe_mf_mark(struct moe_mf_parse *x, enum moe_megatron_field f);
@@ -239,6 +252,14 @@ enum moe_status moe_mf_read_offload_fraction(struct moe_mf_parse *x,
                                              const struct moe_mf_flag *f,
                                              const char *val,
                                              const struct moe_mf_values *v);
+enum moe_status moe_mf_read_balance_types(struct moe_mf_parse *x,
+                                          const struct moe_mf_flag *f,
+                                          const char *val,
+                                          const struct moe_mf_values *v);
+enum moe_status moe_mf_read_aux_coeffs(struct moe_mf_parse *x,
+                                       const struct moe_mf_flag *f,
+                                       const char *val,
+                                       const struct moe_mf_values *v);
 MOE_NODISCARD enum moe_status moe_mf_finalize(struct moe_mf_parse *x);
 
 /* megatron_pattern.c: a frequency value (an int N or a list expression) into out[num_layers]
@@ -284,5 +305,6 @@ void moe_mf_write_dispatcher(struct moe_mf_writer *w, const struct moe_mf_flag *
 void moe_mf_write_recompute(struct moe_mf_writer *w, const struct moe_mf_flag *f);
 void moe_mf_write_cuda_graph(struct moe_mf_writer *w, const struct moe_mf_flag *f);
 void moe_mf_write_imbalance(struct moe_mf_writer *w, const struct moe_mf_flag *f);
+void moe_mf_write_balance(struct moe_mf_writer *w, const struct moe_mf_flag *f);
 
 #endif /* MOE_MODEL_MEGATRON_INTERNAL_H */

@@ -89,6 +89,87 @@ enum moe_status moe_mf_read_capacity(struct moe_mf_parse *x,
     return MOE_OK;
 }
 
+/* Megatron's --moe-router-load-balancing-type choices, its default first. */
+const char *const moe_mf_balance_types[] = {"aux_loss", "seq_aux_loss",       "global_aux_loss",
+                                            "sinkhorn", "quantile_balancing", "none"};
+const int moe_mf_num_balance_types = (int)MOE_ARRAY_LEN(moe_mf_balance_types);
+
+/* The words of a list flag (nargs='+'): "--flag=value" is one word; none is an error. */
+static enum moe_status
+list_words(struct moe_mf_parse *x, const struct moe_mf_values *v, const char *const **words, int *n)
+{
+    static const char *one[1];
+    if (v->eq != NULL) {
+        one[0] = v->eq;
+        *words = one;
+        *n = 1;
+    } else {
+        *words = v->argv;
+        *n = v->count;
+    }
+    if (*n == 0) {
+        return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s needs a value", x->flag);
+    }
+    if (*n > MOE_MF_MAX_BALANCE) {
+        return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s: %d values (at most %d)",
+                            x->flag, *n, MOE_MF_MAX_BALANCE);
+    }
+    return MOE_OK;
+}
+
+/* --moe-router-load-balancing-type T...: kept for the pairing after the last flag. */
+enum moe_status moe_mf_read_balance_types(struct moe_mf_parse *x,
+                                          const struct moe_mf_flag *f,
+                                          const char *val,
+                                          const struct moe_mf_values *v)
+{
+    (void)f;
+    (void)val;
+    struct moe_mf_balance *b = &x->balance;
+    const char *const *words = NULL;
+    int n = 0;
+    MOE_TRY(list_words(x, v, &words, &n));
+    for (int i = 0; i < n; i++) {
+        MOE_TRY(moe_mf_parse_choice(x, words[i], moe_mf_balance_types,
+                                    (size_t)moe_mf_num_balance_types, &b->types[i]));
+        for (int j = 0; j < i; j++) {
+            if (b->types[j] == b->types[i]) {
+                return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s: %s is listed twice",
+                                    x->flag, words[i]);
+            }
+        }
+    }
+    b->has_types = true;
+    b->at_types = x->at;
+    b->num_types = n;
+    return MOE_OK;
+}
+
+/* --moe-aux-loss-coeff C...: finite coefficients >= 0, paired after the last flag. */
+enum moe_status moe_mf_read_aux_coeffs(struct moe_mf_parse *x,
+                                       const struct moe_mf_flag *f,
+                                       const char *val,
+                                       const struct moe_mf_values *v)
+{
+    (void)f;
+    (void)val;
+    struct moe_mf_balance *b = &x->balance;
+    const char *const *words = NULL;
+    int n = 0;
+    MOE_TRY(list_words(x, v, &words, &n));
+    for (int i = 0; i < n; i++) {
+        MOE_TRY(moe_mf_parse_double(x, words[i], &b->coeffs[i]));
+        if (!(b->coeffs[i] >= 0.0 && b->coeffs[i] <= 1e3)) {
+            return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID,
+                                "%s: %s is not a loss coefficient in [0, 1000]", x->flag, words[i]);
+        }
+    }
+    b->has_coeffs = true;
+    b->at_coeffs = x->at;
+    b->num_coeffs = n;
+    return MOE_OK;
+}
+
 /* moefold's --moe-imbalance: auto (0) or a max/mean load factor in [1, 1000]. */
 enum moe_status moe_mf_read_imbalance(struct moe_mf_parse *x,
                                       const struct moe_mf_flag *f,
@@ -435,6 +516,60 @@ static enum moe_status finalize_dispatcher(struct moe_mf_parse *x)
     return MOE_OK;
 }
 
+/*
+ * The load-balancing losses: Megatron pairs the two lists by position (a list of types needs as
+ * many coefficients; one type, one coefficient; the type defaults to aux_loss, the coefficient to
+ * 0). Given either flag, the three coefficients are set from the pair and nothing else. Sinkhorn
+ * and quantile balancing take no coefficient (Megatron asserts it is 0) and their own routing
+ * cost is not modelled.
+ */
+static enum moe_status finalize_balance(struct moe_mf_parse *x)
+{
+    const struct moe_mf_balance *b = &x->balance;
+    if (!b->has_types && !b->has_coeffs) {
+        return MOE_OK;
+    }
+    int types[MOE_MF_MAX_BALANCE] = {0}; /* aux_loss */
+    double coeffs[MOE_MF_MAX_BALANCE] = {0.0};
+    int n = b->has_types ? b->num_types : 1;
+    int nc = b->has_coeffs ? b->num_coeffs : 1;
+    if (b->has_types) {
+        memcpy(types, b->types, sizeof(types));
+    }
+    if (b->has_coeffs) {
+        memcpy(coeffs, b->coeffs, sizeof(coeffs));
+    }
+    int at = b->has_coeffs ? b->at_coeffs : b->at_types;
+    if (nc != n && (n > 1 || b->has_coeffs)) {
+        return moe_mf_error(x, "--moe-aux-loss-coeff", at, MOE_ERR_INVALID,
+                            "--moe-aux-loss-coeff has %d value(s) but "
+                            "--moe-router-load-balancing-type %d: Megatron pairs them by position",
+                            nc, n);
+    }
+    struct moe_options *opt = x->opt;
+    opt->aux_loss_coeff = 0.0;
+    opt->seq_aux_loss_coeff = 0.0;
+    opt->global_aux_loss_coeff = 0.0;
+    double *to[3] = {&opt->aux_loss_coeff, &opt->seq_aux_loss_coeff, &opt->global_aux_loss_coeff};
+    bool unpriced = false;
+    for (int i = 0; i < n; i++) {
+        if (types[i] < 3) {
+            *to[types[i]] = coeffs[i];
+        } else if (coeffs[i] > 0.0 && types[i] != 5) {
+            return moe_mf_error(x, "--moe-aux-loss-coeff", at, MOE_ERR_INVALID,
+                                "%s takes no loss coefficient (Megatron asserts it is 0; got %g)",
+                                moe_mf_balance_types[types[i]], coeffs[i]);
+        } else {
+            unpriced = unpriced || types[i] != 5; /* "none" is priced: nothing runs */
+        }
+    }
+    if (unpriced) {
+        moe_mf_add_ignored(x, x->argv[b->at_types], -1, b->at_types, WHY_NOT_MODELLED);
+    }
+    moe_mf_mark(x, MOE_MF_LOAD_BALANCING);
+    return MOE_OK;
+}
+
 static enum moe_status finalize_recompute(struct moe_mf_parse *x)
 {
     struct moe_options *opt = x->opt;
@@ -538,6 +673,7 @@ enum moe_status moe_mf_finalize(struct moe_mf_parse *x)
     MOE_TRY(finalize_layout(x));
     MOE_TRY(finalize_recipe(x));
     MOE_TRY(finalize_dispatcher(x));
+    MOE_TRY(finalize_balance(x));
     MOE_TRY(finalize_recompute(x));
     return finalize_cuda_graphs(x);
 }

@@ -65,7 +65,7 @@ void moe_mf_w_int(struct moe_mf_writer *w, const char *name, long v)
 }
 
 /* Shortest text that reads back as exactly v. */
-void moe_mf_w_double(struct moe_mf_writer *w, const char *name, double v)
+static void w_num(struct moe_mf_writer *w, double v)
 {
     char num[40];
     for (int prec = 6; prec <= 17; prec++) {
@@ -74,8 +74,13 @@ void moe_mf_w_double(struct moe_mf_writer *w, const char *name, double v)
             break;
         }
     }
-    moe_mf_w_flag(w, name);
     w_val(w, num);
+}
+
+void moe_mf_w_double(struct moe_mf_writer *w, const char *name, double v)
+{
+    moe_mf_w_flag(w, name);
+    w_num(w, v);
 }
 
 void moe_mf_w_str(struct moe_mf_writer *w, const char *name, const char *v)
@@ -362,6 +367,28 @@ void moe_mf_write_cuda_graph(struct moe_mf_writer *w, const struct moe_mf_flag *
         if (o->cuda_graph_modules != 0) {
             moe_mf_w_modules(w, "--cuda-graph-modules", MOE_MODSET_CUDA_GRAPH,
                              o->cuda_graph_modules);
+        }
+    }
+}
+
+/* The load-balancing losses that are on: their types, then their coefficients, in one order. */
+void moe_mf_write_balance(struct moe_mf_writer *w, const struct moe_mf_flag *f)
+{
+    const struct moe_options *o = w->opt;
+    const double c[3] = {o->aux_loss_coeff, o->seq_aux_loss_coeff, o->global_aux_loss_coeff};
+    if (!(c[0] > 0.0 || c[1] > 0.0 || c[2] > 0.0)) {
+        return; /* Megatron's default: aux_loss at 0 */
+    }
+    moe_mf_w_flag(w, f->name);
+    for (int i = 0; i < 3; i++) {
+        if (c[i] > 0.0) {
+            w_val(w, moe_mf_balance_types[i]);
+        }
+    }
+    moe_mf_w_flag(w, "--moe-aux-loss-coeff");
+    for (int i = 0; i < 3; i++) {
+        if (c[i] > 0.0) {
+            w_num(w, c[i]);
         }
     }
 }

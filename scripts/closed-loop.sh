@@ -31,7 +31,7 @@ scripts/calibrate-host.sh "$build" "$cluster" "$np"
 echo
 echo "# plan: the fastest layout for $(basename "$model") on $np rank(s) of this host"
 "$bin/moefold" plan --model-config "$model" --cluster "$cluster" --gpus "$np" \
-    --global-batch-size 8 --fp32-training --top 5 --pareto-window 0 \
+    --global-batch-size 8 --fp32-training --moe-aux-loss-coeff 1e-2 --top 5 --pareto-window 0 \
     --emit "$out/local.plan.json"
 
 echo

@@ -85,7 +85,9 @@ scripts/calibrate-host.sh "$build" "$cluster" "$np_max" || exit 1
 # run uses the rank count the calibration measured at (the ranks of a host share its caches and
 # memory bandwidth, and on SMT or shared virtual CPUs its cores, so a rank's rates depend on how
 # many run at once): the option variants run data-parallel on all of them.
-common="--global-batch-size 8 --micro-batch-size 1 --moe-grouped-gemm"
+# The router's Switch load-balancing loss at Megatron's recommended starting value: its counts
+# all-reduce over TP x CP is priced in dispatch.
+common="--global-batch-size 8 --micro-batch-size 1 --moe-grouped-gemm --moe-aux-loss-coeff 1e-2"
 d="--use-distributed-optimizer"
 n=$np_max
 suite=(

@@ -63,6 +63,9 @@ static const char *const option_keys[] = {
     "dispatcher",
     "unfused_dispatch",
     "capacity_factor",
+    "aux_loss_coeff",
+    "seq_aux_loss_coeff",
+    "global_aux_loss_coeff",
     "recompute",
     "recompute_method",
     "recompute_num_layers",
@@ -169,6 +172,9 @@ cJSON *moe_plan_options_to_json(const struct moe_options *p)
          cJSON_AddStringToObject(o, "exp_avg_sq_dtype", moe_dtype_name(p->exp_avg_sq_dtype)) &&
          cJSON_AddStringToObject(o, "dispatcher", moe_dispatcher_name(p->dispatcher)) &&
          cJSON_AddNumberToObject(o, "capacity_factor", p->capacity_factor) &&
+         cJSON_AddNumberToObject(o, "aux_loss_coeff", p->aux_loss_coeff) &&
+         cJSON_AddNumberToObject(o, "seq_aux_loss_coeff", p->seq_aux_loss_coeff) &&
+         cJSON_AddNumberToObject(o, "global_aux_loss_coeff", p->global_aux_loss_coeff) &&
          cJSON_AddStringToObject(o, "recompute", moe_recompute_name(p->recompute)) &&
          cJSON_AddStringToObject(o, "recompute_method",
                                  moe_recompute_method_name(p->recompute_method)) &&
@@ -386,6 +392,12 @@ enum moe_status moe_plan_options_from_json(const cJSON *o,
                                 &opt->optimizer_offload_fraction, w, diag));
     MOE_TRY(
         moe_json_get_double(o, "capacity_factor", false, 0.0, 1e6, &opt->capacity_factor, w, diag));
+    const char *lkeys[3] = {"aux_loss_coeff", "seq_aux_loss_coeff", "global_aux_loss_coeff"};
+    double *lvals[3] = {&opt->aux_loss_coeff, &opt->seq_aux_loss_coeff,
+                        &opt->global_aux_loss_coeff};
+    for (int i = 0; i < 3; i++) {
+        MOE_TRY(moe_json_get_double(o, lkeys[i], false, 0.0, 1e3, lvals[i], w, diag));
+    }
     MOE_TRY(moe_json_get_int(o, "recompute_num_layers", false, 0, MOE_MAX_LAYERS,
                              &opt->recompute_num_layers, w, diag));
     MOE_TRY(moe_json_get_int(o, "cpu_offloading_num_layers", false, 0, MOE_MAX_LAYERS,

@@ -22,7 +22,8 @@ struct eng_test_layout {
     int world; /* ranks: tp*cp*pp*dp */
 };
 
-/* Plan for preset `model` with seq 64, mbs 1, gbs 8 and the given layout (num_gpus = world). */
+/* Plan for preset `model` with seq 64, mbs 1, gbs 8, the aux loss at 1e-2 and the given layout
+ * (num_gpus = world). */
 static inline void
 eng_test_plan(struct moe_plan *plan, const char *model, const struct eng_test_layout *l)
 {
@@ -44,6 +45,9 @@ eng_test_plan(struct moe_plan *plan, const char *model, const struct eng_test_la
     plan->layout.gbs = 8;
     plan->layout.seq_length = 64;
     plan->options.use_distributed_optimizer = l->dist_opt;
+    /* Switch's load-balancing loss on, as Megatron's MoE examples train: every folding test also
+     * checks its counts all-reduce over TP x CP. */
+    plan->options.aux_loss_coeff = 1e-2;
 }
 
 /* Synthetic-data run options with no progress output. */

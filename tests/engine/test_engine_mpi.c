@@ -727,6 +727,67 @@ static void test_runs_the_plan(void **state)
     moe_run_fini(&r);
 }
 
+/* How many of the run's plan_differences contain `what`. */
+static int differences_naming(const struct moe_run *r, const char *what)
+{
+    int n = 0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, r->plan_differences)
+    {
+        n += strstr(it->valuestring, what) != NULL;
+    }
+    return n;
+}
+
+/*
+ * The router's load-balancing loss is the plan's (--moe-aux-loss-coeff): off at Megatron's default
+ * 0 (the second step's loss differs from a run with it on), seq_aux_loss run as Switch's loss over
+ * the same TP x CP group, global_aux_loss not run; moefold-train's --aux-loss-coeff overrides the
+ * plan; "ran" holds what ran and plan_differences says each departure.
+ */
+static void test_load_balancing_loss_follows_plan(void **state)
+{
+    (void)state;
+    const struct eng_test_layout l = {"TP2 EP2", 2, 1, 1, 1, 2, 1, false, 4};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &l);
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 2);
+    double on[2], off[2];
+    assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, on), MOE_OK);
+    plan.options.aux_loss_coeff = 0.0;
+    assert_int_equal(eng_test_losses(MPI_COMM_WORLD, &plan, &o, off), MOE_OK);
+    assert_true(on[0] == off[0]); /* the loss reported is the LM loss; the aux loss moves step 2 */
+    assert_true(on[1] != off[1]);
+
+    struct moe_run r;
+    o.num_steps = 1;
+    plan.options.seq_aux_loss_coeff = 1e-4;
+    plan.options.global_aux_loss_coeff = 1e-3;
+    run_and_read(&plan, &o, &r);
+    cJSON *aux = cJSON_GetObjectItemCaseSensitive(r.ran, "aux_loss_coeff");
+    assert_true(cJSON_IsNumber(aux) && aux->valuedouble == 1e-4);
+    assert_true(cJSON_GetObjectItemCaseSensitive(r.ran, "seq_aux_loss_coeff")->valuedouble == 0.0);
+    assert_true(cJSON_GetObjectItemCaseSensitive(r.ran, "global_aux_loss_coeff")->valuedouble ==
+                0.0);
+    assert_int_equal(differences_naming(&r, "seq_aux_loss 0.0001: ran as Switch's"), 1);
+    assert_int_equal(differences_naming(&r, "global_aux_loss 0.001: not implemented"), 1);
+    moe_run_fini(&r);
+
+    plan.options.seq_aux_loss_coeff = 0.0;
+    plan.options.global_aux_loss_coeff = 0.0;
+    plan.options.aux_loss_coeff = 1e-2;
+    run_and_read(&plan, &o, &r);
+    assert_true(cJSON_GetObjectItemCaseSensitive(r.ran, "aux_loss_coeff")->valuedouble == 1e-2);
+    assert_int_equal(differences_naming(&r, "aux"), 0);
+    moe_run_fini(&r);
+    o.aux_loss_coeff = 0.0f; /* moefold-train --aux-loss-coeff 0 */
+    run_and_read(&plan, &o, &r);
+    assert_true(cJSON_GetObjectItemCaseSensitive(r.ran, "aux_loss_coeff")->valuedouble == 0.0);
+    assert_int_equal(differences_naming(&r, "not the plan's 0.01"), 1);
+    moe_run_fini(&r);
+}
+
 /* ||g_recipe - g_fp32|| / ||g_fp32|| over every rank's local gradients after one compute_grads. */
 static double grad_rel_error(const float *g, const float *ref, size_t n)
 {
@@ -817,6 +878,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_host_probe),
         cmocka_unit_test(test_trace_and_waits),
         cmocka_unit_test(test_runs_the_plan),
+        cmocka_unit_test(test_load_balancing_loss_follows_plan),
         cmocka_unit_test(test_buffers_detail_and_rows_factor),
         cmocka_unit_test(test_precision_recipes_train),
     };

@@ -760,6 +760,55 @@ static void test_unfused_hierarchical_passes(void **state)
     }
 }
 
+/* The load-balancing losses' counts all-reduce (E int64 per loss and forward) lands in the forward
+ * dispatch at its group's all-reduce time: TP x CP for aux_loss and seq_aux_loss, TP x DP x CP for
+ * global_aux_loss; a one-rank group costs nothing; the step grows by it. */
+static void test_load_balancing_allreduce(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 32, 2, 1, 1, 8); /* tp 2, dp 16 */
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    double counts = cfg.num_experts * 8.0;
+    struct moe_group_place tpcp, tpdpcp;
+    moe_comm_group_place(2, 1, cl.nvlink.domain_gpus, &tpcp);
+    moe_comm_group_place(32, 1, cl.nvlink.domain_gpus, &tpdpcp);
+    double ar = moe_comm_allreduce_s(&cl, &tpcp, counts);
+    double ar_global = moe_comm_allreduce_s(&cl, &tpdpcp, counts);
+    assert_true(ar > 0.0 && ar_global > ar); /* the global group crosses domains */
+
+    struct moe_layer_cost off, on;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &off);
+    struct moe_prediction p_off = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    opt.aux_loss_coeff = 1e-2;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &on);
+    ASSERT_NEAR(on.fwd_dispatch - off.fwd_dispatch, ar, 1e-12);
+    assert_true(on.bwd_dispatch == off.bwd_dispatch && on.fwd_combine == off.fwd_combine);
+    struct moe_prediction p_on = predict(&cfg, &cl, &lay, &opt, MOE_SCHED_SIMULATE);
+    assert_true(p_on.time.dispatch > p_off.time.dispatch);
+    assert_true(p_on.step_time_s > p_off.step_time_s);
+
+    opt.seq_aux_loss_coeff = 1e-4; /* a second loss: a second all-reduce */
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &on);
+    ASSERT_NEAR(on.fwd_dispatch - off.fwd_dispatch, 2.0 * ar, 1e-12);
+    opt.aux_loss_coeff = 0.0;
+    opt.seq_aux_loss_coeff = 0.0;
+    opt.global_aux_loss_coeff = 1e-3;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &on);
+    ASSERT_NEAR(on.fwd_dispatch - off.fwd_dispatch, ar_global, 1e-12);
+
+    /* TP 1, CP 1: the TP x CP losses have no one to sum with */
+    setup(&cfg, &cl, &lay, &opt, 32, 1, 1, 1, 8);
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &off);
+    opt.aux_loss_coeff = 1e-2;
+    opt.seq_aux_loss_coeff = 1e-4;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &on);
+    assert_true(on.fwd_dispatch == off.fwd_dispatch);
+}
+
 static void test_phases_sum_to_step(void **state)
 {
     (void)state;
@@ -1497,6 +1546,7 @@ int main(void)
         cmocka_unit_test(test_more_bandwidth_never_slower),
         cmocka_unit_test(test_ep_inside_domain_not_slower),
         cmocka_unit_test(test_unfused_hierarchical_passes),
+        cmocka_unit_test(test_load_balancing_allreduce),
         cmocka_unit_test(test_phases_sum_to_step),
         cmocka_unit_test(test_bubble_closed_form_and_simulation),
         cmocka_unit_test(test_imbalance),

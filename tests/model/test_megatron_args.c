@@ -133,13 +133,14 @@ static void test_deepseek_v3_line(void **state)
                      MOE_RC_MLA_UP_PROJ | MOE_RC_MOE_ACT | MOE_RC_LAYERNORM);
     assert_true(p->opt.use_distributed_optimizer && p->opt.overlap_grad_reduce &&
                 p->opt.overlap_param_gather && p->opt.moe_grouped_gemm);
+    assert_true(p->opt.seq_aux_loss_coeff == 1e-4); /* priced: its counts all-reduce */
+    assert_true(p->opt.aux_loss_coeff == 0.0 && p->opt.global_aux_loss_coeff == 0.0);
+    assert_true(moe_megatron_is_set(&p->res, MOE_MF_LOAD_BALANCING));
 
-    /* 10 ignored flags, each with its reason and position */
-    assert_int_equal(p->res.num_ignored, 10);
+    /* 8 ignored flags, each with its reason and position */
+    assert_int_equal(p->res.num_ignored, 8);
     assert_string_equal(ignored_reason(&p->res, "--lr"), "does not affect performance");
     assert_string_equal(ignored_reason(&p->res, "--data-path"), "does not affect performance");
-    assert_non_null(
-        strstr(ignored_reason(&p->res, "--moe-router-load-balancing-type"), "--moe-imbalance"));
     assert_non_null(ignored_reason(&p->res, "--no-rope-fusion"));
     assert_non_null(ignored_reason(&p->res, "--tensorboard-dir"));
     assert_non_null(ignored_reason(&p->res, "--max-position-embeddings"));
@@ -181,6 +182,67 @@ static void test_equals_form_and_lists(void **state)
     assert_true(p->opt.capacity_factor == 0.0); /* negative = dropless, as Megatron */
     assert_true(p->opt.moe_imbalance == 0.0);   /* auto */
     test_free(p);
+}
+
+/* --moe-router-load-balancing-type and --moe-aux-loss-coeff: Megatron's pairing by position, its
+ * defaults (aux_loss; coefficient 0), and each misuse named. */
+static void test_load_balancing_losses(void **state)
+{
+    (void)state;
+    struct parsed *p = test_malloc(sizeof(*p));
+    fresh(p);
+    expect_ok(p, "--num-experts 8 --moe-aux-loss-coeff 1e-2");
+    assert_true(p->opt.aux_loss_coeff == 1e-2); /* the type defaults to aux_loss */
+    assert_true(p->opt.seq_aux_loss_coeff == 0.0 && p->opt.global_aux_loss_coeff == 0.0);
+    assert_int_equal(p->res.num_ignored, 0);
+
+    fresh(p);
+    expect_ok(p, "--num-experts 8 --moe-router-load-balancing-type global_aux_loss "
+                 "seq_aux_loss --moe-aux-loss-coeff 1e-3 2e-4");
+    assert_true(p->opt.global_aux_loss_coeff == 1e-3 && p->opt.seq_aux_loss_coeff == 2e-4);
+    assert_true(p->opt.aux_loss_coeff == 0.0);
+
+    /* the last occurrence wins, and given either flag the pair replaces what was there */
+    fresh(p);
+    p->opt.global_aux_loss_coeff = 0.5;
+    expect_ok(p, "--num-experts 8 --moe-aux-loss-coeff 1 --moe-aux-loss-coeff=3e-3");
+    assert_true(p->opt.aux_loss_coeff == 3e-3 && p->opt.global_aux_loss_coeff == 0.0);
+
+    /* a type alone keeps Megatron's coefficient 0: no loss, nothing priced */
+    fresh(p);
+    expect_ok(p, "--num-experts 8 --moe-router-load-balancing-type seq_aux_loss");
+    assert_true(p->opt.seq_aux_loss_coeff == 0.0);
+    assert_int_equal(p->res.num_ignored, 0);
+
+    /* sinkhorn's and quantile balancing's own cost is not modelled: a note, nothing priced */
+    fresh(p);
+    expect_ok(p, "--num-experts 8 --moe-router-load-balancing-type sinkhorn");
+    assert_non_null(
+        strstr(ignored_reason(&p->res, "--moe-router-load-balancing-type"), "not modelled"));
+    fresh(p);
+    expect_ok(p, "--num-experts 8 --moe-router-load-balancing-type none --moe-aux-loss-coeff 0");
+    assert_int_equal(p->res.num_ignored, 0);
+    test_free(p);
+
+    expect_error("--num-experts 8 --moe-aux-loss-coeff 1e-2 1e-3", MOE_ERR_INVALID,
+                 "has 2 value(s) but --moe-router-load-balancing-type 1");
+    expect_error("--num-experts 8 --moe-router-load-balancing-type aux_loss seq_aux_loss",
+                 MOE_ERR_INVALID, "has 1 value(s) but --moe-router-load-balancing-type 2");
+    expect_error("--num-experts 8 --moe-router-load-balancing-type aux_loss aux_loss "
+                 "--moe-aux-loss-coeff 1 1",
+                 MOE_ERR_INVALID, "aux_loss is listed twice");
+    expect_error("--num-experts 8 --moe-router-load-balancing-type sinkhorn --moe-aux-loss-coeff "
+                 "0.1",
+                 MOE_ERR_INVALID, "sinkhorn takes no loss coefficient");
+    expect_error("--num-experts 8 --moe-aux-loss-coeff -1e-2", MOE_ERR_INVALID,
+                 "not a loss coefficient in [0, 1000]");
+    expect_error("--num-experts 8 --moe-aux-loss-coeff nan", MOE_ERR_INVALID,
+                 "--moe-aux-loss-coeff");
+    expect_error("--num-experts 8 --moe-aux-loss-coeff --num-layers 4", MOE_ERR_INVALID,
+                 "--moe-aux-loss-coeff needs a value");
+    expect_error("--num-experts 8 --moe-router-load-balancing-type switch", MOE_ERR_INVALID,
+                 "'switch' is not one of: aux_loss, seq_aux_loss");
+    expect_error("--moe-aux-loss-coeff 1 2 3 4 5 6 7", MOE_ERR_INVALID, "7 values (at most 6)");
 }
 
 struct freq_case {
@@ -701,6 +763,11 @@ gen_options(struct moe_test_rng *r, const struct moe_model_cfg *c, struct moe_op
     }
     o->moe_imbalance = coin(r) ? 1.0 : (coin(r) ? 0.0 : 1.0 + 0.01 * pick(r, 100));
     o->moe_hot_expert_replicas = pick(r, 3);
+    if (c->num_experts > 0) { /* the losses are written for MoE models only */
+        o->aux_loss_coeff = coin(r) ? 0.0 : 1e-4 * (1 + pick(r, 100));
+        o->seq_aux_loss_coeff = coin(r) ? 0.0 : 3e-5 * (1 + pick(r, 7));
+        o->global_aux_loss_coeff = coin(r) ? 0.0 : 0.7 * (1 + pick(r, 3));
+    }
 }
 
 #define SAME(field)                                                                                \
@@ -812,6 +879,9 @@ static void compare_options(const struct moe_options *a,
     SAME(cuda_graph_modules);
     SAME(moe_imbalance);
     SAME(moe_hot_expert_replicas);
+    SAME(aux_loss_coeff);
+    SAME(seq_aux_loss_coeff);
+    SAME(global_aux_loss_coeff);
 }
 
 static void test_format_round_trip(void **state)
@@ -886,6 +956,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek_v3_line),
         cmocka_unit_test(test_equals_form_and_lists),
+        cmocka_unit_test(test_load_balancing_losses),
         cmocka_unit_test(test_moe_layer_freq),
         cmocka_unit_test(test_ignored_flags),
         cmocka_unit_test(test_unknown_and_bad_values),

@@ -56,6 +56,7 @@ static void deepseek_plan(struct moe_plan *p)
     o->recompute_modules = MOE_RC_MLA_UP_PROJ | MOE_RC_MOE_ACT | MOE_RC_LAYERNORM;
     o->cuda_graph_impl = MOE_CG_TE;
     o->cuda_graph_modules = MOE_CGM_ATTN | MOE_CGM_MOE_ROUTER;
+    o->seq_aux_loss_coeff = 1e-4; /* DeepSeek-V3's per-sequence balance loss */
     o->moe_imbalance = 0.0;
     o->moe_hot_expert_replicas = 2;
     memset(&d, 0, sizeof(d));
@@ -181,6 +182,8 @@ static void test_variants_round_trip(void **state)
             o->recompute_num_layers = 3;
             o->capacity_factor = 1.25;
             o->moe_imbalance = 1.37;
+            o->aux_loss_coeff = 1e-3;
+            o->global_aux_loss_coeff = 2.5e-4;
             break;
         case 1: /* DeepSeek-V3 with uneven stages: 61 = 7 (first) + 6 x 8 (middle) + 6 (last) */
             assert_int_equal(moe_cfg_preset("deepseek-v3", &a->model, &d), MOE_OK);
@@ -264,6 +267,7 @@ enum edit {
     E_IMBALANCE,
     E_MODEL_KEY,
     E_INT_TYPE,
+    E_AUX_COEFF,
     E_NUM_EDITS,
 };
 
@@ -297,6 +301,7 @@ static const struct bad_case bad_cases[] = {
     {E_IMBALANCE, MOE_ERR_INVALID, "options.moe_imbalance: expected a load factor"},
     {E_MODEL_KEY, MOE_ERR_INVALID, "plan.json: model"},
     {E_INT_TYPE, MOE_ERR_INVALID, "layout.pp: expected an integer"},
+    {E_AUX_COEFF, MOE_ERR_INVALID, "options.seq_aux_loss_coeff = -0.001 is out of range [0, 1000]"},
 };
 
 static void set_item(cJSON *obj, const char *key, cJSON *item)
@@ -343,6 +348,9 @@ static void apply_edit(enum edit e, cJSON *root)
         break;
     case E_DTYPE:
         set_item(opt, "exp_avg_dtype", cJSON_CreateString("fp64"));
+        break;
+    case E_AUX_COEFF:
+        set_item(opt, "seq_aux_loss_coeff", cJSON_CreateNumber(-1e-3));
         break;
     case E_OPTION_RULE:
         set_item(opt, "overlap_grad_reduce", cJSON_CreateFalse());
