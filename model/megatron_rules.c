@@ -89,24 +89,17 @@ enum moe_status moe_mf_read_capacity(struct moe_mf_parse *x,
     return MOE_OK;
 }
 
-/* Megatron's --moe-router-load-balancing-type choices, its default first. */
+/* Megatron's --moe-router-load-balancing-type choices, its default first; the first three are the
+ * losses of struct moe_options, in its order. */
+enum { LB_AUX, LB_SEQ_AUX, LB_GLOBAL_AUX, LB_SINKHORN, LB_QUANTILE, LB_NONE };
 const char *const moe_mf_balance_types[] = {"aux_loss", "seq_aux_loss",       "global_aux_loss",
                                             "sinkhorn", "quantile_balancing", "none"};
 const int moe_mf_num_balance_types = (int)MOE_ARRAY_LEN(moe_mf_balance_types);
 
-/* The words of a list flag (nargs='+'): "--flag=value" is one word; none is an error. */
-static enum moe_status
-list_words(struct moe_mf_parse *x, const struct moe_mf_values *v, const char *const **words, int *n)
+/* Values of a list flag (nargs='+'): "--flag=value" is one; none is an error. */
+static enum moe_status list_count(struct moe_mf_parse *x, const struct moe_mf_values *v, int *n)
 {
-    static const char *one[1];
-    if (v->eq != NULL) {
-        one[0] = v->eq;
-        *words = one;
-        *n = 1;
-    } else {
-        *words = v->argv;
-        *n = v->count;
-    }
+    *n = v->eq != NULL ? 1 : v->count;
     if (*n == 0) {
         return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s needs a value", x->flag);
     }
@@ -115,6 +108,11 @@ list_words(struct moe_mf_parse *x, const struct moe_mf_values *v, const char *co
                             x->flag, *n, MOE_MF_MAX_BALANCE);
     }
     return MOE_OK;
+}
+
+static const char *list_word(const struct moe_mf_values *v, int i)
+{
+    return v->eq != NULL ? v->eq : v->argv[i];
 }
 
 /* --moe-router-load-balancing-type T...: kept for the pairing after the last flag. */
@@ -126,16 +124,15 @@ enum moe_status moe_mf_read_balance_types(struct moe_mf_parse *x,
     (void)f;
     (void)val;
     struct moe_mf_balance *b = &x->balance;
-    const char *const *words = NULL;
     int n = 0;
-    MOE_TRY(list_words(x, v, &words, &n));
+    MOE_TRY(list_count(x, v, &n));
     for (int i = 0; i < n; i++) {
-        MOE_TRY(moe_mf_parse_choice(x, words[i], moe_mf_balance_types,
+        MOE_TRY(moe_mf_parse_choice(x, list_word(v, i), moe_mf_balance_types,
                                     (size_t)moe_mf_num_balance_types, &b->types[i]));
         for (int j = 0; j < i; j++) {
             if (b->types[j] == b->types[i]) {
                 return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s: %s is listed twice",
-                                    x->flag, words[i]);
+                                    x->flag, list_word(v, i));
             }
         }
     }
@@ -145,7 +142,7 @@ enum moe_status moe_mf_read_balance_types(struct moe_mf_parse *x,
     return MOE_OK;
 }
 
-/* --moe-aux-loss-coeff C...: finite coefficients >= 0, paired after the last flag. */
+/* --moe-aux-loss-coeff C...: coefficients in [0, 1000], paired after the last flag. */
 enum moe_status moe_mf_read_aux_coeffs(struct moe_mf_parse *x,
                                        const struct moe_mf_flag *f,
                                        const char *val,
@@ -154,14 +151,14 @@ enum moe_status moe_mf_read_aux_coeffs(struct moe_mf_parse *x,
     (void)f;
     (void)val;
     struct moe_mf_balance *b = &x->balance;
-    const char *const *words = NULL;
     int n = 0;
-    MOE_TRY(list_words(x, v, &words, &n));
+    MOE_TRY(list_count(x, v, &n));
     for (int i = 0; i < n; i++) {
-        MOE_TRY(moe_mf_parse_double(x, words[i], &b->coeffs[i]));
+        MOE_TRY(moe_mf_parse_double(x, list_word(v, i), &b->coeffs[i]));
         if (!(b->coeffs[i] >= 0.0 && b->coeffs[i] <= 1e3)) {
             return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID,
-                                "%s: %s is not a loss coefficient in [0, 1000]", x->flag, words[i]);
+                                "%s: %s is not a loss coefficient in [0, 1000]", x->flag,
+                                list_word(v, i));
         }
     }
     b->has_coeffs = true;
@@ -529,7 +526,7 @@ static enum moe_status finalize_balance(struct moe_mf_parse *x)
     if (!b->has_types && !b->has_coeffs) {
         return MOE_OK;
     }
-    int types[MOE_MF_MAX_BALANCE] = {0}; /* aux_loss */
+    int types[MOE_MF_MAX_BALANCE] = {LB_AUX};
     double coeffs[MOE_MF_MAX_BALANCE] = {0.0};
     int n = b->has_types ? b->num_types : 1;
     int nc = b->has_coeffs ? b->num_coeffs : 1;
@@ -553,14 +550,16 @@ static enum moe_status finalize_balance(struct moe_mf_parse *x)
     double *to[3] = {&opt->aux_loss_coeff, &opt->seq_aux_loss_coeff, &opt->global_aux_loss_coeff};
     bool unpriced = false;
     for (int i = 0; i < n; i++) {
-        if (types[i] < 3) {
+        if (types[i] <= LB_GLOBAL_AUX) {
             *to[types[i]] = coeffs[i];
-        } else if (coeffs[i] > 0.0 && types[i] != 5) {
+        } else if (types[i] == LB_NONE) {
+            continue; /* priced: nothing runs */
+        } else if (coeffs[i] > 0.0) {
             return moe_mf_error(x, "--moe-aux-loss-coeff", at, MOE_ERR_INVALID,
                                 "%s takes no loss coefficient (Megatron asserts it is 0; got %g)",
                                 moe_mf_balance_types[types[i]], coeffs[i]);
         } else {
-            unpriced = unpriced || types[i] != 5; /* "none" is priced: nothing runs */
+            unpriced = true; /* sinkhorn, quantile balancing: their routing cost */
         }
     }
     if (unpriced) {
