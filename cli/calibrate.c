@@ -834,8 +834,17 @@ static bool timing_key(const char *k)
                          ends_with(k, "gflops"));
 }
 
-static enum moe_status
-merge_node(cJSON *dst, const cJSON *src, int n, const char *path, struct moe_diag *diag)
+static bool rate_key(const char *k)
+{
+    return k != NULL && (ends_with(k, "gbps") || ends_with(k, "gflops"));
+}
+
+static enum moe_status merge_node(cJSON *dst,
+                                  const cJSON *src,
+                                  int n,
+                                  enum moe_calib_merge how,
+                                  const char *path,
+                                  struct moe_diag *diag)
 {
     if ((cJSON_IsBool(dst) && !cJSON_IsBool(src)) ||
         (!cJSON_IsBool(dst) && (dst->type & 0xFF) != (src->type & 0xFF))) {
@@ -851,7 +860,9 @@ merge_node(cJSON *dst, const cJSON *src, int n, const char *path, struct moe_dia
     if (cJSON_IsNumber(dst)) {
         double a = dst->valuedouble;
         double b = src->valuedouble;
-        if (timing_key(dst->string)) {
+        if (timing_key(dst->string) && how == MOE_CALIB_MERGE_LEAST) {
+            cJSON_SetNumberValue(dst, rate_key(dst->string) ? fmax(a, b) : fmin(a, b));
+        } else if (timing_key(dst->string)) {
             cJSON_SetNumberValue(dst, (a * n + b) / (n + 1));
         } else if (dst->string != NULL && strcmp(dst->string, "wrong") == 0) {
             cJSON_SetNumberValue(dst, fmax(a, b));
@@ -892,17 +903,18 @@ merge_node(cJSON *dst, const cJSON *src, int n, const char *path, struct moe_dia
             if (s == NULL) {
                 return moe_diag_set(diag, MOE_ERR_INVALID, "benches differ: %s is missing", sub);
             }
-            MOE_TRY(merge_node(d, s, n, sub, diag));
+            MOE_TRY(merge_node(d, s, n, how, sub, diag));
             i++;
         }
     }
     return MOE_OK;
 }
 
-enum moe_status moe_calib_merge_bench(cJSON *dst, const cJSON *src, int n, struct moe_diag *diag)
+enum moe_status moe_calib_merge_bench(
+    cJSON *dst, const cJSON *src, int n, enum moe_calib_merge how, struct moe_diag *diag)
 {
     if (dst == NULL || src == NULL || n < 1) {
         return moe_diag_set(diag, MOE_ERR_INVALID, "merge: need two benches");
     }
-    return merge_node(dst, src, n, "bench", diag);
+    return merge_node(dst, src, n, how, "bench", diag);
 }

@@ -97,15 +97,19 @@ void moe_calib_fit_line(const double *x, const double *y, size_t n, struct moe_c
 MOE_NODISCARD enum moe_status
 moe_calib_fit_bench(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag);
 
+/* How benches of one host are folded into one: each timing's mean, or each point's fastest. */
+enum moe_calib_merge { MOE_CALIB_MERGE_MEAN, MOE_CALIB_MERGE_LEAST };
+
 /*
- * Fold bench src into dst, the mean of n benches so far (n >= 1): every timing field (names
- * ending in _us, gbps or gflops, or holding _us_) becomes the mean of the n + 1; "ok" flags are
- * and-ed, "wrong" counts take the larger; every other field (host, shapes, sizes, names) must be
- * equal, else MOE_ERR_INVALID naming the field (benches of another host, rank count or version).
- * Used to price a host measured before and after an experiment at the mean of both.
+ * Fold bench src into dst, n benches folded so far (n >= 1). Every timing field (names ending in
+ * _us, gbps or gflops, or holding _us_) becomes the mean of the n + 1 (MOE_CALIB_MERGE_MEAN), or
+ * the least time / greatest rate of them (MOE_CALIB_MERGE_LEAST); "ok" flags are and-ed, "wrong"
+ * counts take the larger; every other field (host, shapes, sizes, names) must be equal, else
+ * MOE_ERR_INVALID naming the field (benches of another host, rank count or version). Used to
+ * price a host measured before and after an experiment by both benches.
  */
-MOE_NODISCARD enum moe_status
-moe_calib_merge_bench(cJSON *dst, const cJSON *src, int n, struct moe_diag *diag);
+MOE_NODISCARD enum moe_status moe_calib_merge_bench(
+    cJSON *dst, const cJSON *src, int n, enum moe_calib_merge how, struct moe_diag *diag);
 
 /* The cluster `fit` describes, named `name`; validated. */
 MOE_NODISCARD enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,

@@ -26,8 +26,9 @@ struct calib_opts {
     int np;
     const char *out;
     const char *name;
-    const char *bench_json[MAX_BENCHES]; /* --bench-json, each once; fitted at their mean */
+    const char *bench_json[MAX_BENCHES]; /* --bench-json, each once; folded by `merge` */
     int num_bench_json;
+    enum moe_calib_merge merge; /* --merge */
     const char *save_bench;
     const char *mpirun_args;
     bool json;
@@ -38,15 +39,20 @@ static int usage(FILE *out)
     fprintf(
         out,
         "usage: moefold calibrate [--np N] [--out FILE] [--name NAME] [--bench-json FILE]\n"
-        "                         [--save-bench FILE] [--mpirun-args ARGS] [--json]\n"
+        "                         [--merge mean|least] [--save-bench FILE] [--mpirun-args ARGS]\n"
+        "                         [--json]\n"
         "  --np N             MPI ranks to measure with (default 2; at most one per core for\n"
         "                     timing: hwloc's core count is printed)\n"
         "  --out FILE         cluster file to write (default <topologies>/local.json)\n"
         "  --name NAME        cluster name in the file (default local)\n"
         "  --bench-json FILE  fit an earlier `moefold-bench --json` output instead of running it;\n"
         "                     given more than once (up to 8: the same host and rank count, e.g.\n"
-        "                     measured before and after an experiment), fit the mean of their\n"
-        "                     timings\n"
+        "                     measured before and after an experiment), fit them folded by\n"
+        "                     --merge\n"
+        "  --merge mean|least how several --bench-json fold: each timing's mean (default), or\n"
+        "                     each point's fastest bench (a host slowed for minutes by its\n"
+        "                     neighbours in one bench, as in the runs a closed loop keeps the\n"
+        "                     fastest of)\n"
         "  --save-bench FILE  keep the bench output (default <out>.bench.json)\n"
         "  --mpirun-args ARGS extra mpirun arguments, e.g. '--hostfile hosts' (default\n"
         "                     '--bind-to core')\n"
@@ -63,6 +69,7 @@ static int parse(int argc, char **argv, struct calib_opts *o)
                                           {"out", required_argument, NULL, 'o'},
                                           {"name", required_argument, NULL, 'N'},
                                           {"bench-json", required_argument, NULL, 'b'},
+                                          {"merge", required_argument, NULL, 'M'},
                                           {"save-bench", required_argument, NULL, 's'},
                                           {"mpirun-args", required_argument, NULL, 'm'},
                                           {"json", no_argument, NULL, 'j'},
@@ -74,7 +81,7 @@ static int parse(int argc, char **argv, struct calib_opts *o)
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "n:o:N:b:s:m:jh", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "n:o:N:b:M:s:m:jh", longs, NULL)) != -1) {
         switch (c) {
         case 'n': {
             char *end = NULL;
@@ -100,6 +107,15 @@ static int parse(int argc, char **argv, struct calib_opts *o)
                 return 2;
             }
             o->bench_json[o->num_bench_json++] = optarg;
+            break;
+        case 'M':
+            if (strcmp(optarg, "mean") == 0 || strcmp(optarg, "least") == 0) {
+                o->merge = optarg[0] == 'l' ? MOE_CALIB_MERGE_LEAST : MOE_CALIB_MERGE_MEAN;
+            } else {
+                fprintf(stderr, "moefold calibrate: --merge '%s': expected mean or least\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 's':
             o->save_bench = optarg;
@@ -307,7 +323,7 @@ int moe_cli_calibrate(int argc, char **argv)
             cJSON *more = NULL;
             enum moe_status st = moe_json_read_file(o.bench_json[i], &more, &diag);
             if (st == MOE_OK) {
-                st = moe_calib_merge_bench(bench, more, i, &diag);
+                st = moe_calib_merge_bench(bench, more, i, o.merge, &diag);
             }
             cJSON_Delete(more);
             if (st != MOE_OK) {
@@ -317,7 +333,9 @@ int moe_cli_calibrate(int argc, char **argv)
             }
         }
         if (o.num_bench_json > 1 && !o.json) {
-            printf("# moefold calibrate: the mean of %d benches' timings\n", o.num_bench_json);
+            printf("# moefold calibrate: %s of %d benches' timings\n",
+                   o.merge == MOE_CALIB_MERGE_LEAST ? "each point's fastest" : "the mean",
+                   o.num_bench_json);
         }
     } else {
         text = run_bench(&o);

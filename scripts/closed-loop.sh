@@ -56,7 +56,7 @@ for k in $(seq 1 "$repeats"); do
         best_s=$s
     fi
 done
-# The host measured again after the runs, compared at the mean of both benches, as make validate
+# The host measured again after the runs, compared at each point's faster bench, as make validate
 # does (DEMO_CALIBRATE_AFTER=0 skips it).
 if [ "${DEMO_CALIBRATE_AFTER:-1}" = 1 ]; then
     scripts/calibrate-after.sh "$build" "$cluster" "$np" "$out"

@@ -166,7 +166,7 @@ for ((pass = 1; pass <= repeats; pass++)); do
     done
 done
 
-# 4. The host measured again after the runs, the cluster file refitted at the mean of both benches
+# 4. The host measured again after the runs, the cluster file refitted at each point's faster bench
 # (scripts/calibrate-after.sh; VALIDATE_CALIBRATE_AFTER=0 skips it).
 if [ "${VALIDATE_CALIBRATE_AFTER:-1}" = 1 ] && [ "${#names[@]}" -gt 0 ]; then
     wait_quiet

@@ -136,7 +136,7 @@ static void test_merge_benches(void **state)
     assert_int_equal(moe_calib_fit_bench(a, &fa, &diag), MOE_OK);
     assert_int_equal(moe_calib_fit_bench(b, &fb, &diag), MOE_OK);
     cJSON *m = cJSON_Duplicate(a, 1);
-    assert_int_equal(moe_calib_merge_bench(m, b, 1, &diag), MOE_OK);
+    assert_int_equal(moe_calib_merge_bench(m, b, 1, MOE_CALIB_MERGE_MEAN, &diag), MOE_OK);
     cJSON *g0m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "gemm"), 0);
     assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "time_us")->valuedouble - 1.5 * t) <=
                 1e-9 * t);
@@ -154,12 +154,31 @@ static void test_merge_benches(void **state)
             cJSON_AddNumberToObject(it, "time_us_max", tu * (which ? 1.1 : 1.0));
         }
     }
-    assert_int_equal(moe_calib_merge_bench(m2, c, 1, &diag), MOE_OK);
+    assert_int_equal(moe_calib_merge_bench(m2, c, 1, MOE_CALIB_MERGE_MEAN, &diag), MOE_OK);
     double tmax =
         cJSON_GetObjectItemCaseSensitive(
             cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m2, "gemm"), 0), "time_us_max")
             ->valuedouble;
     assert_true(fabs(tmax - 1.05 * t) <= 1e-9 * t);
+    cJSON_Delete(m2);
+    /* each point's fastest bench: the least time and the greatest rate, whichever bench has it */
+    m2 = cJSON_Duplicate(b, 1);
+    assert_int_equal(moe_calib_merge_bench(m2, a, 1, MOE_CALIB_MERGE_LEAST, &diag), MOE_OK);
+    cJSON *g0l = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m2, "gemm"), 0);
+    assert_true(cJSON_GetObjectItemCaseSensitive(g0l, "time_us")->valuedouble == t);
+    assert_true(cJSON_GetObjectItemCaseSensitive(g0l, "gflops")->valuedouble == gf);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(g0l, "ok")));
+    /* so the fit is a's own with b's failed row left out */
+    cJSON *a0 = cJSON_Duplicate(a, 1);
+    cJSON_ReplaceItemInObjectCaseSensitive(
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a0, "gemm"), 0), "ok",
+        cJSON_CreateFalse());
+    struct moe_calib_fit fl;
+    struct moe_calib_fit fa0;
+    assert_int_equal(moe_calib_fit_bench(m2, &fl, &diag), MOE_OK);
+    assert_int_equal(moe_calib_fit_bench(a0, &fa0, &diag), MOE_OK);
+    assert_true(fabs(fl.gemm_peak_gflops - fa0.gemm_peak_gflops) <= 1e-9 * fa0.gemm_peak_gflops);
+    cJSON_Delete(a0);
     cJSON_Delete(m2);
     cJSON_Delete(c);
     assert_true(cJSON_GetObjectItemCaseSensitive(g0m, "m")->valuedouble ==
@@ -170,17 +189,17 @@ static void test_merge_benches(void **state)
     double peak_hi = fmax(fa.gemm_peak_gflops, fb.gemm_peak_gflops);
     assert_true(fm.gemm_peak_gflops > peak_lo && fm.gemm_peak_gflops < peak_hi);
     /* the third bench of a running mean weighs a third */
-    assert_int_equal(moe_calib_merge_bench(m, a, 2, &diag), MOE_OK);
+    assert_int_equal(moe_calib_merge_bench(m, a, 2, MOE_CALIB_MERGE_MEAN, &diag), MOE_OK);
     assert_true(fabs(cJSON_GetObjectItemCaseSensitive(g0m, "time_us")->valuedouble -
                      4.0 / 3.0 * t) <= 1e-9 * t);
     /* another shape, another rank count, a missing table: refused, naming the field */
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(g0b, "m"), 7.0);
-    assert_int_equal(moe_calib_merge_bench(m, b, 3, &diag), MOE_ERR_INVALID);
+    assert_int_equal(moe_calib_merge_bench(m, b, 3, MOE_CALIB_MERGE_MEAN, &diag), MOE_ERR_INVALID);
     assert_non_null(strstr(diag.message, "bench.gemm[0].m"));
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "ranks"), 4.0);
     cJSON_DeleteItemFromObjectCaseSensitive(b, "gemm");
     memset(&diag, 0, sizeof(diag));
-    assert_int_equal(moe_calib_merge_bench(m, b, 3, &diag), MOE_ERR_INVALID);
+    assert_int_equal(moe_calib_merge_bench(m, b, 3, MOE_CALIB_MERGE_MEAN, &diag), MOE_ERR_INVALID);
     assert_non_null(strstr(diag.message, "bench"));
     cJSON_Delete(m);
     cJSON_Delete(a);
