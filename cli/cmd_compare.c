@@ -60,7 +60,8 @@ static int usage(FILE *out)
             "  --observed-load  price the expert load the run observed, not the plan's\n"
             "  --host-speed     price a CPU run at the speed its host had while it ran: the\n"
             "                   profile's compute and memory rates scaled by the run's probe\n"
-            "                   GEMM (run.json host_probe) over the profile's price of it,\n"
+            "                   GEMM (run.json host_probe, the median of its probes) over the\n"
+            "                   profile's price of it,\n"
             "                   and the ranks' speed spread the probes saw\n"
             "  --trace OUT      the predicted step and the run's traced step (moefold-train\n"
             "                   --trace) in one Chrome trace, each aligned at its step's\n"
@@ -372,7 +373,7 @@ static void print_table(const struct moe_cli_problem *p,
 
 /* --host-speed: the host's speed while the run ran over the speed the profile prices. */
 struct host_speed {
-    double probe_us;       /* the run's probe GEMM, mean time (run.json host_probe) */
+    double probe_us;       /* the run's probe GEMM, median time (run.json host_probe) */
     double priced_us;      /* the profile's time of the same GEMM: the calibration bench's row
                             * (host.probe_gemm_us), else its price (fp32 operands, as the bench) */
     bool is_bench_row;     /* priced_us is the bench's measurement */
@@ -1037,7 +1038,8 @@ int moe_cli_compare(int argc, char **argv)
     } else {
         if (o.host_speed) {
             printf("host speed: the run's probe GEMM (%d x %d x %d, as moefold-bench times it) "
-                   "took %.0f us, the profile%s %.0f us: compute and memory rates "
+                   "took %.0f us (median of its probes), the profile%s %.0f us: compute and "
+                   "memory rates "
                    "priced at %.3f x the profile's (--host-speed)\n",
                    run.probe_mnk[0], run.probe_mnk[1], run.probe_mnk[2], hs.probe_us,
                    hs.is_bench_row ? "'s calibration bench measured it at" : " prices it at",

@@ -26,11 +26,15 @@ static int cmp_double(const void *a, const void *b)
 
 #define BENCH_MAX_ITERS 256 /* per-call times kept for a median */
 
-/* Median of x[0..n) (sorts x in place); n > 0. */
 static double median_of(double *x, size_t n)
 {
     qsort(x, n, sizeof(*x), cmp_double);
     return n % 2 == 1 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+double moe_bench_median(double *x, size_t n)
+{
+    return n > 0 ? median_of(x, n) : 0.0;
 }
 
 /* Timed calls of one bench point: cfg->iters, at least 1, at most the times a median keeps. */

@@ -57,6 +57,9 @@ struct moe_bench_gemm_sets {
 
 /* Sets filling twice cfg->evict_bytes (one at 0); MOE_ERR_NOMEM when they do not fit. Release
  * with moe_bench_gemm_sets_fini (safe after a failed init). */
+/* Median of x[0..n) (sorts x in place); 0 when n is 0. */
+double moe_bench_median(double *x, size_t n);
+
 MOE_NODISCARD enum moe_status moe_bench_gemm_sets_init(
     struct moe_bench_gemm_sets *s, const struct moe_bench_cfg *cfg, int m, int n, int k_dim);
 void moe_bench_gemm_sets_fini(struct moe_bench_gemm_sets *s);

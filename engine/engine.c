@@ -168,6 +168,7 @@ static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
     e->stats.cap_steps = e->opts.num_steps > 0 ? e->opts.num_steps : 1;
     e->stats.step_s = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
     e->stats.loss = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
+    e->stats.probe_each_us = moe_eng_heap_alloc(h, (size_t)e->stats.cap_steps * sizeof(double));
     e->stats.cap_ep_rows = e->stats.cap_steps * e->plan.layout.num_microbatches;
     e->stats.ep_rows =
         moe_eng_heap_alloc(h, (size_t)L * (size_t)e->stats.cap_ep_rows * sizeof(int));
@@ -179,8 +180,9 @@ static enum moe_status alloc_registry(struct moe_eng *e, struct moe_diag *diag)
     e->scal_seq = moe_eng_heap_alloc(h, sb);
     if (e->params == NULL || e->buckets == NULL || e->layers == NULL ||
         e->stats.expert_tokens == NULL || e->stats.phase_sum == NULL || e->stats.step_s == NULL ||
-        e->stats.loss == NULL || e->stats.ep_rows == NULL || e->stats.num_ep_rows == NULL ||
-        e->scal_kind == NULL || e->scal_layer == NULL || e->scal_seq == NULL) {
+        e->stats.loss == NULL || e->stats.probe_each_us == NULL || e->stats.ep_rows == NULL ||
+        e->stats.num_ep_rows == NULL || e->scal_kind == NULL || e->scal_layer == NULL ||
+        e->scal_seq == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory for the parameter registry");
     }
     return MOE_OK;
@@ -521,6 +523,7 @@ void moe_eng_destroy(moe_eng_t *e)
     moe_eng_heap_free(h, e->stats.phase_sum, MOE_ENG_NUM_SLOTS * sizeof(double));
     moe_eng_heap_free(h, e->stats.step_s, (size_t)e->stats.cap_steps * sizeof(double));
     moe_eng_heap_free(h, e->stats.loss, (size_t)e->stats.cap_steps * sizeof(double));
+    moe_eng_heap_free(h, e->stats.probe_each_us, (size_t)e->stats.cap_steps * sizeof(double));
     moe_eng_heap_free(h, e->stats.ep_rows, (size_t)L * (size_t)e->stats.cap_ep_rows * sizeof(int));
     moe_eng_heap_free(h, e->stats.num_ep_rows, (size_t)L * sizeof(int));
     size_t sb = (size_t)e->cap_scal * sizeof(int);
@@ -683,6 +686,9 @@ static void host_probe(struct moe_eng *e)
     moe_comm_allreduce(e->ctx.world, &max, &max, 1, MOE_COMM_F64, MOE_COMM_MAX);
     if (sum[1] < (double)e->ctx.size) {
         return; /* a rank's probe failed: keep none of this one */
+    }
+    if (e->stats.probe_calls < e->stats.cap_steps) {
+        e->stats.probe_each_us[e->stats.probe_calls] = sum[0] / sum[1];
     }
     e->stats.probe_us += g.time_us;
     e->stats.probe_spread += max / (sum[0] / sum[1]) - 1.0;

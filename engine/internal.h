@@ -397,22 +397,24 @@ struct moe_bench_gemm_sets;
 struct moe_eng_stats {
     int num_steps;
     int cap_steps;
-    double *step_s;       /* [cap_steps] */
-    double *loss;         /* [cap_steps] */
-    double *phase_sum;    /* [MOE_ENG_NUM_SLOTS] summed over measured steps */
-    double *wait_sum;     /* [MOE_ENG_NUM_SLOTS] their wait shares (engine/timing.c) */
-    int num_measured;     /* steps in phase_sum (the first step is warm-up when steps
-                             > 1) */
-    long *expert_tokens;  /* [L, E] tokens per expert summed over steps (stage-reduced) */
-    int *ep_rows;         /* [L, cap_ep_rows] this rank's expert rows per MoE forward (a layer
-                             and micro-batch: a synchronising exchange), in call order */
-    int *num_ep_rows;     /* [L] entries of ep_rows used */
-    int cap_ep_rows;      /* steps x micro-batches */
-    double bytes_dropped; /* token copies dropped by the capacity factor (slots) */
-    double offload_s;     /* time spent copying to/from the host pool */
-    double probe_us;      /* host speed probe (opts.no_host_probe): summed time per GEMM call */
-    double probe_spread;  /* their slowest rank's time over the ranks' mean, minus 1, summed */
-    int probe_calls;      /* probes summed in probe_us and probe_spread */
+    double *step_s;        /* [cap_steps] */
+    double *loss;          /* [cap_steps] */
+    double *phase_sum;     /* [MOE_ENG_NUM_SLOTS] summed over measured steps */
+    double *wait_sum;      /* [MOE_ENG_NUM_SLOTS] their wait shares (engine/timing.c) */
+    int num_measured;      /* steps in phase_sum (the first step is warm-up when steps
+                              > 1) */
+    long *expert_tokens;   /* [L, E] tokens per expert summed over steps (stage-reduced) */
+    int *ep_rows;          /* [L, cap_ep_rows] this rank's expert rows per MoE forward (a layer
+                              and micro-batch: a synchronising exchange), in call order */
+    int *num_ep_rows;      /* [L] entries of ep_rows used */
+    int cap_ep_rows;       /* steps x micro-batches */
+    double bytes_dropped;  /* token copies dropped by the capacity factor (slots) */
+    double offload_s;      /* time spent copying to/from the host pool */
+    double probe_us;       /* host speed probe (opts.no_host_probe): summed time per GEMM call */
+    double probe_spread;   /* their slowest rank's time over the ranks' mean, minus 1, summed */
+    int probe_calls;       /* probes summed in probe_us and probe_spread */
+    double *probe_each_us; /* [cap_steps] each probe's time, the mean over the ranks (the same on
+                              every rank) */
     /* --profile-kernels (engine/engine.c): kernel ops' wall time and calls by phase slot,
      * [MOE_ENG_NUM_SLOTS][MOE_K_NUM_OPS], summed over measured steps; NULL when off. */
     double *kernel_s;

@@ -49,6 +49,7 @@
  * - ran: the plan's options as they ran (plan_differences says why each differs); the hierarchical
  *   dispatcher sets unfused_dispatch, its permutes and per-node copies being separate passes.
  */
+#include "engine/bench.h"
 #include "engine/check.h"
 #include "engine/internal.h"
 #include "topologies/json_util.h"
@@ -194,21 +195,37 @@ static void rank_summary(const struct moe_eng *e, double *out)
     out[SUM_ROWS] = expert_rows_factor(e);
 }
 
-/* "host_probe" (engine/engine.c host_probe; absent when none ran): the probe GEMM's mean time
- * over every rank's probes between the measured steps, and the ranks' mean speed spread at those
- * probes. sum: time, calls and spread, each summed over the ranks. */
-static void add_host_probe(cJSON *o, const double *sum, size_t evict_bytes)
+/* "host_probe" (engine/engine.c host_probe; absent when none ran): the probe GEMM's time, the
+ * median over the probes between the measured steps of each probe's mean over the ranks (a probe
+ * is milliseconds and a dip of the host's speed for that long says little of the steps around it:
+ * validate 2026-12-03 14:50, one run's probes averaged 4751 us where the calibration's row read
+ * 2976 and its steps ran at the calibration's speed), the mean, each probe's time, and the ranks'
+ * mean speed spread at those probes. sum: time, calls and spread, each summed over the ranks. */
+static void add_host_probe(cJSON *o, struct moe_eng *e, const double *sum)
 {
     if (!(sum[1] > 0.0)) {
         return;
     }
+    int n = e->stats.probe_calls < e->stats.cap_steps ? e->stats.probe_calls : e->stats.cap_steps;
+    double *each = moe_eng_heap_alloc(&e->ctx.heap, (size_t)(n > 0 ? n : 1) * sizeof(double));
+    double median = sum[0] / sum[1];
+    cJSON *times = cJSON_CreateDoubleArray(e->stats.probe_each_us, n);
+    if (each != NULL && n > 0) {
+        memcpy(each, e->stats.probe_each_us, (size_t)n * sizeof(double));
+        median = moe_bench_median(each, (size_t)n);
+    }
+    moe_eng_heap_free(&e->ctx.heap, each, (size_t)(n > 0 ? n : 1) * sizeof(double));
     cJSON *p = cJSON_AddObjectToObject(o, "host_probe");
     const int mnk[3] = {MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM, MOE_ENG_PROBE_DIM};
     cJSON_AddItemToObject(p, "gemm_mnk", cJSON_CreateIntArray(mnk, 3));
-    cJSON_AddNumberToObject(p, "time_us", sum[0] / sum[1]);
+    cJSON_AddNumberToObject(p, "time_us", median);
+    cJSON_AddNumberToObject(p, "time_us_mean", sum[0] / sum[1]);
+    if (times != NULL && !cJSON_AddItemToObject(p, "times_us", times)) {
+        cJSON_Delete(times);
+    }
     cJSON_AddNumberToObject(p, "calls", sum[1]);
     cJSON_AddNumberToObject(p, "rank_spread", sum[2] / sum[1]);
-    cJSON_AddNumberToObject(p, "evict_bytes", (double)evict_bytes);
+    cJSON_AddNumberToObject(p, "evict_bytes", (double)e->opts.probe_evict_bytes);
 }
 
 static void add_buffer_parts(cJSON *o, const double *parts)
@@ -612,7 +629,7 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         cJSON_AddNumberToObject(o, "critical_rank", crit);
         cJSON_AddNumberToObject(o, "critical_stage", crit_stage);
         add_phases(o, cs + SUM_PHASES, cs + SUM_WAITS);
-        add_host_probe(o, probe, e->opts.probe_evict_bytes);
+        add_host_probe(o, e, probe);
         cJSON_AddBoolToObject(o, "wait_measured", wait_bad == 0);
         add_ran(e, o);
         add_phase_definitions(o);

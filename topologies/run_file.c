@@ -98,7 +98,8 @@ read_device(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag 
     return MOE_OK;
 }
 
-/* The optional "host_probe" object of CPU runs: the host speed probe's GEMM shape and mean time
+/* The optional "host_probe" object of CPU runs: the host speed probe's GEMM shape and time (the
+ * median over the probes; runs before 2026-12-03 wrote the mean there and no time_us_mean)
  * (engine/report.c add_host_probe). */
 static enum moe_status
 read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_diag *diag)
@@ -106,8 +107,8 @@ read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_d
     if (o == NULL) {
         return MOE_OK;
     }
-    static const char *const keys[] = {"gemm_mnk", "time_us", "calls", "rank_spread",
-                                       "evict_bytes"};
+    static const char *const keys[] = {"gemm_mnk", "time_us",     "time_us_mean", "times_us",
+                                       "calls",    "rank_spread", "evict_bytes"};
     MOE_TRY(moe_json_check_keys(o, keys, MOE_ARRAY_LEN(keys), w, diag));
     const cJSON *mnk = cJSON_GetObjectItemCaseSensitive(o, "gemm_mnk");
     if (!cJSON_IsArray(mnk) || cJSON_GetArraySize(mnk) != 3) {
@@ -126,7 +127,9 @@ read_host_probe(const cJSON *o, const char *w, struct moe_run *run, struct moe_d
     run->probe_rank_spread = -1.0;
     MOE_TRY(
         moe_json_get_double(o, "rank_spread", false, 0.0, 100.0, &run->probe_rank_spread, w, diag));
-    double calls = 0.0, evict = 0.0; /* checked, not kept: compare reads the shape and time */
+    double calls = 0.0, evict = 0.0, mean = 0.0; /* checked, not kept: compare reads the shape
+                                                     and the median */
+    MOE_TRY(moe_json_get_double(o, "time_us_mean", false, 0.0, 1e9, &mean, w, diag));
     MOE_TRY(moe_json_get_double(o, "calls", false, 0.0, 1e12, &calls, w, diag));
     MOE_TRY(moe_json_get_double(o, "evict_bytes", false, 0.0, 1e15, &evict, w, diag));
     return MOE_OK;

@@ -348,7 +348,7 @@ static void test_host_probe(void **state)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (int off = 0; off < 2; off++) {
         struct moe_eng_run_opts o;
-        eng_test_opts(&o, 2);
+        eng_test_opts(&o, 4);
         o.no_host_probe = off == 1;
         o.probe_evict_bytes = (size_t)1 << 20;
         moe_comm_t *w = NULL;
@@ -375,6 +375,22 @@ static void test_host_probe(void **state)
                             run.probe_us < 2.0 * 512 * 512 * 512 / 1e2);
                 /* the slowest rank over the mean, minus 1: at most N - 1 */
                 assert_true(run.probe_rank_spread >= 0.0 && run.probe_rank_spread <= N - 1.0);
+                /* time_us is the median of the probes' times (after steps 2, 3 and 4) */
+                cJSON *root = NULL;
+                assert_int_equal(moe_json_read_file(path, &root, &diag), MOE_OK);
+                const cJSON *hp = cJSON_GetObjectItemCaseSensitive(root, "host_probe");
+                const cJSON *times = cJSON_GetObjectItemCaseSensitive(hp, "times_us");
+                assert_int_equal(cJSON_GetArraySize(times), 3);
+                int below = 0, above = 0;
+                for (int i = 0; i < 3; i++) {
+                    double t = cJSON_GetArrayItem(times, i)->valuedouble;
+                    below += t < run.probe_us;
+                    above += t > run.probe_us;
+                }
+                assert_true(below <= 1 && above <= 1); /* one of them, the middle one */
+                assert_true(cJSON_GetObjectItemCaseSensitive(hp, "time_us_mean")->valuedouble >
+                            0.0);
+                cJSON_Delete(root);
             }
             moe_run_fini(&run);
             (void)unlink(path);
