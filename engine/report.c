@@ -198,9 +198,10 @@ static void rank_summary(const struct moe_eng *e, double *out)
 /* "host_probe" (engine/engine.c host_probe; absent when none ran): the probe GEMM's time, the
  * median over the probes between the measured steps of each probe's mean over the ranks (a probe
  * is milliseconds and a dip of the host's speed for that long says little of the steps around it:
- * validate 2026-12-03 14:50, one run's probes averaged 4751 us where the calibration's row read
- * 2976 and its steps ran at the calibration's speed), the mean, each probe's time, and the ranks'
- * mean speed spread at those probes. sum: time, calls and spread, each summed over the ranks. */
+ * validate 2026-12-03 14:50, dp2's probes averaged 4751 us in the fastest of its three runs and
+ * 3089-3345 us in the two others, against the calibration's 3302), the mean, each probe's time,
+ * and the ranks' mean speed spread at those probes. sum: time, calls and spread, each summed over
+ * the ranks. */
 static void add_host_probe(cJSON *o, struct moe_eng *e, const double *sum)
 {
     if (!(sum[1] > 0.0)) {
