@@ -40,6 +40,14 @@ void moe_eng_run_opts_init(struct moe_eng_run_opts *o)
 
 /* ---- Creation -------------------------------------------------------------------------------- */
 
+/* The engine's one router loss is Switch's (per micro-batch, the counts all-reduced over TP x CP):
+ * at the plan's aux_loss coefficient, else its seq_aux_loss one, which sums the same counts over
+ * the same group (moe_eng_ran_options says what ran). */
+static double planned_aux_loss(const struct moe_options *o)
+{
+    return o->aux_loss_coeff > 0.0 ? o->aux_loss_coeff : o->seq_aux_loss_coeff;
+}
+
 static enum moe_status resolve_layout(struct moe_eng *e, struct moe_diag *diag)
 {
     struct moe_layout *lay = &e->plan.layout;
@@ -400,12 +408,7 @@ enum moe_status moe_eng_create(const struct moe_plan *plan,
     e->plan.options.is_fp32_training = true; /* the engine stores everything in fp32 */
     e->opts = *opts;
     if (e->opts.aux_loss_coeff < 0.0f) {
-        /* The engine's one router loss is Switch's (per micro-batch, the counts all-reduced over
-         * TP x CP): the plan's aux_loss, else its seq_aux_loss, which sums the same counts over
-         * the same group (moe_eng_ran_options says what ran). */
-        const struct moe_options *po = &plan->options;
-        e->opts.aux_loss_coeff =
-            (float)(po->aux_loss_coeff > 0.0 ? po->aux_loss_coeff : po->seq_aux_loss_coeff);
+        e->opts.aux_loss_coeff = (float)planned_aux_loss(&plan->options);
     }
     e->k = e->ctx.k;
     e->kc = e->ctx.kctx;
@@ -821,7 +824,7 @@ void moe_eng_ran_options(const struct moe_eng *e,
              e->opts.router_skew);
     }
     /* The router's load-balancing loss (engine creation resolved the coefficient). */
-    double planned = p->aux_loss_coeff > 0.0 ? p->aux_loss_coeff : p->seq_aux_loss_coeff;
+    double planned = planned_aux_loss(p);
     float want = (float)planned;
     ran->aux_loss_coeff = e->opts.aux_loss_coeff == want ? planned : (double)e->opts.aux_loss_coeff;
     ran->seq_aux_loss_coeff = 0.0;

@@ -96,26 +96,48 @@ const char *const moe_mf_balance_types[] = {"aux_loss", "seq_aux_loss",       "g
                                             "sinkhorn", "quantile_balancing", "none"};
 const int moe_mf_num_balance_types = (int)MOE_ARRAY_LEN(moe_mf_balance_types);
 
-/* Values of a list flag (nargs='+'): "--flag=value" is one; none is an error. */
-static enum moe_status list_count(struct moe_mf_parse *x, const struct moe_mf_values *v, int *n)
+/*
+ * The values of --moe-router-load-balancing-type (types: each a choice, none twice) or
+ * --moe-aux-loss-coeff (coefficients in [0, 1000]), a list (nargs='+'; "--flag=value" is one
+ * value), kept for the pairing after the last flag: the last occurrence of each flag wins.
+ */
+static enum moe_status
+read_balance_list(struct moe_mf_parse *x, const struct moe_mf_values *v, bool is_types)
 {
-    *n = v->eq != NULL ? 1 : v->count;
-    if (*n == 0) {
+    struct moe_mf_balance *b = &x->balance;
+    int n = v->eq != NULL ? 1 : v->count;
+    if (n == 0) {
         return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s needs a value", x->flag);
     }
-    if (*n > MOE_MF_MAX_BALANCE) {
+    if (n > MOE_MF_MAX_BALANCE) {
         return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s: %d values (at most %d)",
-                            x->flag, *n, MOE_MF_MAX_BALANCE);
+                            x->flag, n, MOE_MF_MAX_BALANCE);
     }
+    for (int i = 0; i < n; i++) {
+        const char *word = v->eq != NULL ? v->eq : v->argv[i];
+        if (!is_types) {
+            MOE_TRY(moe_mf_parse_double(x, word, &b->coeffs[i]));
+            if (!(b->coeffs[i] >= 0.0 && b->coeffs[i] <= 1e3)) {
+                return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID,
+                                    "%s: %s is not a loss coefficient in [0, 1000]", x->flag, word);
+            }
+            continue;
+        }
+        MOE_TRY(moe_mf_parse_choice(x, word, moe_mf_balance_types, (size_t)moe_mf_num_balance_types,
+                                    &b->types[i]));
+        for (int j = 0; j < i; j++) {
+            if (b->types[j] == b->types[i]) {
+                return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s: %s is listed twice",
+                                    x->flag, word);
+            }
+        }
+    }
+    *(is_types ? &b->has_types : &b->has_coeffs) = true;
+    *(is_types ? &b->at_types : &b->at_coeffs) = x->at;
+    *(is_types ? &b->num_types : &b->num_coeffs) = n;
     return MOE_OK;
 }
 
-static const char *list_word(const struct moe_mf_values *v, int i)
-{
-    return v->eq != NULL ? v->eq : v->argv[i];
-}
-
-/* --moe-router-load-balancing-type T...: kept for the pairing after the last flag. */
 enum moe_status moe_mf_read_balance_types(struct moe_mf_parse *x,
                                           const struct moe_mf_flag *f,
                                           const char *val,
@@ -123,26 +145,9 @@ enum moe_status moe_mf_read_balance_types(struct moe_mf_parse *x,
 {
     (void)f;
     (void)val;
-    struct moe_mf_balance *b = &x->balance;
-    int n = 0;
-    MOE_TRY(list_count(x, v, &n));
-    for (int i = 0; i < n; i++) {
-        MOE_TRY(moe_mf_parse_choice(x, list_word(v, i), moe_mf_balance_types,
-                                    (size_t)moe_mf_num_balance_types, &b->types[i]));
-        for (int j = 0; j < i; j++) {
-            if (b->types[j] == b->types[i]) {
-                return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID, "%s: %s is listed twice",
-                                    x->flag, list_word(v, i));
-            }
-        }
-    }
-    b->has_types = true;
-    b->at_types = x->at;
-    b->num_types = n;
-    return MOE_OK;
+    return read_balance_list(x, v, true);
 }
 
-/* --moe-aux-loss-coeff C...: coefficients in [0, 1000], paired after the last flag. */
 enum moe_status moe_mf_read_aux_coeffs(struct moe_mf_parse *x,
                                        const struct moe_mf_flag *f,
                                        const char *val,
@@ -150,21 +155,7 @@ enum moe_status moe_mf_read_aux_coeffs(struct moe_mf_parse *x,
 {
     (void)f;
     (void)val;
-    struct moe_mf_balance *b = &x->balance;
-    int n = 0;
-    MOE_TRY(list_count(x, v, &n));
-    for (int i = 0; i < n; i++) {
-        MOE_TRY(moe_mf_parse_double(x, list_word(v, i), &b->coeffs[i]));
-        if (!(b->coeffs[i] >= 0.0 && b->coeffs[i] <= 1e3)) {
-            return moe_mf_error(x, x->flag, x->at, MOE_ERR_INVALID,
-                                "%s: %s is not a loss coefficient in [0, 1000]", x->flag,
-                                list_word(v, i));
-        }
-    }
-    b->has_coeffs = true;
-    b->at_coeffs = x->at;
-    b->num_coeffs = n;
-    return MOE_OK;
+    return read_balance_list(x, v, false);
 }
 
 /* moefold's --moe-imbalance: auto (0) or a max/mean load factor in [1, 1000]. */

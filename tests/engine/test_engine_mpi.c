@@ -650,6 +650,18 @@ static double mean_rank_load(const struct moe_run *r)
     return r->num_rank_load_layers > 0 ? s / r->num_rank_load_layers : 0.0;
 }
 
+/* How many of the run's plan_differences contain `what`. */
+static int differences_naming(const struct moe_run *r, const char *what)
+{
+    int n = 0;
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, r->plan_differences)
+    {
+        n += strstr(it->valuestring, what) != NULL;
+    }
+    return n;
+}
+
 /*
  * The engine runs what the plan says or records what it did not: forced load balancing (random
  * router logits, Megatron's benchmark mode) brings the busiest EP rank close to the mean where the
@@ -689,14 +701,9 @@ static void test_runs_the_plan(void **state)
     assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r.ran, "delay_wgrad_compute")));
     assert_int_equal(cJSON_GetObjectItemCaseSensitive(r.ran, "moe_hot_expert_replicas")->valueint,
                      0);
-    int named = 0;
-    const cJSON *it = NULL;
-    cJSON_ArrayForEach(it, r.plan_differences)
-    {
-        named += strstr(it->valuestring, "delay_wgrad_compute") != NULL ||
-                 strstr(it->valuestring, "moe_hot_expert_replicas") != NULL;
-    }
-    assert_int_equal(named, 2);
+    assert_int_equal(differences_naming(&r, "delay_wgrad_compute") +
+                         differences_naming(&r, "moe_hot_expert_replicas"),
+                     2);
     moe_run_fini(&r);
 
     double grouped[2];
@@ -733,26 +740,9 @@ static void test_runs_the_plan(void **state)
                      cJSON_False);
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(r.ran, "dispatcher")->valuestring,
                         moe_dispatcher_name(MOE_DISPATCH_ALLTOALL));
-    named = 0;
-    cJSON_ArrayForEach(it, r.plan_differences)
-    {
-        named += strstr(it->valuestring, "flat all-to-all") != NULL ||
-                 strstr(it->valuestring, "ran without it") != NULL;
-    }
-    assert_int_equal(named, 2);
+    assert_int_equal(
+        differences_naming(&r, "flat all-to-all") + differences_naming(&r, "ran without it"), 2);
     moe_run_fini(&r);
-}
-
-/* How many of the run's plan_differences contain `what`. */
-static int differences_naming(const struct moe_run *r, const char *what)
-{
-    int n = 0;
-    const cJSON *it = NULL;
-    cJSON_ArrayForEach(it, r->plan_differences)
-    {
-        n += strstr(it->valuestring, what) != NULL;
-    }
-    return n;
 }
 
 /*
