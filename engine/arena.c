@@ -85,6 +85,19 @@ float *moe_eng_arena_floats(struct moe_eng_arena *a, size_t n)
     return moe_eng_arena_take(a, n * sizeof(float));
 }
 
+float *moe_eng_page_offset_like(float *p, const float *ref)
+{
+    uintptr_t want = (uintptr_t)ref % MOE_ENG_PAGE_BYTES;
+    uintptr_t have = (uintptr_t)p % MOE_ENG_PAGE_BYTES;
+    return p + (want + MOE_ENG_PAGE_BYTES - have) % MOE_ENG_PAGE_BYTES / sizeof(float);
+}
+
+float *moe_eng_arena_floats_like(struct moe_eng_arena *a, size_t n, const float *ref)
+{
+    float *p = moe_eng_arena_floats(a, n + MOE_ENG_PAGE_FLOATS);
+    return p != NULL && ref != NULL ? moe_eng_page_offset_like(p, ref) : p;
+}
+
 int *moe_eng_arena_ints(struct moe_eng_arena *a, size_t n)
 {
     return moe_eng_arena_take(a, n * sizeof(int));

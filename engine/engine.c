@@ -738,9 +738,10 @@ void moe_eng_memory(const moe_eng_t *e, struct moe_eng_mem_report *out)
     memset(out, 0, sizeof(*out));
     out->weights = (double)e->mem[MOE_ENG_MEM_WEIGHTS].bytes;
     out->grads = (double)e->mem[MOE_ENG_MEM_GRADS].bytes;
-    out->optimizer = (double)e->mem[MOE_ENG_MEM_OPTIMIZER].bytes;
+    double slack = (double)moe_eng_opt_page_slack(e);
+    out->optimizer = (double)e->mem[MOE_ENG_MEM_OPTIMIZER].bytes - slack;
     out->activations = (double)e->mem[MOE_ENG_MEM_ACTIVATIONS].bytes;
-    out->buffers = (double)e->mem[MOE_ENG_MEM_BUFFERS].bytes;
+    out->buffers = (double)e->mem[MOE_ENG_MEM_BUFFERS].bytes + slack;
     out->total = out->weights + out->grads + out->optimizer + out->activations + out->buffers;
     out->host_offload = (double)e->mem[MOE_ENG_MEM_HOST].bytes;
     out->data = (double)e->data.text_bytes_alloc;

@@ -885,6 +885,11 @@ float *moe_eng_scal_take(struct moe_eng *e, enum moe_eng_scal_kind kind, int lay
 void moe_eng_scal_flush(struct moe_eng *e);
 /* CUDA: record the sums of a layer's x2 and output for the deferred finite check. */
 void moe_eng_note_layer_sums(struct moe_eng *e, int layer, const float *x2, const float *out);
+/* Bytes of the optimizer category that hold no state: each bucket's master, moments (and
+ * offloaded gradient copy) carry a page of slack to share the gradient's page offset
+ * (engine/model.c bucket_close); reported among the buffers' "other". 0 under optimizer offload
+ * (the state lives in the host pool). */
+size_t moe_eng_opt_page_slack(const struct moe_eng *e);
 /* Bytes of host temporaries the CUDA backend needs at most at once (e->htemp). */
 size_t moe_eng_host_temp_bytes(const struct moe_eng *e);
 /* Name of the first parameter of layer w with a non-finite weight, or NULL (scans engine memory:

@@ -306,10 +306,14 @@ static void bucket_close(struct moe_eng *e, int b)
      * host copy of the gradient shard for AdamW there (engine/optimizer.c). */
     bool offload = e->plan.options.optimizer_cpu_offload;
     struct moe_eng_arena *opt = &e->mem[offload ? MOE_ENG_MEM_HOST : MOE_ENG_MEM_OPTIMIZER].arena;
-    bk->master = moe_eng_arena_floats(opt, bk->shard);
-    bk->m = moe_eng_arena_floats(opt, bk->shard);
-    bk->v = moe_eng_arena_floats(opt, bk->shard);
-    bk->g_host = offload ? moe_eng_arena_floats(opt, bk->shard) : NULL;
+    /* AdamW streams the master, both moments and the gradient shard in step: each at the
+     * gradient shard's offset within a 4 KiB page (moe_eng_arena_floats_like; the slack is
+     * reported among the buffers, moe_eng_opt_page_slack). */
+    const float *gs = bk->g != NULL ? bk->g + bk->shard_off : NULL;
+    bk->master = moe_eng_arena_floats_like(opt, bk->shard, gs);
+    bk->m = moe_eng_arena_floats_like(opt, bk->shard, gs);
+    bk->v = moe_eng_arena_floats_like(opt, bk->shard, gs);
+    bk->g_host = offload ? moe_eng_arena_floats_like(opt, bk->shard, gs) : NULL;
     size_t off = 0;
     for (int i = 0; i < bk->num_params; i++) {
         struct moe_eng_param *p = &e->params[bk->first_param + i];
@@ -317,6 +321,14 @@ static void bucket_close(struct moe_eng *e, int b)
         p->g = bk->g != NULL ? bk->g + off : NULL;
         off += p->numel;
     }
+}
+
+size_t moe_eng_opt_page_slack(const struct moe_eng *e)
+{
+    if (e->plan.options.optimizer_cpu_offload) {
+        return 0;
+    }
+    return (size_t)e->num_buckets * 3 * MOE_ENG_PAGE_BYTES;
 }
 
 static void tensor_bind(const struct moe_eng *e, struct moe_eng_tensor *t)

@@ -38,7 +38,8 @@
  *   per-op temp region), recompute_scratch (tensors of recomputed modules), offload_staging (the
  *   two staging halves of activation offload), pipeline (chunk outputs, input gradients sent back
  * to the previous stage, the backward's gradient streams) and other (token ids and targets,
- * position and K/V-order tables, expert statistics, scalar slots, bucket sums of squares).
+ * position and K/V-order tables, expert statistics, scalar slots, bucket sums of squares, the
+ * optimizer state's page-alignment slack: moe_eng_opt_page_slack).
  * - expert_rows_factor (MoE models): the expert rows each rank's buffers were sized for, divided by
  *   the mean rows its experts receive per micro-batch and MoE layer (tokens_sp * topk * etp): EP
  *   with the default worst-case sizing (every token of the EP group could pick this rank's
@@ -158,7 +159,7 @@ static void buffer_parts(const struct moe_eng *e, double *out)
     out[2] = (double)moe_eng_align(e->rc_scratch_bytes);
     out[3] = (double)moe_eng_align(e->staging_bytes);
     out[4] = (double)e->bufs_pipeline_bytes;
-    out[5] = (double)e->bufs_other_bytes;
+    out[5] = (double)(e->bufs_other_bytes + moe_eng_opt_page_slack(e));
 }
 
 /* Expert rows the buffers were sized for over the mean rows a rank's experts receive
