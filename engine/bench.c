@@ -339,13 +339,12 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
         return MOE_ERR_INVALID;
     }
     /* AdamW's streams (master, m, v, gradient; the optimizer's weights): n/2 floats each, all at
-     * one offset within a 4 KiB page, as the engine's are where a bucket holds whole multiples
-     * of 1024 floats (the expert and most dense tensors of power-of-two models; master, m and v
-     * lie a shard apart). How the streams lie moves this host's rate by a third: AdamW over
-     * 5.6 M parameters ran 9.4-9.8 GB/s with its streams within 256 bytes of one page offset
-     * and 7.1-7.4 GB/s with them 1-3 KiB apart, where the bench had put them (n/2, a multiple of
-     * 512 floats, put m and the gradient 2 KiB off the master and v); the bench priced the
-     * validate suite's optimizer phase 12-32% slow. */
+     * one offset within a 4 KiB page, as the engine places each bucket's master, m and v at its
+     * gradient shard's (engine/model.c bucket_close). How the streams lie moves one host's rate
+     * by a third: AdamW over 5.6 M parameters ran 9.4-9.8 GB/s with its streams within 256 bytes
+     * of one page offset and 7.1-7.4 GB/s with them 1-3 KiB apart, where the bench had put them
+     * (n/2, a multiple of 512 floats, put m and the gradient 2 KiB off the master and v); the
+     * bench priced the validate suite's optimizer phase 12-32% slow. */
     size_t np = n / 2;
     float *master = a;
     float *mom = moe_eng_page_offset_like(a + np, a);
