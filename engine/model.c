@@ -308,8 +308,9 @@ static void bucket_close(struct moe_eng *e, int b)
     struct moe_eng_arena *opt = &e->mem[offload ? MOE_ENG_MEM_HOST : MOE_ENG_MEM_OPTIMIZER].arena;
     /* AdamW streams the master, both moments and the gradient shard in step: each at the
      * gradient shard's offset within a 4 KiB page (moe_eng_arena_floats_like; the slack is
-     * reported among the buffers, moe_eng_opt_page_slack). */
-    const float *gs = bk->g != NULL ? bk->g + bk->shard_off : NULL;
+     * reported among the buffers, moe_eng_opt_page_slack). The reduced shard sits at the start
+     * of the bucket's gradients on every rank (the reduce-scatter is in place). */
+    const float *gs = bk->g;
     bk->master = moe_eng_arena_floats_like(opt, bk->shard, gs);
     bk->m = moe_eng_arena_floats_like(opt, bk->shard, gs);
     bk->v = moe_eng_arena_floats_like(opt, bk->shard, gs);

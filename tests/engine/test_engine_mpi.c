@@ -10,6 +10,7 @@
  * buffers category's parts adding up to it and the expert-row sizing factor (EP by default,
  * --moe-buffer-factor when given) and a definition of every phase.
  */
+#include "engine/internal.h" /* the optimizer buckets' streams (test_memory_vs_prediction) */
 #include "model/memory.h"
 #include "tests/engine/eng_test.h"
 #include "topologies/json_util.h"
@@ -217,6 +218,20 @@ static void test_memory_vs_prediction(void **state)
         moe_eng_t *e = make(&plan, &o, &w);
         struct moe_eng_mem_report m;
         moe_eng_memory(e, &m);
+        /* AdamW's streams share the page offset of the reduced gradient shard, which sits at the
+         * start of the bucket's gradients on every rank (in-place reduce-scatter), not at the
+         * rank's offset in the bucket (engine/model.c bucket_close). */
+        int streams_ok = 1;
+        for (int b = 0; b < e->num_buckets; b++) {
+            const struct moe_eng_bucket *bk = &e->buckets[b];
+            uintptr_t page = (uintptr_t)bk->g % MOE_ENG_PAGE_BYTES;
+            streams_ok = streams_ok && (uintptr_t)bk->master % MOE_ENG_PAGE_BYTES == page &&
+                         (uintptr_t)bk->m % MOE_ENG_PAGE_BYTES == page &&
+                         (uintptr_t)bk->v % MOE_ENG_PAGE_BYTES == page;
+        }
+        int streams_all = 0;
+        MPI_Allreduce(&streams_ok, &streams_all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        assert_int_equal(streams_all, 1);
         const struct moe_layout *lay = moe_eng_layout(e);
         int stage = rank / (lay->tp * lay->cp * lay->dp);
         struct moe_cluster cl;
