@@ -329,7 +329,7 @@ size_t moe_eng_opt_page_slack(const struct moe_eng *e)
     if (e->plan.options.optimizer_cpu_offload) {
         return 0;
     }
-    return (size_t)e->num_buckets * 3 * MOE_ENG_PAGE_BYTES;
+    return (size_t)e->num_buckets * 3 /* master, m, v */ * MOE_ENG_PAGE_BYTES;
 }
 
 static void tensor_bind(const struct moe_eng *e, struct moe_eng_tensor *t)

@@ -1015,9 +1015,6 @@ static void test_memory_vs_prediction(void **state)
     }
 }
 
-/* Precision emulation's per-call quantised copies (the engine's temporaries) are priced: the
- * buffers the engine adds for them equal what the model adds for FP32 training under an FP8 recipe
- * (tiny-moe: the stacked expert weights and two row operands, ~0.5 MiB on 1.1 MiB of buffers). */
 /* AdamW's four streams of every bucket share one offset within a 4 KiB page (engine/model.c
  * bucket_close: one CPU ran the step a third slower with them 1-3 KiB apart), and the page of
  * slack each carries is reported among the buffers, not as optimizer state. */
@@ -1049,6 +1046,9 @@ static void test_optimizer_streams_share_page_offset(void **state)
     release(&f);
 }
 
+/* Precision emulation's per-call quantised copies (the engine's temporaries) are priced: the
+ * buffers the engine adds for them equal what the model adds for FP32 training under an FP8 recipe
+ * (tiny-moe: the stacked expert weights and two row operands, ~0.5 MiB on 1.1 MiB of buffers). */
 static void test_memory_emulation(void **state)
 {
     (void)state;
