@@ -262,27 +262,36 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
  * expert's rows (gemm.grouped_half_dim). The dense rows are timed as a step runs them, operands
  * cold; an expert's weights are a few MiB per rank and stay warm, so at 16-64 rows per expert the
  * dense term (16 rows on this host, 2026-12-03) priced the engine's expert GEMMs 15-35% slow
- * while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The grouped
- * rows time the forward alone on hot operands: timing the step's three GEMMs in turn (what the
- * model prices at one rate) priced the engine's expert_gemm 5-8% fast in two validate runs, and
- * on cold operand sets the validate model's shapes read 54-59 GFLOP/s where the engine's three
- * calls at them averaged 76 (its whole working set fits this host's last-level cache); the
- * forward alone read -1% to +5% in three of four runs (README, "Closed loop"). The term is a grid
- * over 0-64 rows (step 0.05), each with the median ratio (at most 1) as the factor, keeping the one
- * of least RMS log residual.
+ * while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The bench
+ * times the step's three GEMMs in turn, each call on its own, and each gets its own factor and
+ * term: one rate for the three (their mean) priced the engine's expert_gemm 5-8% fast in two
+ * validate runs (AMD host), the forward's alone for the three priced it 14-24% slow where an
+ * expert has 16 rows (Intel host, 2026-12-03: backward-weight, which reduces over those rows,
+ * took 0.7 x the forward's time there) and the presets' miniatures' backward GEMMs (32-64 wide)
+ * ran at twice the forward's rate. The term is a grid over 0-64 rows (step 0.05), each with the
+ * median ratio (at most cap) as the factor, keeping the one of least RMS log residual; the
+ * forward's factor is at most 1 (a factor on the dense curve, whose rows are cold), the
+ * backward's at most 2 (their hot rows ran up to 1.5 x the dense curve's peak).
  */
 #define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
 #define GROUPED_HALF_STEP  0.05
 
-static enum moe_status
-fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+/* Fit one direction's factor and term to the rows' `key` rates; *n_out: the rows that had it. */
+static void fit_grouped_dir(const cJSON *bench,
+                            const struct moe_calib_fit *fit,
+                            const char *key,
+                            double cap,
+                            double *eff,
+                            double *half_dim,
+                            double *rms_resid,
+                            size_t *n_out)
 {
     double g[MAX_POINTS], flops[MAX_POINTS], d[MAX_POINTS];
     size_t n = 0;
     const cJSON *it = NULL;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "grouped_gemm"))
     {
-        double rate = num_of(it, "gflops");
+        double rate = num_of(it, key);
         double e = num_of(it, "experts");
         double t = num_of(it, "tokens");
         double in = num_of(it, "in");
@@ -292,16 +301,16 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
             !(out > 0.0) || cJSON_IsTrue(sk) || n >= MAX_POINTS) {
             continue;
         }
-        /* What model/compute.c prices before grouped_eff: the curve at the total FLOPs with
+        /* What model/compute.c prices before the factor: the curve at the total FLOPs with
          * each expert's own rows as the narrowest dimension. */
         g[n] = rate;
         flops[n] = 2.0 * t * in * out;
         d[n] = fmin(t / e, fmin(in, out));
         n++;
     }
+    *n_out = n;
     if (n == 0) {
-        return moe_diag_set(diag, MOE_ERR_INVALID,
-                            "calibrate: the bench has no grouped_gemm points");
+        return;
     }
     double best_rms = INFINITY;
     for (int step = 0; step <= GROUPED_HALF_STEPS; step++) {
@@ -312,10 +321,9 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
                    (fit->gemm_peak_gflops * curve_shape(flops[i], d[i], fit->gemm_half_flops, h));
             sorted[i] = r[i];
         }
-        /* At most 1 (a cluster file's grouped_eff is a factor on the dense curve), and capped
-         * here, inside the grid: capping the best unconstrained pair afterwards kept a term
-         * chosen for a larger factor and priced the rows slow. */
-        double ge = fmin(median(sorted, n), 1.0);
+        /* Capped here, inside the grid: capping the best unconstrained pair afterwards kept a
+         * term chosen for a larger factor and priced the rows slow. */
+        double ge = fmin(median(sorted, n), cap);
         double ss = 0.0;
         for (size_t i = 0; i < n; i++) {
             double e = log(r[i] / ge);
@@ -324,11 +332,31 @@ fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag
         double rms = sqrt(ss / (double)n);
         if (rms < best_rms - 1e-12) {
             best_rms = rms;
-            fit->grouped_eff = ge;
-            fit->grouped_half_dim = h;
+            *eff = ge;
+            *half_dim = h;
         }
     }
-    fit->grouped_rms_resid = best_rms;
+    *rms_resid = best_rms;
+}
+
+static enum moe_status
+fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
+{
+    size_t n = 0;
+    fit_grouped_dir(bench, fit, "gflops", 1.0, &fit->grouped_eff, &fit->grouped_half_dim,
+                    &fit->grouped_rms_resid, &n);
+    if (n == 0) {
+        return moe_diag_set(diag, MOE_ERR_INVALID,
+                            "calibrate: the bench has no grouped_gemm points");
+    }
+    static const char *const keys[2] = {"dgrad_gflops", "wgrad_gflops"};
+    for (int i = 0; i < 2; i++) {
+        fit->grouped_bwd_eff[i] = 0.0; /* a bench without them: the forward's figures */
+        fit->grouped_bwd_half_dim[i] = 0.0;
+        fit->grouped_bwd_rms_resid[i] = 0.0;
+        fit_grouped_dir(bench, fit, keys[i], 2.0, &fit->grouped_bwd_eff[i],
+                        &fit->grouped_bwd_half_dim[i], &fit->grouped_bwd_rms_resid[i], &n);
+    }
     return MOE_OK;
 }
 
@@ -742,6 +770,10 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->gemm.half_dim = fit->gemm_half_dim;
     g->gemm.grouped_eff = fit->grouped_eff;
     g->gemm.grouped_half_dim = fit->grouped_half_dim;
+    for (int i = 0; i < 2; i++) {
+        g->gemm.grouped_bwd_eff[i] = fit->grouped_bwd_eff[i];
+        g->gemm.grouped_bwd_half_dim[i] = fit->grouped_bwd_half_dim[i];
+    }
     g->gemm.grouped_tile_m = 1.0;
     for (int i = 0; i < MOE_CLUSTER_NUM_RECIPES; i++) {
         g->gemm.recipe_eff[i] = 1.0;

@@ -68,8 +68,13 @@ struct moe_calib_fit {
     double grouped_eff;       /* median grouped rate / the curve at each expert's rows */
     double grouped_half_dim;  /* the grouped rows' own narrow-dimension term (rows per expert) */
     double grouped_rms_resid; /* RMS log residual of the grouped rows at (grouped_eff, it) */
-    double mem_gbps;          /* streaming copy bandwidth per rank, largest working set */
-    double elem_eff;          /* elementwise kernels' rate / copy bandwidth (median) */
+    /* The backward-data and backward-weight GEMMs' own factor, term and residual, fitted the same
+     * way to the rows' dgrad_gflops / wgrad_gflops (factor 0: the bench did not time them). */
+    double grouped_bwd_eff[2];
+    double grouped_bwd_half_dim[2];
+    double grouped_bwd_rms_resid[2];
+    double mem_gbps;      /* streaming copy bandwidth per rank, largest working set */
+    double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
     double act_eff;       /* SwiGLU's rate / copy bandwidth (median over sizes); 0 = not measured */
     double act_bwd_eff;   /* its backward's rate / copy bandwidth; 0 = not measured */
     double bias_eff;      /* the experts' bias add's rate / copy bandwidth; 0 = not measured */

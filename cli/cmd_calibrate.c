@@ -232,6 +232,17 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
     printf("%-26s %14.3g  (rows per expert: its own narrow-dimension term), RMS log residual "
            "%.3f\n",
            "grouped GEMM half_dim", f->grouped_half_dim, f->grouped_rms_resid);
+    static const char *const dirs[2] = {"backward-data", "backward-weight"};
+    for (int i = 0; i < 2; i++) {
+        if (f->grouped_bwd_eff[i] > 0.0) {
+            printf("%-26s %14.3f  %s's own factor, half_dim %.3g rows, RMS log residual %.3f\n",
+                   i == 0 ? "grouped dgrad factor" : "grouped wgrad factor", f->grouped_bwd_eff[i],
+                   dirs[i], f->grouped_bwd_half_dim[i], f->grouped_bwd_rms_resid[i]);
+        } else {
+            printf("%-26s %14s  the bench did not time the %s GEMM: priced as the forward\n",
+                   i == 0 ? "grouped dgrad factor" : "grouped wgrad factor", "-", dirs[i]);
+        }
+    }
     if (f->rank_spread_points > 0) {
         printf("%-26s %13.1f%%  slowest rank's GEMM time / the ranks' mean - 1 (mean of %d "
                "shapes): host.rank_spread, each collective that joins ranks waits this share of "
@@ -404,6 +415,10 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "gemm_rms_resid", fit.gemm_rms_resid);
         cJSON_AddNumberToObject(j, "grouped_eff", fit.grouped_eff);
         cJSON_AddNumberToObject(j, "grouped_half_dim", fit.grouped_half_dim);
+        cJSON_AddNumberToObject(j, "grouped_dgrad_eff", fit.grouped_bwd_eff[0]);
+        cJSON_AddNumberToObject(j, "grouped_dgrad_half_dim", fit.grouped_bwd_half_dim[0]);
+        cJSON_AddNumberToObject(j, "grouped_wgrad_eff", fit.grouped_bwd_eff[1]);
+        cJSON_AddNumberToObject(j, "grouped_wgrad_half_dim", fit.grouped_bwd_half_dim[1]);
         cJSON_AddNumberToObject(j, "rank_spread", fit.rank_spread);
         cJSON_AddNumberToObject(j, "probe_gemm_us", fit.probe_gemm_us);
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);

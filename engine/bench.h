@@ -85,17 +85,20 @@ MOE_NODISCARD enum moe_status moe_bench_gemm_run(const struct moe_k_ops *k,
 
 struct moe_bench_grouped {
     int num_experts;
-    int tokens;     /* rows over all experts */
-    int in, out;    /* dims of each expert's linear */
-    bool is_skewed; /* rows per expert follow 1/(rank+1) (Zipf-like) instead of uniform */
-    double time_us;
-    double gflops;       /* 2 * tokens * in * out / time */
-    double dense_gflops; /* one linear over all rows with the same FLOPs */
-    double ratio;        /* gflops / dense_gflops */
-    bool is_ok;          /* grouped result equals per-expert linear results exactly */
+    int tokens;           /* rows over all experts */
+    int in, out;          /* dims of each expert's linear */
+    bool is_skewed;       /* rows per expert follow 1/(rank+1) (Zipf-like) instead of uniform */
+    double time_us;       /* forward: y = x w^T per expert */
+    double dgrad_time_us; /* backward-data: dx = dy w per expert */
+    double wgrad_time_us; /* backward-weight: dw += dy^T x per expert (rows are the reduction) */
+    double gflops;        /* 2 * tokens * in * out / time (the forward) */
+    double dense_gflops;  /* one linear over all rows with the same FLOPs */
+    double ratio;         /* gflops / dense_gflops */
+    bool is_ok;           /* grouped result equals per-expert linear results exactly */
 };
 
-/* Grouped linear forward over num_experts experts vs one linear of equal FLOPs. */
+/* Grouped linear forward, backward-data and backward-weight over num_experts experts (each timed
+ * on its own, as the step calls them) vs one linear forward of equal FLOPs. */
 MOE_NODISCARD enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                                     moe_k_ctx_t *kc,
                                                     const struct moe_bench_cfg *cfg,

@@ -447,15 +447,17 @@ static int bench_grouped(moe_comm_t *w,
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "grouped_gemm") : NULL;
     if (root && js == NULL) {
         (void)printf("\n# grouped expert GEMM (one sgemm per expert) vs one GEMM of equal FLOPs\n");
-        (void)printf("#%7s %8s %6s %6s %7s %12s %10s %12s %7s %6s\n", "experts", "tokens", "in",
-                     "out", "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio", "check");
+        (void)printf("#%7s %8s %6s %6s %7s %12s %10s %12s %7s %10s %10s %6s\n", "experts", "tokens",
+                     "in", "out", "rows", "time(us)", "GFLOP/s", "dense GF/s", "ratio",
+                     "dgrad GF/s", "wgrad GF/s", "check");
     }
     int bad = 0;
-    /* --passes, each point's kept pass of the mean grouped time (as the dense table), and the
-     * equal-FLOPs dense rate of the same pass. */
+    /* --passes, each point's kept pass of the mean grouped forward time (as the dense table), and
+     * the equal-FLOPs dense rate and the backward's two times of the same pass. */
     enum { NUM_CASES = sizeof(cases) / sizeof(cases[0]) };
     struct moe_bench_grouped runs[NUM_CASES][2][BENCH_MAX_PASSES];
     double pass_us[NUM_CASES][2][BENCH_MAX_PASSES], pass_dense[NUM_CASES][2][BENCH_MAX_PASSES];
+    double pass_dgrad[NUM_CASES][2][BENCH_MAX_PASSES], pass_wgrad[NUM_CASES][2][BENCH_MAX_PASSES];
     int wrong[NUM_CASES][2];
     for (int pass = 0; pass < a->passes; pass++) {
         for (size_t i = 0; i < NUM_CASES; i++) {
@@ -475,6 +477,8 @@ static int bench_grouped(moe_comm_t *w,
                 runs[i][skew][pass] = g;
                 pass_us[i][skew][pass] = world_mean(w, g.time_us);
                 pass_dense[i][skew][pass] = world_mean(w, g.dense_gflops);
+                pass_dgrad[i][skew][pass] = world_mean(w, g.dgrad_time_us);
+                pass_wgrad[i][skew][pass] = world_mean(w, g.wgrad_time_us);
                 int bad_here = all_ok(w, g.is_ok);
                 wrong[i][skew] = pass == 0 ? bad_here : (wrong[i][skew] | bad_here);
             }
@@ -485,8 +489,13 @@ static int bench_grouped(moe_comm_t *w,
             int kp = kept_pass(pass_us[i][skew], a->passes, a->keep);
             const struct moe_bench_grouped *g = &runs[i][skew][kp];
             double us = pass_us[i][skew][kp];
-            double gf = us > 0.0 ? 2.0 * g->tokens * (double)g->in * g->out / (us * 1e3) : 0.0;
+            double mflop = 2.0 * g->tokens * (double)g->in * g->out * 1e-3;
+            double gf = us > 0.0 ? mflop / us : 0.0;
             double dg = pass_dense[i][skew][kp];
+            double d_us = pass_dgrad[i][skew][kp];
+            double w_us = pass_wgrad[i][skew][kp];
+            double dgf = d_us > 0.0 ? mflop / d_us : 0.0;
+            double wgf = w_us > 0.0 ? mflop / w_us : 0.0;
             int bad_here = wrong[i][skew];
             bad += bad_here;
             if (root && arr != NULL) {
@@ -499,12 +508,17 @@ static int bench_grouped(moe_comm_t *w,
                 cJSON_AddNumberToObject(o, "time_us", us);
                 cJSON_AddNumberToObject(o, "gflops", gf);
                 cJSON_AddNumberToObject(o, "dense_gflops", dg);
+                cJSON_AddNumberToObject(o, "dgrad_time_us", d_us);
+                cJSON_AddNumberToObject(o, "dgrad_gflops", dgf);
+                cJSON_AddNumberToObject(o, "wgrad_time_us", w_us);
+                cJSON_AddNumberToObject(o, "wgrad_gflops", wgf);
                 cJSON_AddBoolToObject(o, "ok", bad_here == 0);
                 cJSON_AddItemToArray(arr, o);
             } else if (root) {
-                (void)printf(" %7d %8d %6d %6d %7s %12.1f %10.2f %12.2f %7.3f %6s\n",
+                (void)printf(" %7d %8d %6d %6d %7s %12.1f %10.2f %12.2f %7.3f %10.2f %10.2f %6s\n",
                              g->num_experts, g->tokens, g->in, g->out, skew ? "zipf" : "even", us,
-                             gf, dg, dg > 0.0 ? gf / dg : 0.0, bad_here == 0 ? "OK" : "FAIL");
+                             gf, dg, dg > 0.0 ? gf / dg : 0.0, dgf, wgf,
+                             bad_here == 0 ? "OK" : "FAIL");
             }
         }
     }

@@ -51,7 +51,13 @@ struct moe_gemm_eff {
     double grouped_half_dim;      /* the grouped GEMMs' own narrow-dimension term at each expert's
                                      rows (a CPU host: its experts' weights stay warm in the cache
                                      where the dense linears' are cold); 0: half_dim */
-    double grouped_tile_m;        /* rows per tile: each expert's token count is padded to it */
+    double grouped_bwd_eff[2];    /* backward-data, backward-weight: their own factor vs dense
+                                     where a host measured them apart (a CPU host: reducing over
+                                     an expert's few rows runs near the peak); 0: grouped_eff and
+                                     grouped_half_dim, as the forward */
+    double grouped_bwd_half_dim[2]; /* their narrow-dimension terms (read where the factor is set;
+                                       0 there: no term) */
+    double grouped_tile_m;          /* rows per tile: each expert's token count is padded to it */
     double recipe_eff[MOE_CLUSTER_NUM_RECIPES]; /* per recipe (enum moe_recipe order): factor on
                                      max_eff for its scaling mode's GEMM kernels (BF16 = 1) */
 };

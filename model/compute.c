@@ -166,24 +166,33 @@ double moe_compute_gemm_s(const struct moe_gpu *gpu,
 }
 
 /* Shared per-call context. */
+/* The rate terms of one GEMM shape's forward, backward-data and backward-weight: a divisor on
+ * the curve's rate (1 / the grouped factor) and the narrow-dimension term. */
+enum { GEMM_FWD, GEMM_DGRAD, GEMM_WGRAD, GEMM_DIRS };
+struct gemm_dirs {
+    double div[GEMM_DIRS];
+    double half[GEMM_DIRS];
+};
+
 struct cctx {
     const struct moe_gpu *gpu;
     const struct moe_cluster *cl;
     enum moe_math math;
-    double in_bytes;     /* bytes per GEMM input element at the recipe's precision */
-    double quant_s;      /* seconds per element quantised (0 for BF16) */
-    bool emulated_quant; /* FP32 training emulating the recipe: no quantised copies are cached */
-    double eff_scale;    /* the recipe's GEMM kernel factor on max_eff */
-    double grad_bytes;   /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
-    double ab;           /* bytes of one activation element: BF16 2, FP32 training 4 */
-    double hbm;          /* achieved bytes/s */
-    double inv_hbm;      /* 1 / hbm */
-    double elem_bw;      /* bytes/s elementwise kernels achieve */
-    double act_bw;       /* bytes/s the MLP activation achieves (SwiGLU / GELU) */
-    double inv_peak;     /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
-    double inv_half;     /* 1 / half_flops at the recipe's math */
-    double half_dim;     /* narrowest-dimension term of the efficiency (0: none) */
-    double grouped_half; /* the experts' (gemm.grouped_half_dim, else half_dim) */
+    double in_bytes;        /* bytes per GEMM input element at the recipe's precision */
+    double quant_s;         /* seconds per element quantised (0 for BF16) */
+    bool emulated_quant;    /* FP32 training emulating the recipe: no quantised copies are cached */
+    double eff_scale;       /* the recipe's GEMM kernel factor on max_eff */
+    double grad_bytes;      /* main-gradient element: wgrad reads and writes it (FP32 accumulate) */
+    double ab;              /* bytes of one activation element: BF16 2, FP32 training 4 */
+    double hbm;             /* achieved bytes/s */
+    double inv_hbm;         /* 1 / hbm */
+    double elem_bw;         /* bytes/s elementwise kernels achieve */
+    double act_bw;          /* bytes/s the MLP activation achieves (SwiGLU / GELU) */
+    double inv_peak;        /* 1 / (peak x max_eff x eff_scale) at the recipe's math */
+    double inv_half;        /* 1 / half_flops at the recipe's math */
+    double half_dim;        /* narrowest-dimension term of the efficiency (0: none) */
+    struct gemm_dirs dense; /* the dense linears': no factor, half_dim in all three */
+    struct gemm_dirs experts; /* the experts' grouped GEMMs' per direction */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -209,8 +218,21 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->inv_peak = 1.0 / (peak * cl->gpu.gemm.max_eff[c->math] * c->eff_scale);
     c->inv_half = 1.0 / (cl->gpu.gemm.half_flops * (bf16 > 0.0 ? peak / bf16 : 1.0));
     c->half_dim = cl->gpu.gemm.half_dim;
-    c->grouped_half =
-        cl->gpu.gemm.grouped_half_dim > 0.0 ? cl->gpu.gemm.grouped_half_dim : c->half_dim;
+    const struct moe_gemm_eff *ge = &cl->gpu.gemm;
+    double g_div = ge->grouped_eff > 0.0 ? 1.0 / ge->grouped_eff : 1.0;
+    double g_half = ge->grouped_half_dim > 0.0 ? ge->grouped_half_dim : c->half_dim;
+    for (int d = 0; d < GEMM_DIRS; d++) {
+        c->dense.div[d] = 1.0;
+        c->dense.half[d] = c->half_dim;
+        c->experts.div[d] = g_div;
+        c->experts.half[d] = g_half;
+    }
+    for (int d = GEMM_DGRAD; d <= GEMM_WGRAD; d++) {
+        if (ge->grouped_bwd_eff[d - GEMM_DGRAD] > 0.0) {
+            c->experts.div[d] = 1.0 / ge->grouped_bwd_eff[d - GEMM_DGRAD];
+            c->experts.half[d] = ge->grouped_bwd_half_dim[d - GEMM_DGRAD];
+        }
+    }
 }
 
 /* Forward and backward time of one GEMM shape. */
@@ -221,36 +243,34 @@ struct fb {
 
 /*
  * y[m,n] = x[m,k] W[k,n] with `groups` weight matrices sharing the m rows (grouped expert GEMM;
- * 1 for a plain GEMM); eff_div divides the math time (grouped kernels' efficiency factor) and
- * half_dim is the narrow-dimension term (c->half_dim, or c->grouped_half for experts). The
- * efficiency curve is evaluated once for the three GEMMs of one shape. Backward is dgrad
- * dx = dy W^T plus wgrad dW += x^T dy, which accumulates into the main-gradient buffer every
- * micro-batch (Megatron/TE fuse the accumulation: the weight-shaped output is read and written).
+ * 1 for a plain GEMM); dir holds each of the three GEMMs' rate divisor (the grouped kernels'
+ * factor) and narrow-dimension term (c->dense, or c->experts with the grouped figures, whose
+ * backward GEMMs a host may have measured apart). The saturation is evaluated once for the
+ * three GEMMs of one shape. Backward is dgrad dx = dy W^T plus wgrad dW += x^T dy, which
+ * accumulates into the main-gradient buffer every micro-batch (Megatron/TE fuse the
+ * accumulation: the weight-shaped output is read and written).
  */
-static struct fb gemm_fb(const struct cctx *c,
-                         double m,
-                         double n,
-                         double k,
-                         double groups,
-                         double eff_div,
-                         double half_dim)
+static struct fb gemm_fb(
+    const struct cctx *c, double m, double n, double k, double groups, const struct gemm_dirs *dir)
 {
     struct fb r = {0.0, 0.0};
     if (m <= 0.0 || n <= 0.0 || k <= 0.0) {
         return r;
     }
     double flops = 2.0 * m * n * k;
-    double t_math = flops * c->inv_peak * eff_div / saturation(flops * c->inv_half);
-    if (half_dim > 0.0) {
-        t_math *= 1.0 + half_dim / fmin(m / groups, fmin(n, k)); /* each group's own rows */
+    double t_base = flops * c->inv_peak / saturation(flops * c->inv_half);
+    double narrow = fmin(m / groups, fmin(n, k)); /* each group's own rows */
+    double t_math[GEMM_DIRS];
+    for (int d = 0; d < GEMM_DIRS; d++) {
+        t_math[d] = t_base * dir->div[d] * (dir->half[d] > 0.0 ? 1.0 + dir->half[d] / narrow : 1.0);
     }
     double in = c->in_bytes;
     double w = groups * n * k;
     double t_f = (m * k * in + w * in + m * n * c->ab) * c->inv_hbm;
     double t_d = (m * n * in + w * in + m * k * c->ab) * c->inv_hbm;
     double t_w = (m * k * in + m * n * in + w * 2.0 * c->grad_bytes) * c->inv_hbm;
-    r.f = (t_math > t_f ? t_math : t_f) + m * k * c->quant_s;
-    r.b = (t_math > t_d ? t_math : t_d) + (t_math > t_w ? t_math : t_w) + m * n * c->quant_s;
+    r.f = fmax(t_math[GEMM_FWD], t_f) + m * k * c->quant_s;
+    r.b = fmax(t_math[GEMM_DGRAD], t_d) + fmax(t_math[GEMM_WGRAD], t_w) + m * n * c->quant_s;
     if (c->emulated_quant) {
         /* Emulation re-quantises every operand of every call: the weights in forward and dgrad,
          * the input again for wgrad (nothing is cached between micro-batches). */
@@ -263,7 +283,7 @@ static struct fb gemm_fb(const struct cctx *c,
 /* Accumulate one GEMM's forward and backward time. */
 static void add_gemm(const struct cctx *c, double m, double n, double k, double *f, double *b)
 {
-    struct fb r = gemm_fb(c, m, n, k, 1.0, 1.0, c->half_dim);
+    struct fb r = gemm_fb(c, m, n, k, 1.0, &c->dense);
     *f += r.f;
     *b += r.b;
 }
@@ -482,16 +502,15 @@ static struct fb routed_experts(const struct cctx *c,
     double fe_loc = (double)cfg->moe_ffn_hidden_size / lay->etp;
     double m_e = rows / e_loc;
     double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
-    double ge = c->gpu->gemm.grouped_eff > 0.0 ? c->gpu->gemm.grouped_eff : 1.0;
     struct fb fc1;
     struct fb fc2;
     if (opt->moe_grouped_gemm) {
         double padded = ceil(m_e / tile) * tile * e_loc;
-        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_loc, 1.0 / ge, c->grouped_half);
-        fc2 = gemm_fb(c, padded, h, fe_loc, e_loc, 1.0 / ge, c->grouped_half);
+        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_loc, &c->experts);
+        fc2 = gemm_fb(c, padded, h, fe_loc, e_loc, &c->experts);
     } else {
-        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, 1.0 / ge, c->grouped_half);
-        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, 1.0 / ge, c->grouped_half);
+        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, &c->experts);
+        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, &c->experts);
         fc1.f *= e_loc;
         fc1.b *= e_loc;
         fc2.f *= e_loc;

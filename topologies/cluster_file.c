@@ -140,6 +140,10 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GEMM, "half_dim", gpu.gemm.half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_eff", gpu.gemm.grouped_eff, 0, 1),
     FIG_REAL(SEC_GEMM, "grouped_half_dim", gpu.gemm.grouped_half_dim, 0, 1.0e6),
+    FIG_REAL(SEC_GEMM, "grouped_dgrad_eff", gpu.gemm.grouped_bwd_eff[0], 0, 2),
+    FIG_REAL(SEC_GEMM, "grouped_wgrad_eff", gpu.gemm.grouped_bwd_eff[1], 0, 2),
+    FIG_REAL(SEC_GEMM, "grouped_dgrad_half_dim", gpu.gemm.grouped_bwd_half_dim[0], 0, 1.0e6),
+    FIG_REAL(SEC_GEMM, "grouped_wgrad_half_dim", gpu.gemm.grouped_bwd_half_dim[1], 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_tile_m", gpu.gemm.grouped_tile_m, 0, 1.0e5),
 
     FIG_REAL(SEC_MAX_EFF, "bf16", gpu.gemm.max_eff[MOE_MATH_BF16], 0, 1),

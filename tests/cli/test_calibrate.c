@@ -255,7 +255,10 @@ grouped_row(double experts, double tokens, double in, double out, double gflops,
 /* The grouped rows' own narrow-dimension term: rates drawn at factor 0.8 and 10 rows per expert
  * on the real bench's dense curve (16 to 1024 rows per expert) come back as 0.8 and 10 (the
  * grid's step is 0.05), whatever the dense half_dim; a skewed row is not fitted; the cluster
- * carries the term. */
+ * carries the term. The backward's two GEMMs, drawn at their own factors and terms (backward-data
+ * 0.9 and 20 rows, backward-weight 1.3 and 2 rows: above the dense curve, as hot rows reducing
+ * over an expert's rows ran), come back as theirs; without those rates (an older bench) their
+ * factors are 0, which the cost model reads as the forward's figures. */
 static void test_grouped_half_dim(void **state)
 {
     (void)state;
@@ -264,6 +267,8 @@ static void test_grouped_half_dim(void **state)
     struct moe_diag diag = {0};
     assert_int_equal(moe_calib_fit_bench(bench, &plain, &diag), MOE_OK);
     const double ge = 0.8, hg = 10.0;
+    const double bwd_eff[2] = {0.9, 1.3}, bwd_half[2] = {20.0, 2.0};
+    static const char *const bwd_keys[2] = {"dgrad_gflops", "wgrad_gflops"};
     static const double rows[][4] = {
         {8, 128, 256, 512}, {8, 256, 256, 512},    {8, 512, 256, 256},  {8, 2048, 1024, 512},
         {16, 512, 64, 64},  {32, 8192, 1024, 512}, {4, 4096, 256, 256}, {64, 8192, 512, 256}};
@@ -274,8 +279,12 @@ static void test_grouped_half_dim(void **state)
         double d = fmin(rows[i][1] / rows[i][0], fmin(rows[i][2], rows[i][3]));
         double rate =
             ge * plain.gemm_peak_gflops * (1.0 - exp(-f / plain.gemm_half_flops)) * d / (d + hg);
-        cJSON_AddItemToArray(
-            arr, grouped_row(rows[i][0], rows[i][1], rows[i][2], rows[i][3], rate, false));
+        cJSON *r = grouped_row(rows[i][0], rows[i][1], rows[i][2], rows[i][3], rate, false);
+        for (int b = 0; b < 2; b++) {
+            cJSON_AddNumberToObject(
+                r, bwd_keys[b], rate / (ge * d / (d + hg)) * bwd_eff[b] * d / (d + bwd_half[b]));
+        }
+        cJSON_AddItemToArray(arr, r);
     }
     cJSON_AddItemToArray(arr, grouped_row(8, 512, 256, 256, 1.0, true));
     struct moe_calib_fit fit;
@@ -284,10 +293,29 @@ static void test_grouped_half_dim(void **state)
     assert_true(fabs(fit.grouped_eff - ge) <= 2e-3);
     assert_true(fit.grouped_rms_resid < 5e-3);
     assert_true(fabs(fit.gemm_half_dim - hg) > 0.5); /* not the dense term */
+    for (int b = 0; b < 2; b++) {
+        assert_true(fabs(fit.grouped_bwd_half_dim[b] - bwd_half[b]) <= 0.051);
+        assert_true(fabs(fit.grouped_bwd_eff[b] - bwd_eff[b]) <= 2e-3);
+        assert_true(fit.grouped_bwd_rms_resid[b] < 5e-3);
+    }
     struct moe_cluster cl;
     assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
     assert_true(cl.gpu.gemm.grouped_half_dim == fit.grouped_half_dim);
     assert_true(cl.gpu.gemm.grouped_eff == fit.grouped_eff);
+    for (int b = 0; b < 2; b++) {
+        assert_true(cl.gpu.gemm.grouped_bwd_eff[b] == fit.grouped_bwd_eff[b]);
+        assert_true(cl.gpu.gemm.grouped_bwd_half_dim[b] == fit.grouped_bwd_half_dim[b]);
+    }
+    /* An older bench: no backward rates, factors 0 (the forward's figures). */
+    cJSON *row = NULL;
+    cJSON_ArrayForEach(row, arr)
+    {
+        for (int b = 0; b < 2; b++) {
+            cJSON_DeleteItemFromObjectCaseSensitive(row, bwd_keys[b]);
+        }
+    }
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fit.grouped_bwd_eff[0] == 0.0 && fit.grouped_bwd_eff[1] == 0.0);
     cJSON_Delete(bench);
 }
 

@@ -56,6 +56,7 @@ static void test_compute_benchmarks(void **state)
         assert_true(gr.is_ok);
         assert_int_equal(gr.tokens, 300);
         assert_true(gr.ratio > 0.0);
+        assert_true(gr.dgrad_time_us > 0.0 && gr.wgrad_time_us > 0.0);
     }
     const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope"};
     for (size_t i = 0; i < 5; i++) {
@@ -187,6 +188,14 @@ static void test_cli(void **state)
             double gf = rate != NULL ? rate->valuedouble : 0.0;
             assert_true(cJSON_IsTrue(cJSON_GetObjectItem(it, "ok")));
             assert_true(us > 0.0 && gf > 0.0);
+            if (t == 1) { /* the backward's two GEMMs, timed in turn with the forward */
+                const char *keys[] = {"dgrad_time_us", "dgrad_gflops", "wgrad_time_us",
+                                      "wgrad_gflops"};
+                for (int b = 0; b < 4; b++) {
+                    const cJSON *v = cJSON_GetObjectItem(it, keys[b]);
+                    assert_true(cJSON_IsNumber(v) && v->valuedouble > 0.0);
+                }
+            }
         }
     }
     const cJSON *small = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "gemm"), 16);

@@ -307,6 +307,46 @@ static void test_activation_bwd_rate(void **state)
     ASSERT_NEAR(half.bwd_expert - one.bwd_expert, 5.0 / 3.0 * act_f, 1e-9 * base.bwd_expert);
 }
 
+/* The experts' backward GEMMs at their own rates (gemm.grouped_bwd_eff, a CPU host's bench):
+ * 0 prices them as the forward; the forward's own figures given explicitly change nothing; a
+ * factor prices that GEMM's math time in 1 / factor (backward-weight at half the factor takes
+ * twice its time, at 4/3 of it 3/4) and leaves the forward and the other backward GEMM alone. */
+static void test_grouped_bwd_rates(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    struct moe_layer_cost base;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &base);
+    double ge = cl.gpu.gemm.grouped_eff;
+    for (int b = 0; b < 2; b++) {
+        cl.gpu.gemm.grouped_bwd_eff[b] = ge; /* the forward's figures, given */
+        cl.gpu.gemm.grouped_bwd_half_dim[b] = cl.gpu.gemm.grouped_half_dim;
+    }
+    struct moe_layer_cost same;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &same);
+    ASSERT_NEAR(same.fwd_expert, base.fwd_expert, 1e-12 * base.fwd_expert);
+    ASSERT_NEAR(same.bwd_expert, base.bwd_expert, 1e-12 * base.bwd_expert);
+    for (int b = 0; b < 2; b++) {
+        cl.gpu.gemm.grouped_bwd_eff[b] = ge / 2.0;
+        struct moe_layer_cost slow;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &slow);
+        cl.gpu.gemm.grouped_bwd_eff[b] = ge * 4.0 / 3.0;
+        struct moe_layer_cost fast;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &fast);
+        cl.gpu.gemm.grouped_bwd_eff[b] = ge;
+        double w = slow.bwd_expert - base.bwd_expert; /* that GEMM's math time at ge */
+        assert_true(w > 0.01 * base.bwd_expert);
+        ASSERT_NEAR(base.bwd_expert - fast.bwd_expert, 0.25 * w, 1e-9 * base.bwd_expert);
+        ASSERT_NEAR(slow.fwd_expert, base.fwd_expert, 1e-12 * base.fwd_expert);
+        ASSERT_NEAR(fast.fwd_expert, base.fwd_expert, 1e-12 * base.fwd_expert);
+    }
+}
+
 /* Attention kernels that compute whole rectangles (gpu.attn_rect, the CPU reference): under CP2
  * each rank's two chunk calls compute 5/8 of the bench's products per visible pair, so the
  * products' share of the core (eff x d / (d + half_dim): d / (d + half_dim) of it) scales by 5/8
@@ -1531,6 +1571,7 @@ int main(void)
         cmocka_unit_test(test_busbw_by_size),
         cmocka_unit_test(test_activation_rate),
         cmocka_unit_test(test_activation_bwd_rate),
+        cmocka_unit_test(test_grouped_bwd_rates),
         cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_attention_score_work),
         cmocka_unit_test(test_embedding_wait),
