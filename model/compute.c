@@ -165,7 +165,6 @@ double moe_compute_gemm_s(const struct moe_gpu *gpu,
                          (m * k + k * n) * in_bytes + m * n * in_bytes);
 }
 
-/* Shared per-call context. */
 /* The rate terms of one GEMM shape's forward, backward-data and backward-weight: a divisor on
  * the curve's rate (1 / the grouped factor) and the narrow-dimension term. */
 enum { GEMM_FWD, GEMM_DGRAD, GEMM_WGRAD, GEMM_DIRS };
@@ -174,6 +173,7 @@ struct gemm_dirs {
     double half[GEMM_DIRS];
 };
 
+/* Shared per-call context. */
 struct cctx {
     const struct moe_gpu *gpu;
     const struct moe_cluster *cl;
