@@ -232,15 +232,16 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
     printf("%-26s %14.3g  (rows per expert: its own narrow-dimension term), RMS log residual "
            "%.3f\n",
            "grouped GEMM half_dim", f->grouped_half_dim, f->grouped_rms_resid);
+    static const char *const labels[2] = {"grouped dgrad factor", "grouped wgrad factor"};
     static const char *const dirs[2] = {"backward-data", "backward-weight"};
     for (int i = 0; i < 2; i++) {
         if (f->grouped_bwd_eff[i] > 0.0) {
             printf("%-26s %14.3f  %s's own factor, half_dim %.3g rows, RMS log residual %.3f\n",
-                   i == 0 ? "grouped dgrad factor" : "grouped wgrad factor", f->grouped_bwd_eff[i],
-                   dirs[i], f->grouped_bwd_half_dim[i], f->grouped_bwd_rms_resid[i]);
+                   labels[i], f->grouped_bwd_eff[i], dirs[i], f->grouped_bwd_half_dim[i],
+                   f->grouped_bwd_rms_resid[i]);
         } else {
             printf("%-26s %14s  the bench did not time the %s GEMM: priced as the forward\n",
-                   i == 0 ? "grouped dgrad factor" : "grouped wgrad factor", "-", dirs[i]);
+                   labels[i], "-", dirs[i]);
         }
     }
     if (f->rank_spread_points > 0) {

@@ -166,11 +166,13 @@ double moe_compute_gemm_s(const struct moe_gpu *gpu,
 }
 
 /* The rate terms of one GEMM shape's forward, backward-data and backward-weight: a divisor on
- * the curve's rate (1 / the grouped factor) and the narrow-dimension term. */
+ * the curve's rate (1 / the grouped factor) and the narrow-dimension term; is_uniform: the three
+ * are one (dense linears, and every GPU file), priced once (the planner's hot path). */
 enum { GEMM_FWD, GEMM_DGRAD, GEMM_WGRAD, GEMM_DIRS };
 struct gemm_dirs {
     double div[GEMM_DIRS];
     double half[GEMM_DIRS];
+    bool is_uniform;
 };
 
 /* Shared per-call context. */
@@ -227,10 +229,13 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
         c->experts.div[d] = g_div;
         c->experts.half[d] = g_half;
     }
+    c->dense.is_uniform = true;
+    c->experts.is_uniform = true;
     for (int d = GEMM_DGRAD; d <= GEMM_WGRAD; d++) {
         if (ge->grouped_bwd_eff[d - GEMM_DGRAD] > 0.0) {
             c->experts.div[d] = 1.0 / ge->grouped_bwd_eff[d - GEMM_DGRAD];
             c->experts.half[d] = ge->grouped_bwd_half_dim[d - GEMM_DGRAD];
+            c->experts.is_uniform = false;
         }
     }
 }
@@ -240,6 +245,13 @@ struct fb {
     double f; /* forward incl. quantising its activation input */
     double b; /* dgrad + wgrad incl. quantising the output gradient */
 };
+
+/* One direction's math time: the curve's time t_base over its factor, with its narrow term. */
+static inline double gemm_dir_s(double t_base, const struct gemm_dirs *dir, int d, double narrow)
+{
+    double t = t_base * dir->div[d];
+    return dir->half[d] > 0.0 ? t * (1.0 + dir->half[d] / narrow) : t;
+}
 
 /*
  * y[m,n] = x[m,k] W[k,n] with `groups` weight matrices sharing the m rows (grouped expert GEMM;
@@ -260,17 +272,16 @@ static struct fb gemm_fb(
     double flops = 2.0 * m * n * k;
     double t_base = flops * c->inv_peak / saturation(flops * c->inv_half);
     double narrow = fmin(m / groups, fmin(n, k)); /* each group's own rows */
-    double t_math[GEMM_DIRS];
-    for (int d = 0; d < GEMM_DIRS; d++) {
-        t_math[d] = t_base * dir->div[d] * (dir->half[d] > 0.0 ? 1.0 + dir->half[d] / narrow : 1.0);
-    }
+    double t_fwd = gemm_dir_s(t_base, dir, GEMM_FWD, narrow);
+    double t_dgrad = dir->is_uniform ? t_fwd : gemm_dir_s(t_base, dir, GEMM_DGRAD, narrow);
+    double t_wgrad = dir->is_uniform ? t_fwd : gemm_dir_s(t_base, dir, GEMM_WGRAD, narrow);
     double in = c->in_bytes;
     double w = groups * n * k;
     double t_f = (m * k * in + w * in + m * n * c->ab) * c->inv_hbm;
     double t_d = (m * n * in + w * in + m * k * c->ab) * c->inv_hbm;
     double t_w = (m * k * in + m * n * in + w * 2.0 * c->grad_bytes) * c->inv_hbm;
-    r.f = fmax(t_math[GEMM_FWD], t_f) + m * k * c->quant_s;
-    r.b = fmax(t_math[GEMM_DGRAD], t_d) + fmax(t_math[GEMM_WGRAD], t_w) + m * n * c->quant_s;
+    r.f = (t_fwd > t_f ? t_fwd : t_f) + m * k * c->quant_s;
+    r.b = (t_dgrad > t_d ? t_dgrad : t_d) + (t_wgrad > t_w ? t_wgrad : t_w) + m * n * c->quant_s;
     if (c->emulated_quant) {
         /* Emulation re-quantises every operand of every call: the weights in forward and dgrad,
          * the input again for wgrad (nothing is cached between micro-batches). */
