@@ -9,7 +9,10 @@
  * separates routing (a property of the data and router) from the system model. Memory is priced at
  * the expert-row sizing the run's buffers used (run.json "expert_rows_factor": the engine sizes
  * expert buffers for EP x the mean rows unless --moe-buffer-factor says otherwise), since that, not
- * the routing of the step, is what it allocates; the measured buffers are listed by part.
+ * the routing of the step, is what it allocates; the measured buffers are listed by part. The
+ * experts' GEMMs are priced at the share of local experts that held rows in the run's grouped
+ * calls (run.json "expert_active_fraction"): a router that sends a micro-batch to few experts runs
+ * fewer, larger GEMMs, a fact of the routing like the load, not of the system.
  */
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -332,6 +335,12 @@ static void print_table(const struct moe_cli_problem *p,
                pr->load_factor, obs,
                run->num_rank_load_layers > 0 ? run->num_rank_load_layers : run->num_moe_layers,
                run->num_rank_load_layers > 0 ? ", per exchange" : ", busiest expert");
+    }
+    if (run->expert_active_fraction > 0.0) {
+        printf(
+            "expert GEMMs: %.1f%% of the local experts held rows in a grouped forward (mean over "
+            "the run's calls); priced so (the plan alone prices all of them)\n",
+            100.0 * run->expert_active_fraction);
     }
     printf("loss: first step %.4f, last step %.4f\n", run->first_loss, run->final_loss);
     /* One machine-readable line (scripts/validate.sh): step error, total-memory error, and the
@@ -847,6 +856,9 @@ static cJSON *compare_json(const struct moe_prediction *pr,
     if (!isnan(obs)) {
         cJSON_AddNumberToObject(load, "observed", obs);
     }
+    if (run->expert_active_fraction > 0.0) {
+        cJSON_AddNumberToObject(load, "active_expert_fraction", run->expert_active_fraction);
+    }
     return o;
 }
 
@@ -989,6 +1001,10 @@ int moe_cli_compare(int argc, char **argv)
         }
         p->opt.moe_imbalance = obs >= 1.0 ? obs : 1.0;
         p->opt.force_load_balancing = false;
+    }
+    if (run.expert_active_fraction > 0.0) {
+        /* The experts' GEMMs as the router ran them: as many per call as held rows. */
+        p->opt.moe_active_expert_frac = run.expert_active_fraction;
     }
     struct moe_load_stats load;
     bool auto_load = false;

@@ -555,6 +555,8 @@ static void begin_step(struct moe_eng *e)
     e->aux_sum = 0.0;
     e->mtp_sum = 0.0;
     e->dropped = 0.0;
+    e->experts_active = 0;
+    e->experts_called = 0;
     e->nan_origin[0] = '\0';
     if (e->d.experts > 0) {
         memset(e->step_counts, 0,
@@ -619,6 +621,8 @@ moe_eng_train_step(moe_eng_t *e, struct moe_eng_step_result *res, struct moe_dia
             s->phase_sum[p] += e->ctx.timer.phase_s[p];
         }
         s->num_measured++;
+        s->experts_active += (double)e->experts_active;
+        s->experts_called += (double)e->experts_called;
     }
     s->bytes_dropped += e->dropped;
     return MOE_OK;

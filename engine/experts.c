@@ -120,6 +120,13 @@ static void grouped_fwd(struct moe_eng *e,
                         int out)
 {
     int el = e->d.experts_l;
+    if (!e->is_recomputing) {
+        /* How many GEMMs the call runs (statistics: run.json expert_active_fraction). */
+        for (int i = 0; i < el; i++) {
+            e->experts_active += counts.host[i] > 0;
+        }
+        e->experts_called += el;
+    }
     struct moe_eng_tmark mark = moe_eng_tmark_take(e);
     const float *xq = qdq_rows(e, x, counts.host, el, in, 0);
     const float *wq = qdq_weights(e, w, el, out, in);

@@ -409,6 +409,8 @@ struct moe_eng_stats {
     int *num_ep_rows;      /* [L] entries of ep_rows used */
     int cap_ep_rows;       /* steps x micro-batches */
     double bytes_dropped;  /* token copies dropped by the capacity factor (slots) */
+    double experts_active; /* moe_eng.experts_active / _called summed over measured steps */
+    double experts_called;
     double offload_s;      /* time spent copying to/from the host pool */
     double probe_us;       /* host speed probe (opts.no_host_probe): summed time per GEMM call */
     double probe_spread;   /* their slowest rank's time over the ranks' mean, minus 1, summed */
@@ -499,10 +501,14 @@ struct moe_eng {
     double mtp_sum;      /* MTP losses (scaled by the factor) this step, owner-counted */
     double aux_sum;      /* router losses this step (owner-counted) */
     double dropped;      /* dropped slots this step */
-    int step;            /* steps done */
-    double attn_flops;   /* attention kernel FLOPs launched since creation (score matrices) */
-    double attn_pairs;   /* causal query-key pairs among them (per head) */
-    int global_mbs;      /* micro-batches in the global batch, gbs / mbs (router-loss mean) */
+    /* This step's grouped expert forwards (not recomputes): local experts that held rows,
+     * summed over the calls, and the local experts those calls had (engine/experts.c). */
+    long experts_active;
+    long experts_called;
+    int step;          /* steps done */
+    double attn_flops; /* attention kernel FLOPs launched since creation (score matrices) */
+    double attn_pairs; /* causal query-key pairs among them (per head) */
+    int global_mbs;    /* micro-batches in the global batch, gbs / mbs (router-loss mean) */
 
     struct moe_eng_data data;
     struct moe_eng_stats stats;

@@ -45,6 +45,11 @@
  *   with the default worst-case sizing (every token of the EP group could pick this rank's
  *   experts), --moe-buffer-factor when that is smaller, lower with a capacity factor; the largest
  *   over ranks. The cost model sizes the same buffers with its expected load factor instead.
+ * - expert_active_fraction (MoE models): of the local experts a grouped expert forward had, the
+ *   share that held rows (the rest run no GEMM), over every such call of the measured steps on
+ *   every rank (recomputes not counted: they repeat the forward's counts). Balanced routing gives
+ *   about 1; a router that sends a micro-batch to few experts runs fewer, larger GEMMs, which
+ *   compare prices (moe_options.moe_active_expert_frac).
  * - ranks_per_node (only with --ranks-per-node): the emulated nodes' size; compare prices the run
  *   with that NVLink domain (the hierarchical dispatcher's cross-node step runs between them).
  * - ran: the plan's options as they ran (plan_differences says why each differs); the hierarchical
@@ -605,6 +610,8 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
     }
     double dropped = e->stats.bytes_dropped; /* slots dropped on this rank, summed over ranks */
     moe_comm_allreduce(e->ctx.world, &dropped, &dropped, 1, MOE_COMM_F64, MOE_COMM_SUM);
+    double active[2] = {e->stats.experts_active, e->stats.experts_called}; /* summed over ranks */
+    moe_comm_allreduce(e->ctx.world, active, active, 2, MOE_COMM_F64, MOE_COMM_SUM);
     /* summed over ranks (the spread is the same on every rank) */
     double probe[3] = {e->stats.probe_us, (double)e->stats.probe_calls, e->stats.probe_spread};
     moe_comm_allreduce(e->ctx.world, probe, probe, 3, MOE_COMM_F64, MOE_COMM_SUM);
@@ -649,6 +656,9 @@ moe_eng_write_run(moe_eng_t *e, const char *path, const char *plan_json, struct 
         cJSON_AddNumberToObject(o, "memory_rank", mem_rank);
         if (e->d.experts > 0) {
             cJSON_AddNumberToObject(o, "expert_rows_factor", rows_factor);
+        }
+        if (e->d.experts > 0 && active[1] > 0.0) {
+            cJSON_AddNumberToObject(o, "expert_active_fraction", active[0] / active[1]);
         }
         cJSON_AddNumberToObject(o, "peak_rss_gib", peak_rss / GIB);
         add_device(e, o);

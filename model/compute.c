@@ -511,21 +511,31 @@ static struct fb routed_experts(const struct cctx *c,
     double mats = cfg->is_swiglu ? 2.0 : 1.0;
     double e_loc = (double)cfg->num_experts / lay->ep;
     double fe_loc = (double)cfg->moe_ffn_hidden_size / lay->etp;
-    double m_e = rows / e_loc;
+    /* The experts holding rows: all at balanced routing; a measured share of them otherwise (an
+     * expert without rows runs no GEMM, so the others' rows are wider by as much). */
+    double frac = opt->moe_active_expert_frac;
+    double e_act = frac > 0.0 && frac < 1.0 ? fmax(1.0, e_loc * frac) : e_loc;
+    double m_e = rows / e_act;
     double tile = c->gpu->gemm.grouped_tile_m > 0.0 ? c->gpu->gemm.grouped_tile_m : 1.0;
     struct fb fc1;
     struct fb fc2;
     if (opt->moe_grouped_gemm) {
-        double padded = ceil(m_e / tile) * tile * e_loc;
-        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_loc, &c->experts);
-        fc2 = gemm_fb(c, padded, h, fe_loc, e_loc, &c->experts);
+        double padded = ceil(m_e / tile) * tile * e_act;
+        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_act, &c->experts);
+        fc2 = gemm_fb(c, padded, h, fe_loc, e_act, &c->experts);
     } else {
         fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, &c->experts);
         fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, &c->experts);
-        fc1.f *= e_loc;
-        fc1.b *= e_loc;
-        fc2.f *= e_loc;
-        fc2.b *= e_loc;
+        fc1.f *= e_act;
+        fc1.b *= e_act;
+        fc2.f *= e_act;
+        fc2.b *= e_act;
+    }
+    if (c->emulated_quant && e_act < e_loc) {
+        /* Emulation re-quantises every local expert's weights, rows or none (engine/experts.c). */
+        double idle_w = (e_loc - e_act) * fe_loc * h * (mats + 1.0) * c->quant_s;
+        fc1.f += idle_w;
+        fc1.b += idle_w;
     }
     double act_bytes = rows * fe_loc * (mats + 1.0) * c->ab;
     *act_f = act(c, act_bytes);

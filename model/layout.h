@@ -183,7 +183,11 @@ struct moe_options {
     enum moe_cuda_graph_impl cuda_graph_impl;
     unsigned cuda_graph_modules; /* MOE_CGM_* */
 
-    double moe_imbalance;        /* max/mean expert load factor >= 1; 0 = auto (Monte Carlo) */
+    double moe_imbalance; /* max/mean expert load factor >= 1; 0 = auto (Monte Carlo) */
+    /* Share of a rank's local experts that hold rows in a grouped GEMM call, in (0, 1]; 0 = all
+     * of them (balanced routing). A router that sends a micro-batch's tokens to a few experts
+     * runs fewer, larger GEMMs: compare sets it from the run (run.json expert_active_fraction). */
+    double moe_active_expert_frac;
     int moe_hot_expert_replicas; /* hottest experts cloned onto other EP ranks (ECHO);
                                     0 .. E/EP and only with ep > 1 (moe_layout_resolve) */
 };

@@ -233,6 +233,7 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                        "buffers_detail_gib",
                                        "memory_rank",
                                        "expert_rows_factor",
+                                       "expert_active_fraction",
                                        "peak_rss_gib",
                                        "offload_copy_s",
                                        "dropped_token_fraction",
@@ -307,6 +308,8 @@ read_root(const cJSON *root, const char *path, struct moe_run *run, struct moe_d
                                 "buffers_detail_gib", run, diag));
     MOE_TRY(moe_json_get_double(root, "expert_rows_factor", false, 0.0, 1e9,
                                 &run->expert_rows_factor, path, diag));
+    MOE_TRY(moe_json_get_double(root, "expert_active_fraction", false, 0.0, 1.0,
+                                &run->expert_active_fraction, path, diag));
     MOE_TRY(read_device(cJSON_GetObjectItemCaseSensitive(root, "device"), "device", run, diag));
     MOE_TRY(read_host_probe(cJSON_GetObjectItemCaseSensitive(root, "host_probe"), "host_probe", run,
                             diag));

@@ -56,6 +56,9 @@ struct moe_run {
      * "expert_rows_factor": EP for the engine's worst-case sizing, --moe-buffer-factor when
      * given); 0 when absent (dense models, older run files). */
     double expert_rows_factor;
+    /* Share of the local experts holding rows in a grouped expert forward, over the run's calls
+     * (optional "expert_active_fraction", in [0, 1]); 0 when absent (dense models, older runs). */
+    double expert_active_fraction;
     /* The buffers category split into its parts (optional "buffers_detail_gib"; bytes, on the
      * memory rank; they add up to mem.buffers). has_buffers_detail is false when absent. */
     bool has_buffers_detail;

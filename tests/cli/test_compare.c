@@ -361,6 +361,69 @@ static void test_host_speed(void **state)
     }
 }
 
+/* The experts' GEMMs as the run's router ran them (run.json expert_active_fraction): Mixtral at
+ * EP2 holds 4 experts a rank; a run where a quarter of them held rows runs one GEMM per call where
+ * the plan priced four, so with a narrow-row term (grouped_half_dim, as a CPU host fits one) the
+ * expert phase is priced shorter; the share is printed and in --json. */
+static void test_active_experts(void **state)
+{
+    struct files *f = *state;
+    char base[512], cl_path[320], plan_path[320], all[320], quarter[320];
+    moe_test_root_path("topologies/dgx-h100.json", base, sizeof(base));
+    cJSON *cl = read_json(base);
+    cJSON *gemm = cJSON_GetObjectItemCaseSensitive(cl, "gemm");
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(gemm, "grouped_half_dim"), "value"),
+                         256);
+    (void)snprintf(cl_path, sizeof(cl_path), "%s/cluster-narrow.json", f->dir);
+    write_json(cl_path, cl); /* frees cl */
+    (void)snprintf(plan_path, sizeof(plan_path), "%s/plan-ep2.json", f->dir);
+    (void)snprintf(all, sizeof(all), "%s/run-ep2.json", f->dir);
+    (void)snprintf(quarter, sizeof(quarter), "%s/run-ep2-quarter.json", f->dir);
+    char *out = malloc(OUT_LEN);
+    char args[2048];
+    (void)snprintf(args, sizeof(args),
+                   "predict --model mixtral-8x7b --cluster %s --gpus 8 "
+                   "--expert-model-parallel-size 2 --global-batch-size 64 --micro-batch-size 1 "
+                   "--emit %s 2>&1",
+                   cl_path, plan_path);
+    if (run_cli(args, out) != 0) {
+        fail_msg("predict --emit: %s", out);
+    }
+    cJSON *plan = read_json(plan_path);
+    write_run(plan, all, 1.0, NULL);
+    cJSON_Delete(plan);
+    cJSON *r = read_json(all);
+    cJSON_AddNumberToObject(r, "expert_active_fraction", 0.25);
+    write_json(quarter, r); /* frees r */
+    double expert_s[2];
+    const char *runs[2] = {all, quarter};
+    for (int i = 0; i < 2; i++) {
+        (void)snprintf(args, sizeof(args), "compare %s %s --cluster %s --json 2>/dev/null",
+                       plan_path, runs[i], cl_path);
+        assert_int_equal(run_cli(args, out), 0);
+        cJSON *j = cJSON_Parse(out);
+        assert_non_null(j);
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(j, "time_s"), "expert_gemm");
+        expert_s[i] = cJSON_GetObjectItemCaseSensitive(ph, "predicted")->valuedouble;
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(j, "expert_load"), "active_expert_fraction");
+        assert_true(i == 0 ? act == NULL : act->valuedouble == 0.25);
+        cJSON_Delete(j);
+    }
+    assert_true(expert_s[1] < 0.99 * expert_s[0]);
+    (void)snprintf(args, sizeof(args), "compare %s %s --cluster %s 2>&1", plan_path, quarter,
+                   cl_path);
+    assert_int_equal(run_cli(args, out), 0);
+    assert_non_null(strstr(out, "expert GEMMs: 25.0% of the local experts held rows"));
+    free(out);
+    const char *paths[] = {cl_path, plan_path, all, quarter};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        (void)unlink(paths[i]);
+    }
+}
+
 static void test_json(void **state)
 {
     struct files *f = *state;
@@ -671,7 +734,7 @@ int main(void)
         cmocka_unit_test(test_json),         cmocka_unit_test(test_trace_and_differences),
         cmocka_unit_test(test_bad_input),    cmocka_unit_test(test_kernel_profile),
         cmocka_unit_test(test_repeat_runs),  cmocka_unit_test(test_ran_nodes_and_unfused_dispatch),
-        cmocka_unit_test(test_host_speed),
+        cmocka_unit_test(test_host_speed),   cmocka_unit_test(test_active_experts),
     };
     return cmocka_run_group_tests_name("cli_compare", tests, setup, teardown);
 }

@@ -697,6 +697,7 @@ static void test_runs_the_plan(void **state)
     struct moe_run r;
     run_and_read(&plan, &o, &r);
     double routed = mean_rank_load(&r);
+    double routed_active = r.expert_active_fraction;
     moe_run_fini(&r);
     plan.options.force_load_balancing = true;
     plan.options.overlap_moe_ep_comm = true; /* delayed wgrad needs it */
@@ -711,6 +712,10 @@ static void test_runs_the_plan(void **state)
     }
     assert_true(forced >= 1.0 && forced < 1.25);
     assert_true(forced < routed);
+    /* Every local expert holds rows in every grouped call: 128 random top-2 picks over 8 experts.
+     * The untrained router may leave some without. */
+    assert_true(r.expert_active_fraction == 1.0);
+    assert_true(routed_active > 0.0 && routed_active <= 1.0);
     assert_non_null(r.ran);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r.ran, "force_load_balancing")));
     assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r.ran, "delay_wgrad_compute")));
@@ -720,6 +725,20 @@ static void test_runs_the_plan(void **state)
                          differences_naming(&r, "moe_hot_expert_replicas"),
                      2);
     moe_run_fini(&r);
+
+    /* A skew that sends every token to EP rank 0's two experts: they hold rows in every call, the
+     * other ranks' six never (their grouped calls run no GEMM): 2 of 8, and rank 0 takes 4 x the
+     * mean rows. */
+    plan.options.force_load_balancing = false;
+    plan.options.overlap_moe_ep_comm = false;
+    plan.options.delay_wgrad_compute = false;
+    plan.options.moe_hot_expert_replicas = 0;
+    o.router_skew = 100.0;
+    run_and_read(&plan, &o, &r);
+    assert_true(r.expert_active_fraction == 0.25);
+    assert_true(fabs(mean_rank_load(&r) - 4.0) < 1e-12);
+    moe_run_fini(&r);
+    o.router_skew = 0.0;
 
     double grouped[2];
     double per_expert[2];

@@ -347,6 +347,68 @@ static void test_grouped_bwd_rates(void **state)
     }
 }
 
+/* The share of local experts that hold rows (moe_active_expert_frac, compare sets it from a run):
+ * 0 and 1 both mean all of them; at 0.5 the same rows run as half as many GEMMs, each twice as
+ * tall, so the narrow-row term's time (half_dim / rows per expert of the FLOPs time) halves while
+ * the FLOPs' own time stays. Without grouped GEMMs, half as many larger GEMMs run faster. */
+static void test_active_experts(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1); /* 16 local experts, 512 rows each */
+    /* FLOP-bound GEMMs: fewer experts also touch fewer weight gradients, which on this GPU's
+     * HBM would bound the backward-weight GEMM and hide the term tested here. */
+    cl.gpu.hbm_tbps *= 100.0;
+    cl.gpu.quant_bytes_per_elem *= 100.0; /* the quantiser's time as before */
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    for (int grouped = 1; grouped >= 0; grouped--) {
+        opt.moe_grouped_gemm = grouped == 1;
+        struct moe_layer_cost t[2][3]; /* [narrow term off/on][share 0, 1, 0.5] */
+        const double share[3] = {0.0, 1.0, 0.5};
+        for (int h = 0; h < 2; h++) {
+            cl.gpu.gemm.half_dim = 0.0;
+            cl.gpu.gemm.grouped_half_dim = h == 1 ? 256.0 : 0.0;
+            for (int i = 0; i < 3; i++) {
+                opt.moe_active_expert_frac = share[i];
+                moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &t[h][i]);
+            }
+            ASSERT_NEAR(t[h][1].fwd_expert, t[h][0].fwd_expert, 1e-12 * t[h][0].fwd_expert);
+            ASSERT_NEAR(t[h][1].bwd_expert, t[h][0].bwd_expert, 1e-12 * t[h][0].bwd_expert);
+        }
+        if (grouped == 0) {
+            /* Each expert its own GEMM: half as many, each twice the FLOPs, further up the
+             * size curve. */
+            assert_true(t[0][2].fwd_expert < 0.99 * t[0][0].fwd_expert);
+            assert_true(t[0][2].bwd_expert < 0.99 * t[0][0].bwd_expert);
+            continue;
+        }
+        /* One grouped kernel at the same FLOPs: without the narrow term nothing changes. */
+        ASSERT_NEAR(t[0][2].fwd_expert, t[0][0].fwd_expert, 1e-9 * t[0][0].fwd_expert);
+        ASSERT_NEAR(t[0][2].bwd_expert, t[0][0].bwd_expert, 1e-9 * t[0][0].bwd_expert);
+        double narrow_f = t[1][0].fwd_expert - t[0][0].fwd_expert;
+        double narrow_b = t[1][0].bwd_expert - t[0][0].bwd_expert;
+        assert_true(narrow_f > 0.1 * t[0][0].fwd_expert);
+        ASSERT_NEAR(t[1][2].fwd_expert - t[0][2].fwd_expert, 0.5 * narrow_f, 1e-9 * narrow_f);
+        ASSERT_NEAR(t[1][2].bwd_expert - t[0][2].bwd_expert, 0.5 * narrow_b, 1e-9 * narrow_b);
+    }
+    /* Emulated FP8 (FP32 training) re-quantises every local expert's weights each call, rows or
+     * none: without the narrow term, half the experts active costs the same. */
+    opt.moe_grouped_gemm = true;
+    opt.is_fp32_training = true;
+    opt.recipe = MOE_RECIPE_FP8_BLOCKWISE;
+    cl.gpu.gemm.grouped_half_dim = 0.0;
+    struct moe_layer_cost q[2];
+    for (int i = 0; i < 2; i++) {
+        opt.moe_active_expert_frac = i == 0 ? 1.0 : 0.5;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &q[i]);
+    }
+    ASSERT_NEAR(q[1].fwd_expert, q[0].fwd_expert, 1e-9 * q[0].fwd_expert);
+    ASSERT_NEAR(q[1].bwd_expert, q[0].bwd_expert, 1e-9 * q[0].bwd_expert);
+}
+
 /* Attention kernels that compute whole rectangles (gpu.attn_rect, the CPU reference): under CP2
  * each rank's two chunk calls compute 5/8 of the bench's products per visible pair, so the
  * products' share of the core (eff x d / (d + half_dim): d / (d + half_dim) of it) scales by 5/8
@@ -1572,6 +1634,7 @@ int main(void)
         cmocka_unit_test(test_activation_rate),
         cmocka_unit_test(test_activation_bwd_rate),
         cmocka_unit_test(test_grouped_bwd_rates),
+        cmocka_unit_test(test_active_experts),
         cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_attention_score_work),
         cmocka_unit_test(test_embedding_wait),

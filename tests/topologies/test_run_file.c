@@ -90,6 +90,7 @@ static void test_without_the_optional_keys(void **state)
     assert_true(r.first_loss == 5.5 && r.final_loss == 5.0);
     assert_false(r.has_buffers_detail);
     assert_true(r.expert_rows_factor == 0.0);
+    assert_true(r.expert_active_fraction == 0.0);
     assert_true(r.buffers_detail.dispatch == 0.0 && r.buffers_detail.other == 0.0);
     moe_run_fini(&r);
 }
@@ -99,7 +100,7 @@ static void test_buffers_detail_and_rows_factor(void **state)
     const struct fixture *f = *state;
     struct moe_run r;
     struct moe_diag diag;
-    const char *extra = ", \"expert_rows_factor\": 8,"
+    const char *extra = ", \"expert_rows_factor\": 8, \"expert_active_fraction\": 0.375,"
                         " \"buffers_detail_gib\": {\"dispatch\": 0.5, \"temporaries\": 0.25,"
                         " \"recompute_scratch\": 0.125, \"offload_staging\": 0.0625,"
                         " \"pipeline\": 0.5, \"other\": 0.0625}";
@@ -110,6 +111,7 @@ static void test_buffers_detail_and_rows_factor(void **state)
     assert_int_equal(st, MOE_OK);
     assert_true(r.has_buffers_detail);
     assert_true(r.expert_rows_factor == 8.0);
+    assert_true(r.expert_active_fraction == 0.375);
     const struct moe_run_buffers_detail *b = &r.buffers_detail;
     assert_true(b->dispatch == 0.5 * GIB);
     assert_true(b->temporaries == 0.25 * GIB);
@@ -155,6 +157,10 @@ static void test_bad_optional_keys(void **state)
                  "dispatch");
     expect_error(f, "negative_factor.json", ", \"expert_rows_factor\": -1", "expert_rows_factor");
     expect_error(f, "string_factor.json", ", \"expert_rows_factor\": \"ep\"", "expert_rows_factor");
+    expect_error(f, "active_over_one.json", ", \"expert_active_fraction\": 1.5",
+                 "expert_active_fraction");
+    expect_error(f, "active_negative.json", ", \"expert_active_fraction\": -0.25",
+                 "expert_active_fraction");
     expect_error(f, "unknown_key.json", ", \"expert_row_factor\": 2", "expert_row_factor");
 }
 
