@@ -472,10 +472,17 @@ fit_memory(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
                             "calibrate: the bench needs memory 'copy' and elementwise points");
     }
     fit->mem_gbps = copy_best;
-    /* The optimizer step as the engine runs it (gradient sum of squares, AdamW, master copied into
-     * the weights, gradients zeroed: the bytes model/cost.c counts) at the largest working set;
-     * an older bench without it: AdamW alone, else the streaming copy's rate. */
-    double opt_rate = step_best > 0.0 ? step_best : adam_best;
+    /* The optimizer's streams at AdamW's rate (the largest working set): AdamW moves 28 of the 44
+     * bytes per parameter model/cost.c counts for the step, and its rate follows the engine's
+     * optimizer phase. The whole step's row (sum of squares, AdamW, the master's copy into the
+     * weights, the gradients' zeroing, one pass each over one large block) does not: its copy and
+     * zeroing ride the host's memory spells (this VM's copy row read 13-16 GB/s in some hours and
+     * 26-29 in others), which the engine's per-bucket copies follow far less. Over eight validate
+     * runs of 2026-12-03 (dp2's optimizer phase x the row's rate, in MB: a constant if the row
+     * tracks the phase) AdamW's row gave 166-179, the whole step's 161-197; priced at the whole
+     * step's, the phase read -13% to -22% in the runs of a fast spell. A bench without AdamW: the
+     * step's row, else the copy's rate. */
+    double opt_rate = adam_best > 0.0 ? adam_best : step_best;
     fit->optimizer_eff = opt_rate > 0.0 ? fmin(opt_rate / copy_best, 1.5) : 1.0;
     /* Elementwise efficiency: kernels at working sets past the caches, as the copy. */
     double r[MAX_POINTS];

@@ -267,9 +267,8 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
                "engine's widths (per-expert calls on cache-resident rows)\n",
                "bias efficiency", f->bias_eff, f->bias_bwd_eff);
     }
-    printf(
-        "%-26s %14.3f  optimizer step rate / copy (sum of squares, AdamW, weight copy, zeroing)\n",
-        "optimizer efficiency", f->optimizer_eff);
+    printf("%-26s %14.3f  AdamW's rate / copy (the optimizer step's streams priced at it)\n",
+           "optimizer efficiency", f->optimizer_eff);
     if (f->has_attention) {
         printf("%-26s %14.3f / %.3f  of the GEMM peak x d / (d + %.1f / %.1f) at head dim d "
                "(fwd / bwd)\n",

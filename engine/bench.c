@@ -346,7 +346,8 @@ enum moe_status moe_bench_mem_run(const struct moe_k_ops *k,
      * to n/2 parameters (engine/optimizer.c), and what the cost model counts for it
      * (model/cost.c stage_tail): the gradient's sum of squares (1 float read), AdamW (7), the
      * master copied into the weights (2), the gradients zeroed for the next step (1): 11 floats
-     * per parameter. */
+     * per parameter. calibrate prices those bytes at AdamW's rate, which follows the engine's
+     * phase where this row does not (cli/calibrate.c); the row stays, for comparison. */
     const double moved[] = {2.0, 3.0, 2.0, 1.5, 2.0, 3.5, 5.5};
     for (int i = 0; i < 7; i++) {
         if (strcmp(name, names[i]) == 0) {

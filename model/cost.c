@@ -555,7 +555,8 @@ static void stage_tail(const struct pctx *x,
      * get_grad_norm_fp32 before clipping); Adam then reads/writes master, two moments and reads the
      * gradient; the updated fp32 master is read again and written into the model's weight
      * (Megatron's _copy_main_params_to_model_params; the engine's gather_params). The engine's
-     * step does exactly these streams, which moefold-bench's "optimizer" kernel times. */
+     * step does exactly these streams, at the rate gpu.optimizer_eff (a CPU host: AdamW's bench
+     * row, cli/calibrate.c). */
     double shard =
         opt->use_distributed_optimizer ? p.dense / nd + p.expert / ne : p.dense + p.expert;
     double state_b =

@@ -593,7 +593,8 @@ static void test_attention_fit(void **state)
     cJSON_Delete(bench);
 }
 
-/* The optimizer figure: AdamW's rate over the copy's, both at their largest working sets. */
+/* The optimizer figure: AdamW's rate over the copy's, both at their largest working sets, whether
+ * or not the bench has the whole step's row (cli/calibrate.c says why). */
 static void test_optimizer_eff(void **state)
 {
     (void)state;
@@ -621,6 +622,27 @@ static void test_optimizer_eff(void **state)
     struct moe_diag diag = {0};
     assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
     assert_true(fabs(fit.optimizer_eff - adam / copy) < 1e-9);
+    /* With the whole step's row beside it (faster, as in a fast memory spell), still AdamW's. */
+    cJSON *row = cJSON_CreateObject();
+    cJSON_AddStringToObject(row, "kernel", "optimizer");
+    cJSON_AddNumberToObject(row, "bytes", 4.0 * adam_b);
+    cJSON_AddNumberToObject(row, "time_us", 1000.0);
+    cJSON_AddNumberToObject(row, "gbps", 1.2 * adam);
+    cJSON_AddBoolToObject(row, "ok", true);
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(bench, "memory"), row);
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.optimizer_eff - adam / copy) < 1e-9);
+    /* A bench without AdamW's rows: the step's row. */
+    cJSON *mem = cJSON_GetObjectItemCaseSensitive(bench, "memory");
+    for (int i = cJSON_GetArraySize(mem) - 1; i >= 0; i--) {
+        const char *k =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(mem, i), "kernel")->valuestring;
+        if (strcmp(k, "adamw") == 0) {
+            cJSON_DeleteItemFromArray(mem, i);
+        }
+    }
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.optimizer_eff - 1.2 * adam / copy) < 1e-9);
     cJSON_Delete(bench);
 }
 
