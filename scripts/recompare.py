@@ -4,7 +4,7 @@
 A change to `moefold calibrate` (how a figure is fitted from the bench) or to the cost model can be
 judged on runs already measured: each plan's kept run (<plan>.run.json, the one validate compared)
 is compared again, with the flags validate uses (--observed-load for plans with expert parallelism,
---host-speed unless --profile-speed), against CLUSTER, and the step and phase errors are summarised
+at the profile's speed unless --host-speed, as validate compares), against CLUSTER, and the step and phase errors are summarised
 as validate summarises them (phases holding >= 10% of the measured step). Refit CLUSTER from the
 run's two benches first, e.g.
 
@@ -15,7 +15,7 @@ run's two benches first, e.g.
 The runs were measured once: this re-prices them, it does not measure the host again, so a change
 judged here is judged on the same runs before and after (validate's table for the old figures).
 
-usage: scripts/recompare.py DIR CLUSTER [--bin build/bin/moefold] [--profile-speed]
+usage: scripts/recompare.py DIR CLUSTER [--bin build/bin/moefold] [--host-speed]
 Standard library only; one `moefold compare --json` per plan (about a second for the suite).
 """
 import argparse
@@ -32,8 +32,8 @@ def main():
     ap.add_argument("dir", help="a make validate output directory (VALIDATE_OUT)")
     ap.add_argument("cluster", help="the cluster file to price the runs with")
     ap.add_argument("--bin", default="build/bin/moefold")
-    ap.add_argument("--profile-speed", action="store_true",
-                    help="price at the profile's speed (no --host-speed)")
+    ap.add_argument("--host-speed", action="store_true",
+                    help="price at the speed the run's host probe measured (compare --host-speed)")
     a = ap.parse_args()
     plans = sorted(glob.glob(os.path.join(a.dir, "*.plan.json")))
     if not plans:
@@ -48,7 +48,7 @@ def main():
         with open(plan) as f:
             layout = json.load(f).get("layout", {})
         flags = ["--cluster", a.cluster, "--json"]
-        if not a.profile_speed:
+        if a.host_speed:
             flags.append("--host-speed")
         if layout.get("ep", 1) > 1:
             flags.append("--observed-load")
