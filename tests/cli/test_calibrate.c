@@ -306,8 +306,25 @@ static void test_grouped_half_dim(void **state)
         assert_true(cl.gpu.gemm.grouped_bwd_eff[b] == fit.grouped_bwd_eff[b]);
         assert_true(cl.gpu.gemm.grouped_bwd_half_dim[b] == fit.grouped_bwd_half_dim[b]);
     }
-    /* An older bench: no backward rates, factors 0 (the forward's figures). */
+    /* Two shapes far off the curve (backward-data at twice its rate, as the presets' 32-64-wide
+     * miniatures ran on this project's host) leave the other six's factor and term: the term is
+     * chosen by the median residual, not the RMS, which let the two set it (0.81 and 12.6 rows
+     * where the rest said 0.97 and 24, 2026-12-04). */
     cJSON *row = NULL;
+    int idx = 0;
+    cJSON_ArrayForEach(row, arr)
+    {
+        cJSON *dg = cJSON_GetObjectItemCaseSensitive(row, bwd_keys[0]);
+        if (dg != NULL && (idx == 4 || idx == 6)) {
+            cJSON_SetNumberValue(dg, 2.0 * dg->valuedouble);
+        }
+        idx++;
+    }
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.grouped_bwd_half_dim[0] - bwd_half[0]) <= 0.051);
+    assert_true(fabs(fit.grouped_bwd_eff[0] - bwd_eff[0]) <= 2e-3);
+    assert_true(fit.grouped_bwd_rms_resid[0] > 0.3); /* reported over every shape */
+    /* An older bench: no backward rates, factors 0 (the forward's figures). */
     cJSON_ArrayForEach(row, arr)
     {
         for (int b = 0; b < 2; b++) {
