@@ -123,7 +123,7 @@ void moe_bench_gemm_time(const struct moe_k_ops *k,
         if (i == cfg->warmup) {
             t0 = moe_eng_now();
         }
-        const struct gemm_set *g = &sets[i % num_sets];
+        const struct gemm_set *g = &sets[(s->first + i) % num_sets];
         switch (i % 3) {
         case 0:
             k->linear_fwd(g->y, g->x, g->w, NULL, m, k_dim, n, kc);
@@ -142,7 +142,7 @@ void moe_bench_gemm_time(const struct moe_k_ops *k,
     out->time_us = elapsed_us(t0, cfg->iters);
     out->gflops = 2.0 * m * (double)n * k_dim / (out->time_us * 1e3);
     /* Check the forward on the first set: y[i, j] = sum_p x[i, p] w[j, p]. */
-    const struct gemm_set *g = &sets[0];
+    const struct gemm_set *g = &sets[s->first % num_sets];
     k->linear_fwd(g->y, g->x, g->w, NULL, m, k_dim, n, kc);
     out->is_ok = true;
     for (int q = 0; q < 16; q++) {

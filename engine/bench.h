@@ -50,6 +50,9 @@ struct moe_bench_gemm {
 struct moe_bench_gemm_sets {
     int m, n, k;
     int num_sets;
+    int first; /* the set the next timing starts on (0 after init): moefold-train's host probe
+                * moves it on after each probe, so no probe reads operands an earlier one left in
+                * the cache */
     size_t set_floats;
     float *buf;
     struct moe_eng_heap heap;
