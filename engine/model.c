@@ -60,30 +60,18 @@ static uint64_t uid_of(int layer, int code, int expert)
 
 /* ---- Dimensions ------------------------------------------------------------------------------ */
 
-/* Architecture features added after the CUDA backend was last checked on a GPU: the CPU backend
- * runs them; on CUDA they are refused until a GPU session compares them with the CPU engine. */
-static const char *cpu_only_feature(const struct moe_model_cfg *m)
+/* An architecture feature whose op the backend's table lacks (optional ops, kernels/kernels.h),
+ * or NULL when the backend has every op the model needs. */
+static const char *missing_feature(const struct moe_model_cfg *m, const struct moe_k_ops *k)
 {
-    if (m->is_mla) {
-        return "multi-latent attention (MLA)";
-    }
-    if (m->mtp_num_layers > 0) {
-        return "multi-token-prediction layers";
-    }
-    if (m->window_size > 0) {
+    if (m->window_size > 0 && k->attention_window_sink_fwd == NULL) {
         return "sliding-window attention";
     }
-    if (m->has_attention_sinks) {
+    if (m->has_attention_sinks && k->attention_window_sink_fwd == NULL) {
         return "attention sinks";
     }
-    if (m->has_qk_layernorm) {
-        return "q/k layernorm";
-    }
-    if (m->has_linear_bias) {
+    if (m->has_linear_bias && k->bias_fwd == NULL) {
         return "linear biases";
-    }
-    if (!m->is_swiglu) {
-        return "non-gated (GELU) MLPs";
     }
     return NULL;
 }
@@ -91,12 +79,12 @@ static const char *cpu_only_feature(const struct moe_model_cfg *m)
 static enum moe_status check_supported(const struct moe_eng *e, struct moe_diag *diag)
 {
     const struct moe_model_cfg *m = &e->plan.model;
-    const char *cpu_only = cpu_only_feature(m);
-    if (cpu_only != NULL && e->k->backend != MOE_K_BACKEND_CPU) {
+    const char *missing = missing_feature(m, e->k);
+    if (missing != NULL) {
         return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "model %s uses %s, which moefold-train runs on the CPU backend only "
-                            "(the %s backend has not been checked with it); use --backend cpu",
-                            m->name, cpu_only, e->k->name);
+                            "model %s uses %s, which the %s backend has no kernels for; use "
+                            "--backend cpu",
+                            m->name, missing, e->k->name);
     }
     return MOE_OK;
 }

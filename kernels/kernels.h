@@ -646,9 +646,9 @@ struct moe_k_ops {
                           size_t workspace_bytes,
                           moe_k_ctx_t *ctx);
 
-    /* ---- Sliding-window attention with sinks, biases (optional: NULL in a backend without them;
-     * the CUDA backend has none, and moefold-train refuses the architectures that need them on
-     * it) ------------------------------------------------------------------------------------- */
+    /* ---- Sliding-window attention with sinks, biases (optional: NULL in a backend without them,
+     * and moefold-train refuses the architectures that need them there; both backends have them)
+     * ------------------------------------------------------------------------------------------ */
     /*
      * Causal attention as attention_fwd (same shapes, workspace from attention_workspace_bytes)
      * with a sliding window and per-head attention sinks (GPT-OSS). window > 0: query i (position

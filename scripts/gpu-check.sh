@@ -9,13 +9,14 @@
 #   3. the engine's GPU tests: NCCL backend vs MPI (tests/engine/test_comm_nccl.c) and the CUDA
 #      engine vs the CPU engine (tests/engine/test_engine_cuda.c: gradients, losses, recompute,
 #      offload, checkpoints, NaN naming, CUDA graphs, run.json),
-#   4. moefold-train --backend cuda on tiny-moe (FP32 GEMMs) and on a larger single-GPU MoE,
+#   4. moefold-train --backend cuda --trace on tiny-moe (FP32 GEMMs) and on a larger single-GPU MoE,
 #      tests/data/models/gpu-moe.json (8 layers, hidden 2048, 16 experts top-2 + shared expert,
 #      vocab 32768, seq 2048, mbs 2, gbs 16; BF16 GEMM math on fp32 storage): step time, phase
 #      times (CUDA events) and memory (engine categories + cudaMemGetInfo), against
 #      `moefold predict` for the same model and layout on dgx-h200 with one GPU per node (a cluster
 #      file derived from topologies/dgx-h200.json into a temp dir: --gpus must be a multiple of
-#      gpus_per_node), and the MFU against the BF16 dense peak of that cluster file (target 40%),
+#      gpus_per_node), and the MFU against the BF16 dense peak of that cluster file (target 40%);
+#      `moefold compare` of each run against the emitted plan, with both timelines in one trace,
 #   5. the grouped expert GEMM against one dense BF16 cuBLAS GEMM of equal FLOPs (target 70%),
 #   6. the op tests under compute-sanitizer memcheck, racecheck and synccheck, as time allows,
 # then print a table. Exit status: 0 when every step that ran passed, 1 on any failure, 2 when no
@@ -293,7 +294,8 @@ train_run() {
     echo "[gpu-check] $train --model $model --backend cuda ${eopts[*]} --steps $steps -- ${flags[*]}"
     t0=$(date +%s)
     timeout "$t" "$train" --model "$model" --backend cuda ${eopts[@]+"${eopts[@]}"} \
-        --steps "$steps" --synthetic --out "$run" -- "${flags[@]}" >"$log" 2>&1
+        --steps "$steps" --synthetic --out "$run" --trace "$logdir/run-$name.trace.json" \
+        -- "${flags[@]}" >"$log" 2>&1
     rc=$?
     if [ $rc -ne 0 ] || grep -q "using the CPU backend" "$log" || ! grep -q '"cuda+nccl"' "$run"; then
         [ $rc -eq 124 ] && echo "timed out after $t s" >>"$log"
@@ -304,8 +306,18 @@ train_run() {
     record "train $name" ok $(($(date +%s) - t0)) "$(grep '^step' "$log" | tail -1)"
     # shellcheck disable=SC2086 # pmodel is "--model NAME" or "--model-config FILE"
     "$moefold" predict $pmodel --cluster "$cluster" --gpus 1 --fp32-training "${flags[@]}" \
-        --json >"$logdir/predict-$name.json" 2>"$logdir/predict-$name.log" ||
+        --emit "$logdir/plan-$name.json" --json >"$logdir/predict-$name.json" \
+        2>"$logdir/predict-$name.log" ||
         echo "[gpu-check] moefold predict failed: $(tail -1 "$logdir/predict-$name.log")"
+    # The run's traced step (CUDA events) beside the predicted one, phase by phase.
+    t0=$(date +%s)
+    if "$moefold" compare "$logdir/plan-$name.json" "$run" --cluster "$cluster" \
+        --trace "$logdir/compare-$name.trace.json" >"$logdir/compare-$name.txt" 2>&1; then
+        record "compare $name" ok $(($(date +%s) - t0)) "$(grep '^summary:' "$logdir/compare-$name.txt")"
+        cat "$logdir/compare-$name.txt"
+    else
+        record "compare $name" FAIL $(($(date +%s) - t0)) "$(tail -1 "$logdir/compare-$name.txt")"
+    fi
 }
 
 if ! want train; then

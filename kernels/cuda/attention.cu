@@ -14,6 +14,14 @@
  * Before the batching (per-head GEMMs and one softmax launch per head): 1 792 GEMMs of ~10 us and
  * 768 softmax launches per gpu-moe micro-batch on an H200, ~31 ms of 85 ms of GPU time.
  *
+ * Sliding windows and attention sinks (GPT-OSS; attention_window_sink_fwd/bwd) take the same
+ * path: the softmax kernels mask keys outside the window as they mask future keys, a sink adds
+ * exp(sink_h) to its row's denominator and no value, and its gradient, -sum_i P_sink,i
+ * rowsum(dO O)_i, is summed per item in a fixed tree and added to d_sinks in item order (the
+ * CPU's order of sequences per head), so it too is deterministic. The window does not shorten the
+ * products here (the CPU tiles its queries to O(Tq * window) work): every item still forms the
+ * full [Tq, Tk] block, correct and simple rather than fast for long sequences.
+ *
  * Not a fused (flash) kernel: O(Tq*Tk) workspace per item. GEMMs follow the context's math mode;
  * in FP32 mode the result equals the CPU's up to summation order and expf's last-ulp differences.
  */
@@ -46,17 +54,30 @@ struct attn_shape {
     int q_len, kv_len, hq, hkv, dqk, dv, q_pos0, k_pos0;
     float scale;
     bool causal;
-    int j, t0, n; /* the batch */
+    int window;         /* causal sliding window (0: none) */
+    const float *sinks; /* [Hq] sink logits, or NULL */
+    int j, t0, n;       /* the batch */
 };
 
-/* Number of keys query i may see: a prefix of the K/V range. */
-static __device__ int visible_keys(int i, int kv_len, int q_pos0, int k_pos0, bool causal)
+static __device__ int clamp_keys(long x, int kv_len)
 {
-    if (!causal) {
-        return kv_len;
+    return x < 0 ? 0 : (x > kv_len ? kv_len : (int)x);
+}
+
+/* Keys [*lo, *hi) of the K/V range that query i may see (kernels/cpu/attention.c's visible()). */
+static __device__ void visible_keys(const struct attn_shape &s, int i, int *lo, int *hi)
+{
+    if (!s.causal) {
+        *lo = 0;
+        *hi = s.kv_len;
+        return;
     }
-    long n = (long)q_pos0 + i - k_pos0 + 1;
-    return n < 0 ? 0 : (n > kv_len ? kv_len : (int)n);
+    long p = (long)s.q_pos0 + i - s.k_pos0; /* the query's position in key coordinates */
+    *hi = clamp_keys(p + 1, s.kv_len);
+    *lo = s.window > 0 ? clamp_keys(p - s.window + 1, s.kv_len) : 0;
+    if (*lo > *hi) {
+        *lo = *hi;
+    }
 }
 
 /* Query head and its row-of-lse offset of batch item u (0 <= u < s.n). */
@@ -87,20 +108,32 @@ softmax_rows_kernel(float *p, float *lse_out, const float *lse_in, struct attn_s
             ((size_t)item_b(s, u) * (size_t)s.hq + (size_t)item_h(s, u)) * (size_t)s.q_len +
             (size_t)i;
         float *row = p + (size_t)r * (size_t)s.kv_len;
-        int n = visible_keys(i, s.kv_len, s.q_pos0, s.k_pos0, s.causal);
+        int lo = 0, hi = 0;
+        visible_keys(s, i, &lo, &hi);
+        const float *sink = s.sinks != NULL ? s.sinks + item_h(s, u) : NULL;
         float lse;
         if (lse_out != NULL) {
             float max = -INFINITY;
-            for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+            for (int jj = lo + (int)threadIdx.x; jj < hi; jj += blockDim.x) {
                 max = fmaxf(max, row[jj]);
             }
             max = moe_block_max(max, fshared);
+            if (sink != NULL) {
+                max = fmaxf(max, *sink);
+            }
             double sum = 0.0;
-            for (int jj = threadIdx.x; jj < n; jj += blockDim.x) {
+            for (int jj = lo + (int)threadIdx.x; jj < hi; jj += blockDim.x) {
                 sum += (double)expf(row[jj] - max);
             }
             sum = moe_block_sum(sum, dshared);
-            lse = n > 0 ? max + (float)log(sum) : -INFINITY;
+            if (hi == lo) { /* no key: out = 0, lse = the sink (-Inf without one) */
+                lse = sink != NULL ? *sink : -INFINITY;
+            } else {
+                if (sink != NULL) {
+                    sum += (double)expf(*sink - max);
+                }
+                lse = max + (float)log(sum);
+            }
             if (threadIdx.x == 0) {
                 lse_out[lse_i] = lse;
             }
@@ -108,7 +141,7 @@ softmax_rows_kernel(float *p, float *lse_out, const float *lse_in, struct attn_s
             lse = lse_in[lse_i];
         }
         for (int jj = threadIdx.x; jj < s.kv_len; jj += blockDim.x) {
-            row[jj] = jj < n ? expf(row[jj] - lse) : 0.0f;
+            row[jj] = jj >= lo && jj < hi ? expf(row[jj] - lse) : 0.0f;
         }
     }
 }
@@ -137,6 +170,43 @@ static __global__ void softmax_grad_kernel(
         for (int jj = threadIdx.x; jj < s.kv_len; jj += blockDim.x) {
             row[jj] = prow[jj] * (row[jj] - df);
         }
+    }
+}
+
+/*
+ * The sinks' gradient of the batch: block u sums -exp(sink_h - lse_i) D_i over its item's rows
+ * (D_i = dot(dO_i, O_i) in double, as softmax_grad_kernel) into partial[u]; then
+ * sink_grad_add_kernel adds the partials to d_sinks in item order.
+ */
+static __global__ void sink_grad_kernel(
+    double *partial, const float *dout, const float *out, const float *lse, struct attn_shape s)
+{
+    __shared__ double shared[32];
+    int u = blockIdx.x;
+    int b = item_b(s, u), h = item_h(s, u);
+    float sink = s.sinks[h];
+    size_t o_ld = (size_t)s.hq * (size_t)s.dv;
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < s.q_len; i += blockDim.x) {
+        size_t o_off = ((size_t)b * (size_t)s.q_len + (size_t)i) * o_ld + (size_t)h * (size_t)s.dv;
+        double d = 0.0;
+        for (int c = 0; c < s.dv; c++) {
+            d += (double)dout[o_off + c] * (double)out[o_off + c];
+        }
+        float l = lse[((size_t)b * (size_t)s.hq + (size_t)h) * (size_t)s.q_len + (size_t)i];
+        acc -= exp((double)sink - (double)l) * d;
+    }
+    acc = moe_block_sum(acc, shared);
+    if (threadIdx.x == 0) {
+        partial[u] = acc;
+    }
+}
+
+static __global__ void
+sink_grad_add_kernel(float *d_sinks, const double *partial, struct attn_shape s)
+{
+    for (int u = 0; u < s.n; u++) {
+        d_sinks[item_h(s, u)] += (float)partial[u];
     }
 }
 
@@ -251,6 +321,35 @@ static void probs(float *p,
     MOE_CHECK_LAUNCH();
 }
 
+/* Forward of every item: batches of per items for each query head j of the GQA groups. */
+static void attention_fwd_impl(float *out,
+                               float *lse,
+                               const float *q,
+                               const float *k,
+                               const float *v,
+                               int batch,
+                               struct attn_shape s,
+                               void *workspace,
+                               size_t workspace_bytes,
+                               moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(batch >= 0 && s.q_len > 0 && s.kv_len > 0 && s.dqk > 0 && s.dv > 0);
+    MOE_ASSERT(s.hkv > 0 && s.hq % s.hkv == 0 && s.window >= 0);
+    MOE_ASSERT(workspace_bytes >= moe_k_cuda_attention_workspace_bytes(s.q_len, s.kv_len, ctx));
+    float *p = (float *)workspace;
+    int items = batch * s.hkv, per = attn_items(s.q_len, s.kv_len);
+    for (s.j = 0; s.j < s.hq / s.hkv; s.j++) {
+        for (s.t0 = 0; s.t0 < items; s.t0 += per) {
+            s.n = items - s.t0 < per ? items - s.t0 : per;
+            probs(p, lse, NULL, q, k, &s, ctx);
+            struct operands o = {{ws_blocks(p, &s), kv_heads(v, &s, s.kv_len, s.dv),
+                                  q_heads(out, &s, s.q_len, s.dv)}};
+            batched_gemm(1, &o, &s, false, false, s.q_len, s.dv, s.kv_len, 1.0f, s.kv_len,
+                         s.hkv * s.dv, 0.0f, s.hq * s.dv, ctx);
+        }
+    }
+}
+
 extern "C" void moe_k_cuda_attention_fwd(float *out,
                                          float *lse,
                                          const float *q,
@@ -271,22 +370,109 @@ extern "C" void moe_k_cuda_attention_fwd(float *out,
                                          size_t workspace_bytes,
                                          moe_k_ctx_t *ctx)
 {
-    MOE_ASSERT(batch >= 0 && q_len > 0 && kv_len > 0 && qk_dim > 0 && v_dim > 0);
-    MOE_ASSERT(num_kv_heads > 0 && num_q_heads % num_kv_heads == 0);
-    MOE_ASSERT(workspace_bytes >= moe_k_cuda_attention_workspace_bytes(q_len, kv_len, ctx));
-    struct attn_shape s = {q_len,  kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim,
-                           q_pos0, k_pos0, scale,       causal,       0,      0,
-                           0};
+    struct attn_shape s = {q_len, kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim, q_pos0, k_pos0,
+                           scale, causal, 0,           NULL,         0,      0,     0};
+    attention_fwd_impl(out, lse, q, k, v, batch, s, workspace, workspace_bytes, ctx);
+}
+
+extern "C" void moe_k_cuda_attention_window_sink_fwd(float *out,
+                                                     float *lse,
+                                                     const float *q,
+                                                     const float *k,
+                                                     const float *v,
+                                                     const float *sinks,
+                                                     int batch,
+                                                     int q_len,
+                                                     int kv_len,
+                                                     int num_q_heads,
+                                                     int num_kv_heads,
+                                                     int qk_dim,
+                                                     int v_dim,
+                                                     int q_pos0,
+                                                     int k_pos0,
+                                                     int window,
+                                                     float scale,
+                                                     void *workspace,
+                                                     size_t workspace_bytes,
+                                                     moe_k_ctx_t *ctx)
+{
+    struct attn_shape s = {q_len, kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim, q_pos0, k_pos0,
+                           scale, true,   window,      sinks,        0,      0,     0};
+    attention_fwd_impl(out, lse, q, k, v, batch, s, workspace, workspace_bytes, ctx);
+}
+
+/* Tensors of one backward call. */
+struct attn_grads {
+    float *dq, *dk, *dv, *d_sinks;
+    const float *dout, *q, *k, *v, *out, *lse;
+};
+
+static void attention_bwd_impl(const struct attn_grads *g,
+                               int batch,
+                               struct attn_shape s,
+                               bool accumulate_dkv,
+                               void *workspace,
+                               size_t workspace_bytes,
+                               moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(batch >= 0 && s.q_len > 0 && s.kv_len > 0 && s.dqk > 0 && s.dv > 0);
+    MOE_ASSERT(s.hkv > 0 && s.hq % s.hkv == 0 && s.window >= 0);
+    MOE_ASSERT(workspace_bytes >= moe_k_cuda_attention_workspace_bytes(s.q_len, s.kv_len, ctx));
+    MOE_ASSERT(s.sinks == NULL || g->d_sinks != NULL);
+    struct moe_k_cuda_state *st = moe_k_cuda_state_of(ctx);
+    cudaStream_t stream = st->stream;
+    size_t kv_rows = (size_t)batch * (size_t)s.kv_len * (size_t)s.hkv;
+    if (!accumulate_dkv && kv_rows > 0) {
+        MOE_CHECK_CUDA(cudaMemsetAsync(g->dk, 0, kv_rows * (size_t)s.dqk * sizeof(float), stream));
+        MOE_CHECK_CUDA(cudaMemsetAsync(g->dv, 0, kv_rows * (size_t)s.dv * sizeof(float), stream));
+    }
+    /* The sinks' per-item partials sit in the scratch after the six GEMMs' pointer arrays. */
+    static_assert(6 * 3 * ATTN_MAX_ITEMS * sizeof(void *) + ATTN_MAX_ITEMS * sizeof(double) <=
+                      MOE_K_CUDA_SCRATCH_BYTES,
+                  "pointer arrays and sink partials fit the scratch");
+    double *sink_partial =
+        (double *)((char *)st->scratch + 6 * 3 * ATTN_MAX_ITEMS * sizeof(void *));
+    int items = batch * s.hkv, per = attn_items(s.q_len, s.kv_len);
     float *p = (float *)workspace;
-    int items = batch * num_kv_heads, per = attn_items(q_len, kv_len);
-    for (s.j = 0; s.j < num_q_heads / num_kv_heads; s.j++) {
+    float *dp = p + (size_t)per * (size_t)s.q_len * (size_t)s.kv_len;
+    int q_ld = s.hq * s.dqk;
+    int o_ld = s.hq * s.dv;
+    int k_ld = s.hkv * s.dqk;
+    int v_ld = s.hkv * s.dv;
+    for (s.j = 0; s.j < s.hq / s.hkv; s.j++) {
         for (s.t0 = 0; s.t0 < items; s.t0 += per) {
             s.n = items - s.t0 < per ? items - s.t0 : per;
-            probs(p, lse, NULL, q, k, &s, ctx);
-            struct operands o = {
-                {ws_blocks(p, &s), kv_heads(v, &s, kv_len, v_dim), q_heads(out, &s, q_len, v_dim)}};
-            batched_gemm(1, &o, &s, false, false, q_len, v_dim, kv_len, 1.0f, kv_len,
-                         num_kv_heads * v_dim, 0.0f, num_q_heads * v_dim, ctx);
+            probs(p, NULL, g->lse, g->q, g->k, &s, ctx);
+            /* dP = dO V^T */
+            struct operands o1 = {{q_heads(g->dout, &s, s.q_len, s.dv),
+                                   kv_heads(g->v, &s, s.kv_len, s.dv), ws_blocks(dp, &s)}};
+            batched_gemm(2, &o1, &s, false, true, s.q_len, s.kv_len, s.dv, 1.0f, o_ld, v_ld, 0.0f,
+                         s.kv_len, ctx);
+            softmax_grad_kernel<<<row_grid(s.n * s.q_len), MOE_K_CUDA_THREADS, 0, stream>>>(
+                dp, p, g->dout, g->out, s);
+            MOE_CHECK_LAUNCH();
+            if (s.sinks != NULL) {
+                sink_grad_kernel<<<(unsigned)s.n, MOE_K_CUDA_THREADS, 0, stream>>>(
+                    sink_partial, g->dout, g->out, g->lse, s);
+                MOE_CHECK_LAUNCH();
+                sink_grad_add_kernel<<<1, 1, 0, stream>>>(g->d_sinks, sink_partial, s);
+                MOE_CHECK_LAUNCH();
+            }
+            /* dQ = scale dS K */
+            struct operands o2 = {{ws_blocks(dp, &s), kv_heads(g->k, &s, s.kv_len, s.dqk),
+                                   q_heads(g->dq, &s, s.q_len, s.dqk)}};
+            batched_gemm(3, &o2, &s, false, false, s.q_len, s.dqk, s.kv_len, s.scale, s.kv_len,
+                         k_ld, 0.0f, q_ld, ctx);
+            /* dK += scale dS^T Q */
+            struct operands o3 = {{ws_blocks(dp, &s), q_heads(g->q, &s, s.q_len, s.dqk),
+                                   kv_heads(g->dk, &s, s.kv_len, s.dqk)}};
+            batched_gemm(4, &o3, &s, true, false, s.kv_len, s.dqk, s.q_len, s.scale, s.kv_len, q_ld,
+                         1.0f, k_ld, ctx);
+            /* dV += P^T dO */
+            struct operands o4 = {{ws_blocks(p, &s), q_heads(g->dout, &s, s.q_len, s.dv),
+                                   kv_heads(g->dv, &s, s.kv_len, s.dv)}};
+            batched_gemm(5, &o4, &s, true, false, s.kv_len, s.dv, s.q_len, 1.0f, s.kv_len, o_ld,
+                         1.0f, v_ld, ctx);
         }
     }
 }
@@ -316,52 +502,41 @@ extern "C" void moe_k_cuda_attention_bwd(float *dq,
                                          size_t workspace_bytes,
                                          moe_k_ctx_t *ctx)
 {
-    MOE_ASSERT(batch >= 0 && q_len > 0 && kv_len > 0 && qk_dim > 0 && v_dim > 0);
-    MOE_ASSERT(num_kv_heads > 0 && num_q_heads % num_kv_heads == 0);
-    MOE_ASSERT(workspace_bytes >= moe_k_cuda_attention_workspace_bytes(q_len, kv_len, ctx));
-    struct attn_shape s = {q_len,  kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim,
-                           q_pos0, k_pos0, scale,       causal,       0,      0,
-                           0};
-    cudaStream_t stream = moe_k_cuda_stream(ctx);
-    size_t kv_rows = (size_t)batch * (size_t)kv_len * (size_t)num_kv_heads;
-    if (!accumulate_dkv && kv_rows > 0) {
-        MOE_CHECK_CUDA(cudaMemsetAsync(dk, 0, kv_rows * (size_t)qk_dim * sizeof(float), stream));
-        MOE_CHECK_CUDA(cudaMemsetAsync(dv, 0, kv_rows * (size_t)v_dim * sizeof(float), stream));
-    }
-    int items = batch * num_kv_heads, per = attn_items(q_len, kv_len);
-    float *p = (float *)workspace;
-    float *dp = p + (size_t)per * (size_t)q_len * (size_t)kv_len;
-    int q_ld = num_q_heads * qk_dim;
-    int o_ld = num_q_heads * v_dim;
-    int k_ld = num_kv_heads * qk_dim;
-    int v_ld = num_kv_heads * v_dim;
-    for (s.j = 0; s.j < num_q_heads / num_kv_heads; s.j++) {
-        for (s.t0 = 0; s.t0 < items; s.t0 += per) {
-            s.n = items - s.t0 < per ? items - s.t0 : per;
-            probs(p, NULL, lse, q, k, &s, ctx);
-            /* dP = dO V^T */
-            struct operands o1 = {{q_heads(dout, &s, q_len, v_dim), kv_heads(v, &s, kv_len, v_dim),
-                                   ws_blocks(dp, &s)}};
-            batched_gemm(2, &o1, &s, false, true, q_len, kv_len, v_dim, 1.0f, o_ld, v_ld, 0.0f,
-                         kv_len, ctx);
-            softmax_grad_kernel<<<row_grid(s.n * q_len), MOE_K_CUDA_THREADS, 0, stream>>>(
-                dp, p, dout, out, s);
-            MOE_CHECK_LAUNCH();
-            /* dQ = scale dS K */
-            struct operands o2 = {{ws_blocks(dp, &s), kv_heads(k, &s, kv_len, qk_dim),
-                                   q_heads(dq, &s, q_len, qk_dim)}};
-            batched_gemm(3, &o2, &s, false, false, q_len, qk_dim, kv_len, scale, kv_len, k_ld, 0.0f,
-                         q_ld, ctx);
-            /* dK += scale dS^T Q */
-            struct operands o3 = {{ws_blocks(dp, &s), q_heads(q, &s, q_len, qk_dim),
-                                   kv_heads(dk, &s, kv_len, qk_dim)}};
-            batched_gemm(4, &o3, &s, true, false, kv_len, qk_dim, q_len, scale, kv_len, q_ld, 1.0f,
-                         k_ld, ctx);
-            /* dV += P^T dO */
-            struct operands o4 = {{ws_blocks(p, &s), q_heads(dout, &s, q_len, v_dim),
-                                   kv_heads(dv, &s, kv_len, v_dim)}};
-            batched_gemm(5, &o4, &s, true, false, kv_len, v_dim, q_len, 1.0f, kv_len, o_ld, 1.0f,
-                         v_ld, ctx);
-        }
-    }
+    struct attn_shape s = {q_len, kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim, q_pos0, k_pos0,
+                           scale, causal, 0,           NULL,         0,      0,     0};
+    struct attn_grads g = {dq, dk, dv, NULL, dout, q, k, v, out, lse};
+    attention_bwd_impl(&g, batch, s, accumulate_dkv, workspace, workspace_bytes, ctx);
+}
+
+extern "C" void moe_k_cuda_attention_window_sink_bwd(float *dq,
+                                                     float *dk,
+                                                     float *dv,
+                                                     float *d_sinks,
+                                                     const float *dout,
+                                                     const float *q,
+                                                     const float *k,
+                                                     const float *v,
+                                                     const float *out,
+                                                     const float *lse,
+                                                     const float *sinks,
+                                                     int batch,
+                                                     int q_len,
+                                                     int kv_len,
+                                                     int num_q_heads,
+                                                     int num_kv_heads,
+                                                     int qk_dim,
+                                                     int v_dim,
+                                                     int q_pos0,
+                                                     int k_pos0,
+                                                     int window,
+                                                     float scale,
+                                                     bool accumulate_dkv,
+                                                     void *workspace,
+                                                     size_t workspace_bytes,
+                                                     moe_k_ctx_t *ctx)
+{
+    struct attn_shape s = {q_len, kv_len, num_q_heads, num_kv_heads, qk_dim, v_dim, q_pos0, k_pos0,
+                           scale, true,   window,      sinks,        0,      0,     0};
+    struct attn_grads g = {dq, dk, dv, d_sinks, dout, q, k, v, out, lse};
+    attention_bwd_impl(&g, batch, s, accumulate_dkv, workspace, workspace_bytes, ctx);
 }

@@ -249,6 +249,8 @@ void moe_k_cuda_swiglu_bwd(
 void moe_k_cuda_gelu_fwd(float *out, const float *in, size_t n, moe_k_ctx_t *ctx);
 void moe_k_cuda_gelu_bwd(
     float *d_in, const float *d_out, const float *in, size_t n, moe_k_ctx_t *ctx);
+void moe_k_cuda_bias_fwd(float *y, const float *bias, int num_rows, int dim, moe_k_ctx_t *ctx);
+void moe_k_cuda_bias_bwd(float *d_bias, const float *dy, int num_rows, int dim, moe_k_ctx_t *ctx);
 
 /* gemm.cu */
 void moe_k_cuda_matmul(float *c,
@@ -530,6 +532,52 @@ void moe_k_cuda_attention_bwd(float *dq,
                               void *workspace,
                               size_t workspace_bytes,
                               moe_k_ctx_t *ctx);
+void moe_k_cuda_attention_window_sink_fwd(float *out,
+                                          float *lse,
+                                          const float *q,
+                                          const float *k,
+                                          const float *v,
+                                          const float *sinks,
+                                          int batch,
+                                          int q_len,
+                                          int kv_len,
+                                          int num_q_heads,
+                                          int num_kv_heads,
+                                          int qk_dim,
+                                          int v_dim,
+                                          int q_pos0,
+                                          int k_pos0,
+                                          int window,
+                                          float scale,
+                                          void *workspace,
+                                          size_t workspace_bytes,
+                                          moe_k_ctx_t *ctx);
+void moe_k_cuda_attention_window_sink_bwd(float *dq,
+                                          float *dk,
+                                          float *dv,
+                                          float *d_sinks,
+                                          const float *dout,
+                                          const float *q,
+                                          const float *k,
+                                          const float *v,
+                                          const float *out,
+                                          const float *lse,
+                                          const float *sinks,
+                                          int batch,
+                                          int q_len,
+                                          int kv_len,
+                                          int num_q_heads,
+                                          int num_kv_heads,
+                                          int qk_dim,
+                                          int v_dim,
+                                          int q_pos0,
+                                          int k_pos0,
+                                          int window,
+                                          float scale,
+                                          bool accumulate_dkv,
+                                          void *workspace,
+                                          size_t workspace_bytes,
+                                          moe_k_ctx_t *ctx);
 
 /* vocab.cu */
 void moe_k_cuda_embedding_fwd(float *out,

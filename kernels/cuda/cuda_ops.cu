@@ -435,12 +435,10 @@ static const struct moe_k_ops cuda_ops = {
     .attention_workspace_bytes = moe_k_cuda_attention_workspace_bytes,
     .attention_fwd = moe_k_cuda_attention_fwd,
     .attention_bwd = moe_k_cuda_attention_bwd,
-    /* Optional ops this backend does not implement (no GPU has checked them yet): moefold-train
-     * refuses the architectures that need them (sliding windows, sinks, biases) on CUDA. */
-    .attention_window_sink_fwd = NULL,
-    .attention_window_sink_bwd = NULL,
-    .bias_fwd = NULL,
-    .bias_bwd = NULL,
+    .attention_window_sink_fwd = moe_k_cuda_attention_window_sink_fwd,
+    .attention_window_sink_bwd = moe_k_cuda_attention_window_sink_bwd,
+    .bias_fwd = moe_k_cuda_bias_fwd,
+    .bias_bwd = moe_k_cuda_bias_bwd,
     .embedding_fwd = moe_k_cuda_embedding_fwd,
     .embedding_bwd = moe_k_cuda_embedding_bwd,
     .xent_local_max = moe_k_cuda_xent_local_max,

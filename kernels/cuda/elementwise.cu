@@ -302,3 +302,52 @@ moe_k_cuda_gelu_bwd(float *d_in, const float *d_out, const float *in, size_t n, 
                       moe_k_cuda_stream(ctx)>>>(d_in, d_out, in, n);
     MOE_CHECK_LAUNCH();
 }
+
+/* ---- Biases -----------------------------------------------------------------------------------
+ */
+
+static __global__ void bias_fwd_kernel(float *y, const float *bias, size_t n, int dim)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        y[i] += bias[i % (size_t)dim];
+    }
+}
+
+extern "C" void
+moe_k_cuda_bias_fwd(float *y, const float *bias, int num_rows, int dim, moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(num_rows >= 0 && dim >= 0);
+    size_t n = (size_t)num_rows * (size_t)dim;
+    if (n == 0) {
+        return;
+    }
+    bias_fwd_kernel<<<moe_k_cuda_blocks(n, MOE_K_CUDA_THREADS), MOE_K_CUDA_THREADS, 0,
+                      moe_k_cuda_stream(ctx)>>>(y, bias, n, dim);
+    MOE_CHECK_LAUNCH();
+}
+
+/* One thread per column, rows in order in double: the CPU's sum, bit for bit (a warp reads 32
+ * consecutive columns of a row, so the loads coalesce). */
+static __global__ void bias_bwd_kernel(float *d_bias, const float *dy, int num_rows, int dim)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += gridDim.x * blockDim.x) {
+        double acc = 0.0;
+        for (int r = 0; r < num_rows; r++) {
+            acc += (double)dy[(size_t)r * (size_t)dim + (size_t)c];
+        }
+        d_bias[c] += (float)acc;
+    }
+}
+
+extern "C" void
+moe_k_cuda_bias_bwd(float *d_bias, const float *dy, int num_rows, int dim, moe_k_ctx_t *ctx)
+{
+    MOE_ASSERT(num_rows >= 0 && dim >= 0);
+    if (dim == 0) {
+        return;
+    }
+    bias_bwd_kernel<<<moe_k_cuda_blocks((size_t)dim, MOE_K_CUDA_THREADS), MOE_K_CUDA_THREADS, 0,
+                      moe_k_cuda_stream(ctx)>>>(d_bias, dy, num_rows, dim);
+    MOE_CHECK_LAUNCH();
+}

@@ -7,7 +7,10 @@
  * overlapped reductions) train on the GPU and match the GPU baseline; a checkpoint written from the
  * GPU resumes bit for bit; CUDA graphs of the dense layers replay the eager losses; a NaN weight
  * and an infinite output weight are named as on the CPU; run.json says "cuda+nccl", carries the
- * device's memory and its phases sum to the step time.
+ * device's memory and its phases sum to the step time; every architecture the presets use (MLA
+ * with and without the query latent, MTP, q/k norm, sliding windows with sinks and biases, GELU
+ * MLPs) gives the CPU's gradients and losses; a traced step's timeline (CUDA events) is valid and
+ * adds up to run.json's phases and step.
  *
  * Without a GPU (or without the CUDA build) the GPU tests skip, and one test checks that asking
  * for the CUDA backend is refused with a reason (moefold-train then falls back to the CPU).
@@ -20,6 +23,7 @@
 #include "engine/device.h"
 #include "tests/engine/eng_test.h"
 #include "topologies/run_file.h"
+#include "topologies/trace_file.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -184,6 +188,44 @@ static void test_gradients_match_cpu(void **state)
         eng_test_plan(&plan, models[m], &one_rank);
         plan.options.moe_grouped_gemm = true;
         grads_match(models[m], &plan);
+    }
+}
+
+/* The architectures the presets use, in their miniatures (model/config.c's moe_cfg_shrink), and
+ * two variants of them: every parameter's gradient, then the losses of a few steps, against the
+ * CPU. */
+static void test_architectures_match_cpu(void **state)
+{
+    (void)state;
+    gpu_or_skip();
+    const struct {
+        const char *label, *model;
+        bool no_q_latent, gelu;
+    } cases[] = {
+        {"tiny-deepseek-v3 (MLA, query latent, MTP)", "tiny-deepseek-v3", false, false},
+        {"tiny-deepseek-v3 without the query latent", "tiny-deepseek-v3", true, false},
+        {"tiny-qwen3-30b-a3b (q/k RMSNorm)", "tiny-qwen3-30b-a3b", false, false},
+        {"tiny-gpt-oss-120b (windows, sinks, biases)", "tiny-gpt-oss-120b", false, false},
+        {"tiny-moe with GELU MLPs", "tiny-moe", false, true},
+    };
+    for (size_t m = 0; m < MOE_ARRAY_LEN(cases); m++) {
+        struct moe_plan plan;
+        eng_test_plan(&plan, cases[m].model, &one_rank);
+        if (cases[m].no_q_latent) {
+            plan.model.q_lora_rank = 0;
+        }
+        if (cases[m].gelu) {
+            plan.model.is_swiglu = false;
+        }
+        plan.options.moe_grouped_gemm = true;
+        grads_match(cases[m].label, &plan);
+        struct moe_eng_run_opts o;
+        double cpu[STEPS], gpu[STEPS];
+        opts_for(&o, MOE_K_BACKEND_CPU, STEPS);
+        losses_of(&plan, &o, cpu);
+        opts_for(&o, MOE_K_BACKEND_CUDA, STEPS);
+        losses_of(&plan, &o, gpu);
+        expect_close(cases[m].label, gpu, cpu, STEPS);
     }
 }
 
@@ -416,14 +458,88 @@ static void test_run_file_gpu(void **state)
     assert_int_equal(unlink(path), 0);
 }
 
+/* A traced step on the GPU (CUDA events): a valid Chrome trace whose events do not overlap on a
+ * track, partition the step (phase clock), span run.json's step within 1%, and whose per-phase
+ * sums equal run.json's time_s (one rank: the critical stage is this rank). */
+static void test_trace_gpu(void **state)
+{
+    (void)state;
+    gpu_or_skip();
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-moe", &one_rank);
+    plan.options.moe_grouped_gemm = true;
+    struct moe_eng_run_opts o;
+    opts_for(&o, MOE_K_BACKEND_CUDA, 3);
+    o.trace_step = 3;
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = make(&plan, &o, &w);
+    struct moe_diag diag;
+    memset(&diag, 0, sizeof(diag));
+    for (int i = 0; i < 3; i++) {
+        struct moe_eng_step_result r;
+        assert_int_equal(moe_eng_train_step(e, &r, &diag), MOE_OK);
+    }
+    char path[128], trace[160];
+    (void)snprintf(path, sizeof(path), "/tmp/moefold-run-cuda-traced-%ld.json", (long)getpid());
+    (void)snprintf(trace, sizeof(trace), "%s.trace.json", path);
+    assert_int_equal(moe_eng_write_run(e, path, NULL, &diag), MOE_OK);
+    if (moe_eng_write_trace(e, trace, &diag) != MOE_OK) {
+        fail_msg("write_trace: %s", diag.message);
+    }
+    release(e, w);
+    struct moe_run run;
+    assert_int_equal(moe_run_read(path, &run, &diag), MOE_OK);
+    assert_non_null(run.timeline);
+    struct moe_trace_summary *sum = malloc(sizeof(*sum));
+    assert_non_null(sum);
+    if (moe_trace_summarize(trace, sum, &diag) != MOE_OK) {
+        fail_msg("%s: %s", trace, diag.message);
+    }
+    assert_int_equal(sum->num_procs, 1);
+    assert_true(sum->worst_overlap_us < 0.01);
+    const struct moe_trace_proc *pr = &sum->procs[0];
+    double total = pr->other_us;
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        total += pr->phase_us[k];
+    }
+    double span = (pr->last_us - pr->first_us) * 1e-6;
+    printf("  trace: %d events, span %.3f ms, phases %.3f ms, run.json step %.3f ms\n",
+           pr->num_events, span * 1e3, total * 1e-3, run.step_time_s * 1e3);
+    assert_true(fabs(total - (pr->last_us - pr->first_us)) <= 1e-6 * total + 0.01);
+    if (fabs(span - run.step_time_s) > 0.01 * run.step_time_s) {
+        fail_msg("the trace spans %.6f s, run.json's step is %.6f s", span, run.step_time_s);
+    }
+    const double tv[MOE_NUM_PHASES] = {
+        run.time.compute,   run.time.expert_gemm, run.time.dispatch,     run.time.combine,
+        run.time.tp_comm,   run.time.cp_comm,     run.time.pp_comm,      run.time.dp_comm,
+        run.time.pp_bubble, run.time.optimizer,   run.time.host_overhead};
+    for (int k = 0; k < MOE_NUM_PHASES; k++) {
+        double got = pr->phase_us[k] * 1e-6;
+        if (fabs(got - tv[k]) > 1e-6 + 1e-6 * run.step_time_s) {
+            fail_msg("%s: trace %.6f s, time_s %.6f s", moe_phase_name((enum moe_phase)k), got,
+                     tv[k]);
+        }
+    }
+    free(sum);
+    moe_run_fini(&run);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(unlink(trace), 0);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_refused_without_gpu),   cmocka_unit_test(test_gradients_match_cpu),
-        cmocka_unit_test(test_losses_match_cpu),      cmocka_unit_test(test_options_on_gpu),
-        cmocka_unit_test(test_checkpoint_resume_gpu), cmocka_unit_test(test_nan_is_named_gpu),
-        cmocka_unit_test(test_run_file_gpu),          cmocka_unit_test(test_cuda_graphs),
+        cmocka_unit_test(test_refused_without_gpu),
+        cmocka_unit_test(test_gradients_match_cpu),
+        cmocka_unit_test(test_losses_match_cpu),
+        cmocka_unit_test(test_options_on_gpu),
+        cmocka_unit_test(test_checkpoint_resume_gpu),
+        cmocka_unit_test(test_nan_is_named_gpu),
+        cmocka_unit_test(test_run_file_gpu),
+        cmocka_unit_test(test_cuda_graphs),
+        cmocka_unit_test(test_architectures_match_cpu),
+        cmocka_unit_test(test_trace_gpu),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();
