@@ -140,21 +140,24 @@ static void walk(struct moe_eng *e, unsigned char *buf, bool is_save)
 {
     size_t off = 0;
     const moe_eng_dev_t *dev = e->ctx.dev;
-#define MOVE(ptr, bytes)                                                                           \
+#define MOVE_ON(d, ptr, bytes)                                                                     \
     do {                                                                                           \
         if (is_save) {                                                                             \
-            moe_eng_copy_to_host(dev, buf + off, (ptr), (bytes));                                  \
+            moe_eng_copy_to_host((d), buf + off, (ptr), (bytes));                                  \
         } else {                                                                                   \
-            moe_eng_copy_from_host(dev, (ptr), buf + off, (bytes));                                \
+            moe_eng_copy_from_host((d), (ptr), buf + off, (bytes));                                \
         }                                                                                          \
         off += (bytes);                                                                            \
     } while (0)
+#define MOVE(ptr, bytes) MOVE_ON(dev, ptr, bytes)
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
+        /* The offloaded optimizer's state (g_host set) is host memory: plain copies. */
+        const moe_eng_dev_t *state_dev = bk->g_host != NULL ? NULL : dev;
         MOVE(bk->w, bk->padded * sizeof(float));
-        MOVE(bk->master, bk->shard * sizeof(float));
-        MOVE(bk->m, bk->shard * sizeof(float));
-        MOVE(bk->v, bk->shard * sizeof(float));
+        MOVE_ON(state_dev, bk->master, bk->shard * sizeof(float));
+        MOVE_ON(state_dev, bk->m, bk->shard * sizeof(float));
+        MOVE_ON(state_dev, bk->v, bk->shard * sizeof(float));
     }
     for (int l = 0; l < e->d.num_layers_all; l++) {
         if (e->layers[l].expert_bias != NULL) {
@@ -162,6 +165,7 @@ static void walk(struct moe_eng *e, unsigned char *buf, bool is_save)
         }
     }
 #undef MOVE
+#undef MOVE_ON
     moe_eng_dev_sync(dev);
 }
 

@@ -102,9 +102,15 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
 {
     const struct moe_options *o = &e->plan.options;
     if (o->optimizer_cpu_offload && e->is_device) {
-        return moe_diag_set(diag, MOE_ERR_UNSUPPORTED,
-                            "--optimizer-cpu-offload is implemented on the CPU backend only (its "
-                            "AdamW runs on the host); use --backend cpu");
+        /* The master shard and the moments live in host memory and AdamW runs there, on the CPU
+         * kernels (engine/optimizer.c): gradients down, parameters up. */
+        struct moe_k_ctx_desc desc = {.backend = MOE_K_BACKEND_CPU, .num_threads = 1};
+        if (moe_k_ctx_create(&desc, &e->host_kc) != MOE_OK) {
+            return moe_diag_set(diag, MOE_ERR_NOMEM,
+                                "cannot create the host kernel context for the offloaded "
+                                "optimizer");
+        }
+        e->host_k = moe_k_ctx_ops(e->host_kc);
     }
     if (o->main_grads_dtype != MOE_DTYPE_FP32 || o->exp_avg_dtype != MOE_DTYPE_FP32 ||
         o->exp_avg_sq_dtype != MOE_DTYPE_FP32) {
@@ -489,6 +495,7 @@ void moe_eng_destroy(moe_eng_t *e)
     }
     moe_eng_timing_destroy(e);
     moe_eng_data_fini(e);
+    moe_k_ctx_destroy(e->host_kc);
     for (int c = 0; c < MOE_ENG_NUM_MEM; c++) {
         free_category(e, c);
     }

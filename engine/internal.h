@@ -441,6 +441,10 @@ struct moe_eng {
     const struct moe_k_ops *k; /* the kernel table (the profiling one with --profile-kernels) */
     moe_k_ctx_t *kc;
     struct moe_k_profile *kprof; /* --profile-kernels: the wrapping table and this step's sums */
+    /* --optimizer-cpu-offload on a device backend: the CPU table and its context (owned) for
+     * AdamW on the host-resident master and moments; NULL otherwise (the CPU backend uses k). */
+    const struct moe_k_ops *host_k;
+    moe_k_ctx_t *host_kc;
 
     struct moe_eng_pool mem[MOE_ENG_NUM_MEM];
     struct moe_eng_arena temp; /* per-op temporaries (in buffers), reset per step */

@@ -875,9 +875,16 @@ enum moe_status moe_eng_params_init(struct moe_eng *e, struct moe_diag *diag)
     }
     for (int b = 0; b < e->num_buckets; b++) {
         struct moe_eng_bucket *bk = &e->buckets[b];
-        moe_eng_copy(e->ctx.dev, bk->master, bk->w + bk->shard_off, bk->shard * sizeof(float));
-        moe_eng_memzero(e->ctx.dev, bk->m, bk->shard * sizeof(float));
-        moe_eng_memzero(e->ctx.dev, bk->v, bk->shard * sizeof(float));
+        size_t bytes = bk->shard * sizeof(float);
+        if (bk->g_host != NULL) { /* the offloaded optimizer's state is host memory */
+            moe_eng_copy_to_host(e->ctx.dev, bk->master, bk->w + bk->shard_off, bytes);
+            memset(bk->m, 0, bytes);
+            memset(bk->v, 0, bytes);
+        } else {
+            moe_eng_copy(e->ctx.dev, bk->master, bk->w + bk->shard_off, bytes);
+            moe_eng_memzero(e->ctx.dev, bk->m, bytes);
+            moe_eng_memzero(e->ctx.dev, bk->v, bytes);
+        }
     }
     return MOE_OK;
 }

@@ -226,9 +226,15 @@ static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr,
      * offloaded state, and gather_params brings the updated shard back (as Megatron's
      * HybridDeviceOptimizer: gradients down, parameters up). */
     const float *g = bk->g; /* the reduced shard sits at the start (in-place reduce-scatter) */
+    const struct moe_k_ops *k = e->k;
+    moe_k_ctx_t *kc = e->kc;
     if (bk->g_host != NULL) {
         moe_eng_copy_to_host(e->ctx.dev, bk->g_host, g, bk->shard * sizeof(float));
         g = bk->g_host;
+        if (e->host_k != NULL) { /* a device backend: AdamW on the host's CPU kernels */
+            k = e->host_k;
+            kc = e->host_kc;
+        }
     }
     size_t off = 0;
     size_t lo = bk->shard_off;
@@ -240,8 +246,8 @@ static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr,
         if (a < z) {
             size_t s = a - lo;
             float wd = p->no_decay ? 0.0f : e->opts.weight_decay;
-            e->k->adamw_step(bk->master + s, bk->m + s, bk->v + s, g + s, z - a, lr, e->opts.beta1,
-                             e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1, e->kc);
+            k->adamw_step(bk->master + s, bk->m + s, bk->v + s, g + s, z - a, lr, e->opts.beta1,
+                          e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1, kc);
         }
         off += p->numel;
     }

@@ -275,16 +275,18 @@ static void test_options_on_gpu(void **state)
         unsigned modules;
         unsigned offload;
         int offload_layers;
-        bool overlap_ep, dist_overlap;
+        bool overlap_ep, dist_overlap, opt_offload;
     } cases[] = {
         {"selective moe+core_attn", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_MOE | MOE_RC_CORE_ATTN, 0,
-         0, false, false},
+         0, false, false, false},
         {"selective moe_act+norm", MOE_RECOMPUTE_SELECTIVE, 0, 0, MOE_RC_MOE_ACT | MOE_RC_LAYERNORM,
-         0, 0, false, false},
-        {"full uniform 2", MOE_RECOMPUTE_FULL, MOE_RECOMPUTE_UNIFORM, 2, 0, 0, 0, false, false},
-        {"offload all modules", MOE_RECOMPUTE_NONE, 0, 0, 0, MOE_OFF_ALL, 0, false, false},
-        {"offload 2 layers", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 2, false, false},
-        {"dist. optimizer, overlap", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 0, false, true},
+         0, 0, false, false, false},
+        {"full uniform 2", MOE_RECOMPUTE_FULL, MOE_RECOMPUTE_UNIFORM, 2, 0, 0, 0, false, false,
+         false},
+        {"offload all modules", MOE_RECOMPUTE_NONE, 0, 0, 0, MOE_OFF_ALL, 0, false, false, false},
+        {"offload 2 layers", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 2, false, false, false},
+        {"dist. optimizer, overlap", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 0, false, true, false},
+        {"optimizer cpu offload", MOE_RECOMPUTE_NONE, 0, 0, 0, 0, 0, false, true, true},
     };
     for (size_t i = 0; i < MOE_ARRAY_LEN(cases); i++) {
         struct moe_plan p = base;
@@ -299,6 +301,8 @@ static void test_options_on_gpu(void **state)
         p.options.use_distributed_optimizer = cases[i].dist_overlap;
         p.options.overlap_grad_reduce = cases[i].dist_overlap;
         p.options.overlap_param_gather = cases[i].dist_overlap;
+        p.options.optimizer_cpu_offload = cases[i].opt_offload;
+        p.options.precision_aware_optimizer = cases[i].opt_offload;
         double got[STEPS];
         losses_of(&p, &o, got);
         expect_close(cases[i].name, got, ref, STEPS);

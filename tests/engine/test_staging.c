@@ -37,6 +37,7 @@ struct variant {
     bool ep_overlap;
     bool emulate_precision;
     bool dist_overlap;
+    bool opt_offload; /* --optimizer-cpu-offload: AdamW on the host's state */
 };
 
 /* Losses of plan on ranks 0..world-1 (others wait), plain CPU or emulated device. */
@@ -82,13 +83,14 @@ static void test_one_rank_variants(void **state)
     (void)state;
     const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
     const struct variant vs[] = {
-        {"plain", MOE_RECOMPUTE_NONE, 0, 0, false, false, false},
+        {"plain", MOE_RECOMPUTE_NONE, 0, 0, false, false, false, false},
         {"selective moe + core_attn", MOE_RECOMPUTE_SELECTIVE, MOE_RC_MOE | MOE_RC_CORE_ATTN, 0,
-         false, false, false},
-        {"full recompute", MOE_RECOMPUTE_FULL, 0, 0, false, false, false},
-        {"offload all modules", MOE_RECOMPUTE_NONE, 0, MOE_OFF_ALL, false, false, false},
-        {"fp8 tensorwise emulation", MOE_RECOMPUTE_NONE, 0, 0, false, true, false},
-        {"dist. optimizer, overlap", MOE_RECOMPUTE_NONE, 0, 0, false, false, true},
+         false, false, false, false},
+        {"full recompute", MOE_RECOMPUTE_FULL, 0, 0, false, false, false, false},
+        {"offload all modules", MOE_RECOMPUTE_NONE, 0, MOE_OFF_ALL, false, false, false, false},
+        {"fp8 tensorwise emulation", MOE_RECOMPUTE_NONE, 0, 0, false, true, false, false},
+        {"dist. optimizer, overlap", MOE_RECOMPUTE_NONE, 0, 0, false, false, true, false},
+        {"optimizer cpu offload", MOE_RECOMPUTE_NONE, 0, 0, false, false, true, true},
     };
     const char *models[] = {"tiny-moe", "tiny-dsv3"};
     for (size_t m = 0; m < MOE_ARRAY_LEN(models); m++) {
@@ -108,6 +110,8 @@ static void test_one_rank_variants(void **state)
             p.options.use_distributed_optimizer = vs[i].dist_overlap;
             p.options.overlap_grad_reduce = vs[i].dist_overlap;
             p.options.overlap_param_gather = vs[i].dist_overlap;
+            p.options.optimizer_cpu_offload = vs[i].opt_offload;
+            p.options.precision_aware_optimizer = vs[i].opt_offload;
             if (vs[i].emulate_precision) {
                 p.options.recipe = MOE_RECIPE_FP8_TENSORWISE;
             }
@@ -241,13 +245,16 @@ static void test_nan_named_through_deferred_checks(void **state)
     moe_comm_destroy(w);
 }
 
-static void test_checkpoint_and_refusals(void **state)
+/* A checkpoint written from the emulated device resumes bit for bit, with the optimizer's state in
+ * device memory and offloaded to the host (--optimizer-cpu-offload). */
+static void checkpoint_resume(bool opt_offload)
 {
-    (void)state;
     const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
     struct moe_plan plan;
     eng_test_plan(&plan, "tiny-dsv3", &one);
     plan.options.use_distributed_optimizer = true;
+    plan.options.optimizer_cpu_offload = opt_offload;
+    plan.options.precision_aware_optimizer = opt_offload;
     struct moe_eng_run_opts o;
     eng_test_opts(&o, 4);
     double straight[4], resumed[4];
@@ -281,10 +288,26 @@ static void test_checkpoint_and_refusals(void **state)
     char cmd[256];
     (void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+static void test_checkpoint_and_refusals(void **state)
+{
+    (void)state;
+    checkpoint_resume(false);
+    checkpoint_resume(true);
+    const struct eng_test_layout one = {"1 rank", 1, 1, 1, 1, 1, 1, false, 1};
+    struct moe_plan plan;
+    eng_test_plan(&plan, "tiny-dsv3", &one);
+    plan.options.use_distributed_optimizer = true;
+    struct moe_eng_run_opts o;
+    eng_test_opts(&o, 4);
+    o.is_device_emulated = true;
+    moe_comm_t *w = NULL;
+    moe_eng_t *e = NULL;
+    struct moe_diag diag;
     /* The hierarchical dispatcher keeps its routing bookkeeping on the host: on the device it is
      * not refused but runs the flat all-to-all (run.json's plan_differences says so; one rank
      * here, EP1, has nothing to dispatch either way). */
-    o.load_dir = NULL;
     o.has_dispatcher_override = true;
     o.is_hierarchical = true;
     assert_int_equal(moe_comm_mpi_create(MPI_COMM_SELF, "world", &w), MOE_OK);
