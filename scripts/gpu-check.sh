@@ -16,7 +16,8 @@
 #      `moefold predict` for the same model and layout on dgx-h200 with one GPU per node (a cluster
 #      file derived from topologies/dgx-h200.json into a temp dir: --gpus must be a multiple of
 #      gpus_per_node), and the MFU against the BF16 dense peak of that cluster file (target 40%);
-#      `moefold compare` of each run against the emitted plan, with both timelines in one trace,
+#      `moefold compare` of each run against the emitted plan, with both timelines in one trace, and
+#      gpu-moe again with the optimizer offloaded to the host (--optimizer-cpu-offload),
 #   5. the grouped expert GEMM against one dense BF16 cuBLAS GEMM of equal FLOPs (target 70%),
 #   6. the op tests under compute-sanitizer memcheck, racecheck and synccheck, as time allows,
 # then print a table. Exit status: 0 when every step that ran passed, 1 on any failure, 2 when no
@@ -330,6 +331,11 @@ else
     train_run gpu-moe 8 150 60 tests/data/models/gpu-moe.json \
         "--model-config tests/data/models/gpu-moe.json" --gemm-math bf16 -- \
         --micro-batch-size 2 --global-batch-size 16 --seq-length 2048 --moe-grouped-gemm
+    # The same with the optimizer offloaded (state in host memory, AdamW on the host's CPU).
+    train_run gpu-moe-offload 4 150 60 tests/data/models/gpu-moe.json \
+        "--model-config tests/data/models/gpu-moe.json" --gemm-math bf16 -- \
+        --micro-batch-size 2 --global-batch-size 16 --seq-length 2048 --moe-grouped-gemm \
+        --use-distributed-optimizer --optimizer-cpu-offload --use-precision-aware-optimizer
     # Predicted vs measured, and the MFU target of the larger model.
     python3 - "$logdir" "$cluster" >"$logdir/predicted-vs-measured.txt" <<'EOF'
 import json, os, sys
