@@ -209,6 +209,7 @@ static enum moe_status cuda_init(struct moe_eng_ctx *ctx, int gemm_math, struct 
                             "ranks per node",
                             local_size, ctx->host, count, count);
     }
+    ctx->node_ranks = local_size;
     MOE_TRY(moe_eng_dev_create(local % count, &ctx->dev, diag));
     enum moe_status st = moe_eng_dev_kernel_ctx(ctx->dev, gemm_math, &ctx->kctx);
     if (st != MOE_OK) {

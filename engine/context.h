@@ -124,6 +124,7 @@ struct moe_eng_ctx {
     moe_k_ctx_t *kctx;         /* kernel context (owned) */
     const struct moe_k_ops *k; /* its ops table */
     moe_eng_dev_t *dev;        /* CUDA: device runtime (owned); NULL on the CPU backend */
+    int node_ranks;            /* CUDA: ranks of the root group on this host; 0 otherwise */
 };
 
 /*

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 void moe_eng_run_opts_init(struct moe_eng_run_opts *o)
 {
@@ -111,6 +112,13 @@ static enum moe_status check_options(struct moe_eng *e, struct moe_diag *diag)
                                 "optimizer");
         }
         e->host_k = moe_k_ctx_ops(e->host_kc);
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        int ranks = e->ctx.node_ranks > 0 ? e->ctx.node_ranks : e->ctx.size;
+        long per = ranks > 0 ? cpus / ranks : cpus;
+        e->host_threads =
+            per < 1 ? 1
+                    : (per > MOE_ENG_HOST_ADAMW_MAX_THREADS ? MOE_ENG_HOST_ADAMW_MAX_THREADS
+                                                            : (int)per);
     }
     if (o->main_grads_dtype != MOE_DTYPE_FP32 || o->exp_avg_dtype != MOE_DTYPE_FP32 ||
         o->exp_avg_sq_dtype != MOE_DTYPE_FP32) {

@@ -445,6 +445,8 @@ struct moe_eng {
      * AdamW on the host-resident master and moments; NULL otherwise (the CPU backend uses k). */
     const struct moe_k_ops *host_k;
     moe_k_ctx_t *host_kc;
+#define MOE_ENG_HOST_ADAMW_MAX_THREADS 32
+    int host_threads; /* threads of that AdamW: the host's cores over its ranks (at least 1) */
 
     struct moe_eng_pool mem[MOE_ENG_NUM_MEM];
     struct moe_eng_arena temp; /* per-op temporaries (in buffers), reset per step */

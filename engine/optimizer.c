@@ -20,6 +20,7 @@
 #include "engine/internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -220,6 +221,72 @@ static double owned_sumsq(struct moe_eng *e, int *nonfinite, struct moe_diag *di
     return total;
 }
 
+/* One thread's part of an AdamW call on host memory. */
+struct host_adamw_job {
+    const struct moe_k_ops *k;
+    moe_k_ctx_t *kc;
+    float *param, *m, *v;
+    const float *grad;
+    size_t n;
+    float lr, beta1, beta2, eps, weight_decay, scale;
+    int step;
+};
+
+static void host_adamw_part(const struct host_adamw_job *j)
+{
+    j->k->adamw_step(j->param, j->m, j->v, j->grad, j->n, j->lr, j->beta1, j->beta2, j->eps,
+                     j->weight_decay, j->scale, j->step, j->kc);
+}
+
+static void *host_adamw_run(void *arg)
+{
+    host_adamw_part(arg);
+    return NULL;
+}
+
+/* Calls of at least this many elements are split over the host's threads. */
+#define HOST_ADAMW_PARALLEL_MIN ((size_t)1 << 20)
+
+/*
+ * AdamW of an offloaded optimizer on a device backend: the host's cores (e->host_threads) take
+ * equal parts of the call, each a multiple of 16 elements. The update is elementwise, so the
+ * split does not change a bit. A thread that cannot start leaves its part to this one.
+ */
+static void host_adamw(const struct moe_eng *e, const struct host_adamw_job *all)
+{
+    int n = e->host_threads;
+    if (n < 2 || all->n < HOST_ADAMW_PARALLEL_MIN) {
+        host_adamw_part(all);
+        return;
+    }
+    struct host_adamw_job jobs[MOE_ENG_HOST_ADAMW_MAX_THREADS];
+    pthread_t threads[MOE_ENG_HOST_ADAMW_MAX_THREADS];
+    bool started[MOE_ENG_HOST_ADAMW_MAX_THREADS] = {false};
+    size_t per = (all->n / (size_t)n + 15) / 16 * 16;
+    for (int t = 0; t < n; t++) {
+        size_t lo = per * (size_t)t < all->n ? per * (size_t)t : all->n;
+        size_t hi = lo + per < all->n ? lo + per : all->n;
+        jobs[t] = *all;
+        jobs[t].param += lo;
+        jobs[t].m += lo;
+        jobs[t].v += lo;
+        jobs[t].grad += lo;
+        jobs[t].n = hi - lo;
+        if (t > 0 && jobs[t].n > 0) {
+            started[t] = pthread_create(&threads[t], NULL, host_adamw_run, &jobs[t]) == 0;
+            if (!started[t]) {
+                host_adamw_part(&jobs[t]);
+            }
+        }
+    }
+    host_adamw_part(&jobs[0]);
+    for (int t = 1; t < n; t++) {
+        if (started[t]) {
+            (void)pthread_join(threads[t], NULL);
+        }
+    }
+}
+
 static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr, float scale)
 {
     /* Optimizer CPU offload: the gradient shard goes to the host, AdamW runs there on the
@@ -246,8 +313,16 @@ static void adamw_bucket(struct moe_eng *e, struct moe_eng_bucket *bk, float lr,
         if (a < z) {
             size_t s = a - lo;
             float wd = p->no_decay ? 0.0f : e->opts.weight_decay;
-            k->adamw_step(bk->master + s, bk->m + s, bk->v + s, g + s, z - a, lr, e->opts.beta1,
-                          e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1, kc);
+            if (k == e->host_k) {
+                struct host_adamw_job job = {
+                    k,     kc,         bk->master + s, bk->m + s,     bk->v + s,        g + s,
+                    z - a, lr,         e->opts.beta1,  e->opts.beta2, e->opts.adam_eps, wd,
+                    scale, e->step + 1};
+                host_adamw(e, &job);
+            } else {
+                k->adamw_step(bk->master + s, bk->m + s, bk->v + s, g + s, z - a, lr, e->opts.beta1,
+                              e->opts.beta2, e->opts.adam_eps, wd, scale, e->step + 1, kc);
+            }
         }
         off += p->numel;
     }
