@@ -68,18 +68,19 @@ cp "$out/local.measured$best.trace.json" "$out/local.measured.trace.json"
 
 echo
 echo "# compare: predicted vs measured"
-# At the speed the run's probe GEMM measured (--host-speed), as make validate compares
-# (scripts/validate.sh says why); the price at the profile's speed follows as one line.
+# At the profile's speed, as make validate compares (scripts/validate.sh says why); the price at
+# the speed the run's probe GEMM measured (--host-speed) follows as one line.
 flags=()
 if grep -Eq '"ep":[[:space:]]*([2-9]|[1-9][0-9])' "$out/local.plan.json"; then
     flags+=(--observed-load) # price the routing the untrained router produced
 fi
 "$bin/moefold" compare "$out/local.plan.json" "$out/local.run.json" --cluster "$cluster" \
-    "${flags[@]}" --host-speed --trace "$out/local.trace.json" --gantt 100
+    "${flags[@]}" --trace "$out/local.trace.json" --gantt 100
 if "$bin/moefold" compare "$out/local.plan.json" "$out/local.run.json" --cluster "$cluster" \
-    "${flags[@]}" >"$out/local.compare-profile.txt" 2>&1; then
-    read -r _ _ _ _ _ _ p_err _ <<<"$(grep '^summary:' "$out/local.compare-profile.txt")"
-    echo "# at the profile's speed (no --host-speed): step ${p_err}%"
+    "${flags[@]}" --host-speed >"$out/local.compare-host.txt" 2>&1; then
+    read -r _ _ _ _ _ _ h_err _ <<<"$(grep '^summary:' "$out/local.compare-host.txt")"
+    h_speed=$(sed -n 's/^host speed:.* priced at \([0-9.]*\) x .*/\1/p' "$out/local.compare-host.txt")
+    echo "# at the host's speed during the run (--host-speed, ${h_speed} x the profile's): step ${h_err}%"
 fi
 echo
 echo "# timelines: $out/local.trace.json (predicted and measured side by side) and"

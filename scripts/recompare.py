@@ -4,9 +4,9 @@
 A change to `moefold calibrate` (how a figure is fitted from the bench) or to the cost model can be
 judged on runs already measured: each plan's kept run (<plan>.run.json, the one validate compared)
 is compared again, with the flags validate uses (--observed-load for plans with expert parallelism,
-at the profile's speed unless --host-speed, validate's default), against CLUSTER, and the step
-and phase errors are summarised as validate summarises them (phases holding >= 10% of the
-measured step). Refit CLUSTER from the run's two benches first, e.g.
+at the profile's speed unless --host-speed, as validate compares), against CLUSTER, and the step and phase errors are summarised
+as validate summarises them (phases holding >= 10% of the measured step). Refit CLUSTER from the
+run's two benches first, e.g.
 
     build/bin/moefold calibrate --bench-json topologies/local.json.bench.json \\
         --bench-json build/validate/after.bench.json --out /tmp/refit.json
