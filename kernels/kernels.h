@@ -1,5 +1,5 @@
 /*
- * moefold compute kernels: one interface, two backends (CPU reference on OpenBLAS; CUDA later).
+ * moefold compute kernels: one interface, two backends (CPU reference on OpenBLAS; CUDA + cuBLAS).
  *
  * What this is: every primitive the training engine runs on tensors, declared once as a member of
  * struct moe_k_ops (a table of function pointers). The CPU backend (kernels/cpu/) fills one table
