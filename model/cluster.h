@@ -55,8 +55,9 @@ struct moe_gemm_eff {
                                      where a host measured them apart (a CPU host: reducing over
                                      an expert's few rows runs near the peak); 0: grouped_eff and
                                      grouped_half_dim, as the forward */
-    double grouped_bwd_half_dim[2]; /* their narrow-dimension terms (read where the factor is set;
-                                       0 there: no term) */
+    double grouped_bwd_half_dim[2]; /* their narrow-dimension terms (where the factor is set, 0:
+                                       no term; where it is 0, a term > 0 goes with the forward's
+                                       factor, 0: the forward's term) */
     double grouped_tile_m;          /* rows per tile: each expert's token count is padded to it */
     double recipe_eff[MOE_CLUSTER_NUM_RECIPES]; /* per recipe (enum moe_recipe order): factor on
                                      max_eff for its scaling mode's GEMM kernels (BF16 = 1) */

@@ -232,9 +232,16 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
     c->dense.is_uniform = true;
     c->experts.is_uniform = true;
     for (int d = GEMM_DGRAD; d <= GEMM_WGRAD; d++) {
-        if (ge->grouped_bwd_eff[d - GEMM_DGRAD] > 0.0) {
-            c->experts.div[d] = 1.0 / ge->grouped_bwd_eff[d - GEMM_DGRAD];
-            c->experts.half[d] = ge->grouped_bwd_half_dim[d - GEMM_DGRAD];
+        double eff = ge->grouped_bwd_eff[d - GEMM_DGRAD];
+        double half = ge->grouped_bwd_half_dim[d - GEMM_DGRAD];
+        if (eff > 0.0) {
+            c->experts.div[d] = 1.0 / eff;
+            c->experts.half[d] = half;
+            c->experts.is_uniform = false;
+        } else if (half > 0.0) {
+            /* The forward's factor with a term of its own (the GPU files: backward-weight
+             * reduces over each expert's rows and loses more at few rows than the forward). */
+            c->experts.half[d] = half;
             c->experts.is_uniform = false;
         }
     }

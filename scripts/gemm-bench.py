@@ -12,7 +12,14 @@ the L2 cache (as a training step's weights are), the median of the repeats after
     grouped kernel) and as G cuBLAS calls over 4 streams (Transformer Engine's multi-stream
     grouped GEMM), against one GEMM of the same G m rows: gemm.grouped_eff and grouped_half_dim
     at the expert shapes of Qwen3-235B, DeepSeek-V3 and Qwen3-30B;
-  - FP8 (torch._scaled_mm, per-tensor scales) narrow GEMMs: whether the term is the same there.
+  - FP8 (torch._scaled_mm, per-tensor scales) narrow GEMMs: whether the term is the same there;
+  - the grouped GEMM's backward: backward-data (G experts' dy x W, torch._grouped_mm) and
+    backward-weight (each expert's x^T dy over its own m rows: a grouped GEMM split along its
+    reduction), against the forward of the same shape: gemm.grouped_{dgrad,wgrad}_{eff,half_dim};
+  - kernel-only times of the narrow and grouped GEMMs at few rows (--only graph): the calls of a
+    window captured in a CUDA graph and replayed, so that Python's ~20 us per call does not hide
+    kernels of a few microseconds.
+--only SECTIONS picks sections (square,narrow,grouped,fp8,grouped-bwd,graph; default all).
 It prints one table; --json adds one JSON line per measurement (m, n, k, groups, direction,
 kernel, ms, TFLOPS, fraction of the dense peak).
 """
@@ -64,6 +71,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", default="square,narrow,grouped,fp8,grouped-bwd,graph")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("gemm-bench: no CUDA device", file=sys.stderr)
@@ -87,6 +95,7 @@ def main():
         sys.stdout.flush()
 
     bf = torch.bfloat16
+    only = set(a.only.split(","))
 
     def dense(m, n, k, direction="fwd", kernel="cublas"):
         # y[m, n] = x[m, k] w[n, k]^T (forward); backward-data dx[m, k] = dy[m, n] w[n, k];
@@ -106,12 +115,12 @@ def main():
         del xs, ws, dys
 
     # 1. Square BF16.
-    for d in [1024, 2048, 4096, 8192, 16384]:
+    for d in ([1024, 2048, 4096, 8192, 16384] if "square" in only else []):
         dense(d, d, d, "fwd", "square")
 
     # 2. Narrow BF16: m tokens against wide n, k; three directions.
     ms_list = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
-    for (n, k) in [(4096, 4096), (3072, 4096), (4096, 1536)]:
+    for (n, k) in ([(4096, 4096), (3072, 4096), (4096, 1536)] if "narrow" in only else []):
         for direction in ["fwd", "dgrad", "wgrad"]:
             for m in ms_list:
                 dense(m, n, k, direction)
@@ -121,7 +130,7 @@ def main():
     shapes = [("qwen3-235b", 4096, 1536), ("deepseek-v3", 7168, 2048), ("qwen3-30b", 2048, 768)]
     streams = [torch.cuda.Stream() for _ in range(4)]
     have_grouped = hasattr(torch, "_grouped_mm")
-    for (name, h, f) in shapes:
+    for (name, h, f) in (shapes if "grouped" in only else []):
         for (n, k, what) in [(2 * f, h, "fc1"), (h, f, "fc2")]:
             for g in [4, 8, 16, 32]:
                 for m in [128, 256, 512, 1024, 2048, 4096]:
@@ -165,7 +174,7 @@ def main():
 
     # 4. FP8 narrow forward (per-tensor scales, cuBLASLt).
     one = torch.tensor(1.0, device=dev)
-    for m in ms_list:
+    for m in (ms_list if "fp8" in only else []):
         n = k = 4096
         try:
             s = num_sets(m * k + n * k + 2 * m * n)
@@ -178,6 +187,99 @@ def main():
         except (RuntimeError, AttributeError) as exc:
             print("fp8 %d: unsupported (%s)" % (m, str(exc).split("\n")[0][:100]))
             break
+    # 5. The grouped GEMM's backward against its forward, at the forward's shapes.
+    for (name, h, f) in (shapes if "grouped-bwd" in only else []):
+        for (n, k, what) in [(2 * f, h, "fc1"), (h, f, "fc2")]:
+            for g in [4, 16]:
+                for m in [128, 256, 512, 1024, 2048, 4096]:
+                    s = num_sets(2 * (2 * g * m * k + g * n * k + g * m * n))
+                    xs = [torch.randn(g * m, k, device=dev, dtype=bf) for _ in range(s)]
+                    ws = [torch.randn(g, n, k, device=dev, dtype=bf) for _ in range(s)]
+                    dys = [torch.randn(g * m, n, device=dev, dtype=bf) for _ in range(s)]
+                    dyts = [d.t().contiguous().t() for d in dys]  # column-major copies
+                    offs = torch.arange(1, g + 1, device=dev, dtype=torch.int32) * m
+                    cases = [
+                        ("fwd", lambda i: torch._grouped_mm(xs[i], ws[i].transpose(-2, -1),
+                                                            offs=offs, out_dtype=bf)),
+                        ("dgrad", lambda i: torch._grouped_mm(dys[i], ws[i], offs=offs,
+                                                              out_dtype=bf)),
+                        ("wgrad", lambda i: torch._grouped_mm(dyts[i].t(), xs[i], offs=offs,
+                                                              out_dtype=bf)),
+                    ]
+                    xcms = [x.t().contiguous().t() for x in xs]  # column-major copies
+                    cases.append(("wgrad", lambda i: torch._grouped_mm(dyts[i].t(), xcms[i],
+                                                                       offs=offs, out_dtype=bf)))
+                    done = set()
+                    for (direction, fn) in cases:
+                        if direction in done:
+                            continue
+                        try:
+                            ms, lo, hi = timed(fn, s, a.warmup, a.reps)
+                            report("grouped-" + direction, "%s-%s" % (name, what), m, n, k, g, ms,
+                                   lo, hi, a.bf16_peak_tflops)
+                            done.add(direction)
+                        except (RuntimeError, TypeError) as exc:
+                            print("grouped %s %s %s: unsupported (%s)" %
+                                  (direction, name, what, str(exc).split("\n")[0][:100]))
+                    del xs, ws, dys, dyts, xcms
+            torch.cuda.empty_cache()
+
+    # 6. Kernel-only: the window's calls captured in one CUDA graph, replayed.
+    def graphed(fn, sets, calls):
+        for i in range(3):
+            fn(i % sets)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for j in range(calls):
+                fn(j % sets)
+        times = []
+        for _ in range(a.warmup):
+            graph.replay()
+        torch.cuda.synchronize()
+        for _ in range(a.reps):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+        return statistics.median(times), min(times), max(times)
+
+    if "graph" in only:
+        for (n, k) in [(4096, 4096), (3072, 4096), (4096, 1536)]:
+            for m in [16, 32, 64, 128, 256, 512, 1024, 2048]:
+                s = num_sets(2 * (m * k + n * k + m * n))
+                xs = [torch.randn(m, k, device=dev, dtype=bf) for _ in range(s)]
+                ws = [torch.randn(n, k, device=dev, dtype=bf) for _ in range(s)]
+                dys = [torch.randn(m, n, device=dev, dtype=bf) for _ in range(s)]
+                for (direction, fn) in [("fwd", lambda i: torch.mm(xs[i], ws[i].t())),
+                                        ("dgrad", lambda i: torch.mm(dys[i], ws[i])),
+                                        ("wgrad", lambda i: torch.mm(dys[i].t(), xs[i]))]:
+                    ms, lo, hi = graphed(fn, s, 64)
+                    report("graph", direction, m, n, k, 1, ms, lo, hi, a.bf16_peak_tflops)
+                del xs, ws, dys
+        for (name, h, f) in shapes[:1]:
+            for (n, k, what) in [(2 * f, h, "fc1"), (h, f, "fc2")]:
+                for g in [4, 16]:
+                    for m in [128, 256, 512]:
+                        s = num_sets(2 * (g * m * k + g * n * k + g * m * n))
+                        xs = [torch.randn(g * m, k, device=dev, dtype=bf) for _ in range(s)]
+                        ws = [torch.randn(g, n, k, device=dev, dtype=bf) for _ in range(s)]
+                        offs = torch.arange(1, g + 1, device=dev, dtype=torch.int32) * m
+                        try:
+                            fn = lambda i: torch._grouped_mm(xs[i], ws[i].transpose(-2, -1),
+                                                             offs=offs, out_dtype=bf)
+                            ms, lo, hi = graphed(fn, s, 32)
+                            report("graph-grp", "%s-%s" % (name, what), m, n, k, g, ms, lo, hi,
+                                   a.bf16_peak_tflops)
+                        except (RuntimeError, TypeError) as exc:
+                            print("graphed grouped: unsupported (%s)" %
+                                  str(exc).split("\n")[0][:100])
+                        del xs, ws
+        torch.cuda.empty_cache()
+
     if a.json:
         for r in rows:
             print(json.dumps(r))
