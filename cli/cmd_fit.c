@@ -54,7 +54,9 @@ static void usage(FILE *f)
             "                        the run error (default 2; 0 leaves them out)\n"
             "  --run-sd X            model error of one run, log units (default 0.05)\n"
             "  --constrain R         a figure is fitted when the runs shrink its sd below R x\n"
-            "                        its prior sd (default 0.8); the rest keep their values\n"
+            "                        its prior sd (default 0.95, chosen by nested\n"
+            "                        cross-validation: scripts/nested-cv.py); the rest keep\n"
+            "                        their values\n"
             "  --from-priors         hold each figure to its prior as the file states it (the\n"
             "                        microbenchmark) instead of BASE's value: how make fit\n"
             "                        regenerates the shipped profiles from the published runs\n");

@@ -56,7 +56,7 @@ struct moe_fit_options {
                                already fitted, refined by the user's own runs) */
 };
 
-/* Defaults: run_sd 0.05, incomplete runs at 2 x run_sd, release_sd 0.3, constrain_ratio 0.8,
+/* Defaults: run_sd 0.05, incomplete runs at 2 x run_sd, release_sd 0.3, constrain_ratio 0.95,
  * LOO and releases on, priors centred on the file's current values (from_priors false). */
 void moe_fit_options_init(struct moe_fit_options *o);
 
