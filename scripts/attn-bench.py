@@ -11,11 +11,11 @@ causal mask, backward 2.5 times that, over the dense BF16 peak given by --peak-t
 and H200 SXM). One JSON line per measurement follows the table when --json is given.
 """
 import argparse
-import json
-import statistics
 import sys
 
 import torch
+
+from cuda_events import print_json, time_ms
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -29,22 +29,6 @@ SHAPES = [
     ("mha-d256 h16", 4, 16, 16, 4096, 256, 256),
 ]
 BACKENDS = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash2", SDPBackend.FLASH_ATTENTION)]
-
-
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), min(times), max(times)
 
 
 def measure(shape, backend, warmup, reps):
@@ -117,8 +101,7 @@ def main():
                          "bwd_eff": tf_b / a.peak_tflops, "device": name})
             torch.cuda.empty_cache()
     if a.json:
-        for r in rows:
-            print(json.dumps(r))
+        print_json(rows)
     return 0
 
 

@@ -24,11 +24,11 @@ It prints one table; --json adds one JSON line per measurement (m, n, k, groups,
 kernel, ms, TFLOPS, fraction of the dense peak).
 """
 import argparse
-import json
-import statistics
 import sys
 
 import torch
+
+from cuda_events import print_json, window_ms
 
 L2_BYTES = 50 << 20  # H100 / H200 L2 (50 MiB): each timed call reads operands not left in it
 
@@ -39,25 +39,16 @@ def timed(fn_of_set, sets, warmup, reps):
     for i in range(warmup):
         fn_of_set(i % sets)
     torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn_of_set(0)
-    end.record()
-    end.synchronize()
-    once = max(start.elapsed_time(end), 1e-3)
-    inner = max(1, min(200, int(0.5 / once)))
-    times = []
-    for r in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for j in range(inner):
-            fn_of_set((r * inner + j) % sets)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / inner)
-    return statistics.median(times), min(times), max(times)
+    once, _, _ = window_ms(lambda: fn_of_set(0), 1)
+    inner = max(1, min(200, int(0.5 / max(once, 1e-3))))
+    calls = iter(range(1 << 30))
+
+    def window():
+        for _ in range(inner):
+            fn_of_set(next(calls) % sets)
+
+    med, lo, hi = window_ms(window, reps)
+    return med / inner, lo / inner, hi / inner
 
 
 def num_sets(bytes_per_set):
@@ -233,19 +224,11 @@ def main():
         with torch.cuda.graph(graph):
             for j in range(calls):
                 fn(j % sets)
-        times = []
         for _ in range(a.warmup):
             graph.replay()
         torch.cuda.synchronize()
-        for _ in range(a.reps):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / calls)
-        return statistics.median(times), min(times), max(times)
+        med, lo, hi = window_ms(graph.replay, a.reps)
+        return med / calls, lo / calls, hi / calls
 
     if "graph" in only:
         for (n, k) in [(4096, 4096), (3072, 4096), (4096, 1536)]:
@@ -281,8 +264,7 @@ def main():
         torch.cuda.empty_cache()
 
     if a.json:
-        for r in rows:
-            print(json.dumps(r))
+        print_json(rows)
     return 0
 
 

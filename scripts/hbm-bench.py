@@ -15,27 +15,11 @@ It times, with CUDA events (random inputs, warm-up first, the median of the repe
 It prints one table; --json adds one JSON line per measurement.
 """
 import argparse
-import json
-import statistics
 import sys
 
 import torch
 
-
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), min(times), max(times)
+from cuda_events import print_json, time_ms
 
 
 def main():
@@ -121,8 +105,7 @@ def main():
         report("bf16 GEMM %d^3 (cuBLAS)" % d, ms, lo, hi, tf, "TF  ", tf / (a.fp8_peak_tflops / 2))
         del x, w
     if a.json:
-        for r in rows:
-            print(json.dumps(r))
+        print_json(rows)
     return 0
 
 
