@@ -563,6 +563,10 @@ static void fit_attention(const cJSON *bench, struct moe_calib_fit *fit)
         double f = num_of(it, "fwd_gflops");
         double b = num_of(it, "bwd_gflops");
         double dn = fmin(num_of(it, "head_dim"), num_of(it, "seq"));
+        double w = num_of(it, "window");
+        if (w > 0.0) {
+            continue; /* windowed rows: their tiles (fit_attention_tiles) */
+        }
         if (ok_of(it) && f > 0.0 && b > 0.0 && dn > 0.0 && n < MAX_POINTS) {
             x[n] = 1.0 / dn;
             fw[n] = fit->gemm_peak_gflops / f;
@@ -576,6 +580,60 @@ static void fit_attention(const cJSON *bench, struct moe_calib_fit *fit)
                           &fit->attn_fwd_half_dim);
         fit_attention_dir(x, bw, n, fit->gemm_half_dim, &fit->attn_bwd_eff,
                           &fit->attn_bwd_half_dim);
+    }
+}
+
+/*
+ * Windowed rows (a sliding window shorter than the sequence): the kernel takes the queries in
+ * tiles of `window` rows, each its own GEMM pair (kernels/cpu/attention.c), where the whole-row
+ * calls the attention fit measured run one tile per head. Each row's time beyond the model's for
+ * its window's scores (model/compute.c: 4 B H T W d FLOPs at the fitted efficiency and head term,
+ * 2.5 x that backward), over its extra tiles B H (ceil(T / W) - 1), is its cost per tile; the
+ * median over the rows, at least 0. On this project's VM (2026-12-04, by hand before this fit):
+ * the GPT-OSS miniature's windowed layers took 0.23 (forward) and 0.26 (backward) of its full
+ * layers' time under CP 2 where the scores alone price 0.13 and 0.14, the full layers within 1%
+ * and 8% of the model.
+ */
+static void fit_attention_tiles(const cJSON *bench, struct moe_calib_fit *fit)
+{
+    double tf[MAX_POINTS];
+    double tb[MAX_POINTS];
+    size_t n = 0;
+    fit->attn_tile_us[0] = 0.0;
+    fit->attn_tile_us[1] = 0.0;
+    if (!fit->has_attention || !(fit->gemm_peak_gflops > 0.0)) {
+        return;
+    }
+    const cJSON *it = NULL;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "attention"))
+    {
+        double w = num_of(it, "window");
+        double batch = num_of(it, "batch");
+        double seq = num_of(it, "seq");
+        double heads = num_of(it, "heads");
+        double d = num_of(it, "head_dim");
+        double f_us = num_of(it, "fwd_us");
+        double b_us = num_of(it, "bwd_us");
+        if (!(w > 0.0) || !(w < seq) || !ok_of(it) || !(batch > 0.0) || !(heads > 0.0) ||
+            !(d > 0.0) || !(f_us > 0.0) || !(b_us > 0.0) || n >= MAX_POINTS) {
+            continue;
+        }
+        double extra = batch * heads * (ceil(seq / w) - 1.0);
+        if (!(extra > 0.0)) {
+            continue;
+        }
+        double flops = 4.0 * batch * heads * seq * fmin(w, seq / 2.0) * d;
+        double peak = fit->gemm_peak_gflops * 1e3; /* FLOPs per us */
+        double pred_f = flops / (peak * fit->attn_fwd_eff) * (1.0 + fit->attn_fwd_half_dim / d);
+        double pred_b =
+            2.5 * flops / (peak * fit->attn_bwd_eff) * (1.0 + fit->attn_bwd_half_dim / d);
+        tf[n] = (f_us - pred_f) / extra;
+        tb[n] = (b_us - pred_b) / extra;
+        n++;
+    }
+    if (n > 0) {
+        fit->attn_tile_us[0] = fmax(0.0, median(tf, n));
+        fit->attn_tile_us[1] = fmax(0.0, median(tb, n));
     }
 }
 
@@ -748,6 +806,7 @@ moe_calib_fit_bench(const cJSON *bench, struct moe_calib_fit *fit, struct moe_di
     MOE_TRY(fit_grouped(bench, fit, diag));
     MOE_TRY(fit_memory(bench, fit, diag));
     fit_attention(bench, fit);
+    fit_attention_tiles(bench, fit);
     fit_quant(bench, fit);
     return fit_collectives(bench, fit, diag);
 }
@@ -804,6 +863,8 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
     g->bias_bwd_eff = fit->bias_bwd_eff;
     g->attn_rect = 1.0; /* kernels/cpu/attention.c: one sgemm per sequence or CP chunk, masked
                            scores computed and zeroed */
+    g->attn_tile_us[0] = fit->attn_tile_us[0];
+    g->attn_tile_us[1] = fit->attn_tile_us[1];
     g->bias_pass = 1.0; /* engine/experts.c: one bias op per local expert after its GEMM, at
                            bias_eff / bias_bwd_eff (fit_bias) */
     g->optimizer_eff = fit->optimizer_eff;

@@ -85,6 +85,8 @@ struct moe_calib_fit {
     double attn_bwd_eff;
     double attn_fwd_half_dim; /* x d / (d + half_dim) at head dimension d (softmax per score) */
     double attn_bwd_half_dim;
+    double attn_tile_us[2]; /* forward, backward: us per query tile beyond one per head and
+                               call on the windowed rows (0: none measured) */
     bool has_quant;
     double quant_bytes_per_elem; /* quantise->dequantise time per element x bandwidth */
     struct moe_calib_line coll[MOE_CALIB_NUM_COLL];

@@ -274,6 +274,9 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
                "(fwd / bwd)\n",
                "attention efficiency", f->attn_fwd_eff, f->attn_bwd_eff, f->attn_fwd_half_dim,
                f->attn_bwd_half_dim);
+        printf("%-26s %14.2f / %.2f  us per query tile beyond one a head and call, where a "
+               "window shorter than the keys tiles the queries (fwd / bwd)\n",
+               "attention window tile", f->attn_tile_us[0], f->attn_tile_us[1]);
     } else {
         printf("%-26s %14s  (bench has no attention section: GEMM max_eff used)\n",
                "attention efficiency", "-");

@@ -643,14 +643,15 @@ static void attn_free(struct moe_eng_heap *h, struct attn_bufs *b)
 
 /* The last query of head 0 of sequence 0 (it sees every key) against softmax(q k^T s) v in
  * double. Layout: q[B, T, Hq, D], k and v [B, T, Hkv, D]. */
-static bool
-attn_row_ok(const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, float scale_f)
+static bool attn_row_ok(
+    const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, int window, float scale_f)
 {
     double scale = (double)scale_f;
+    int first = window > 0 && window < seq ? seq - window : 0; /* the last row's visible keys */
     const float *q = b->q + (size_t)(seq - 1) * (size_t)heads * (size_t)d;
     const float *o = b->o + (size_t)(seq - 1) * (size_t)heads * (size_t)d;
     double mx = -1e300;
-    for (int j = 0; j < seq; j++) {
+    for (int j = first; j < seq; j++) {
         const float *kj = b->k + (size_t)j * (size_t)kv_heads * (size_t)d;
         double s = 0.0;
         for (int c = 0; c < d; c++) {
@@ -663,7 +664,7 @@ attn_row_ok(const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, 
     for (int pass = 0; pass < 2; pass++) {
         for (int c = 0; c < d && pass == 1; c++) {
             double acc = 0.0;
-            for (int j = 0; j < seq; j++) {
+            for (int j = first; j < seq; j++) {
                 const float *kj = b->k + (size_t)j * (size_t)kv_heads * (size_t)d;
                 const float *vj = b->v + (size_t)j * (size_t)kv_heads * (size_t)d;
                 double s = 0.0;
@@ -674,7 +675,7 @@ attn_row_ok(const struct attn_bufs *b, int seq, int heads, int kv_heads, int d, 
             }
             ok = ok && fabs((double)o[c] - acc / z) <= 1e-4 * (fabs(acc / z) + 1e-3);
         }
-        for (int j = 0; j < seq && pass == 0; j++) {
+        for (int j = first; j < seq && pass == 0; j++) {
             const float *kj = b->k + (size_t)j * (size_t)kv_heads * (size_t)d;
             double s = 0.0;
             for (int t = 0; t < d; t++) {
@@ -694,6 +695,7 @@ enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
                                         int heads,
                                         int kv_heads,
                                         int head_dim,
+                                        int window,
                                         struct moe_bench_attention *out)
 {
     struct moe_eng_heap heap = {0};
@@ -730,12 +732,24 @@ enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
     double tb[BENCH_MAX_ITERS];
     for (int it = -cfg->warmup; it < n; it++) {
         double t0 = moe_eng_now();
-        k->attention_fwd(b.o, b.lse, b.q, b.k, b.v, batch, seq, seq, heads, kv_heads, head_dim,
-                         head_dim, 0, 0, scale, true, b.ws, b.ws_bytes, kc);
+        if (window > 0) {
+            k->attention_window_sink_fwd(b.o, b.lse, b.q, b.k, b.v, NULL, batch, seq, seq, heads,
+                                         kv_heads, head_dim, head_dim, 0, 0, window, scale, b.ws,
+                                         b.ws_bytes, kc);
+        } else {
+            k->attention_fwd(b.o, b.lse, b.q, b.k, b.v, batch, seq, seq, heads, kv_heads, head_dim,
+                             head_dim, 0, 0, scale, true, b.ws, b.ws_bytes, kc);
+        }
         double t1 = moe_eng_now();
-        k->attention_bwd(b.dq, b.dk, b.dv, b.dout, b.q, b.k, b.v, b.o, b.lse, batch, seq, seq,
-                         heads, kv_heads, head_dim, head_dim, 0, 0, scale, true, false, b.ws,
-                         b.ws_bytes, kc);
+        if (window > 0) {
+            k->attention_window_sink_bwd(b.dq, b.dk, b.dv, NULL, b.dout, b.q, b.k, b.v, b.o, b.lse,
+                                         NULL, batch, seq, seq, heads, kv_heads, head_dim, head_dim,
+                                         0, 0, window, scale, false, b.ws, b.ws_bytes, kc);
+        } else {
+            k->attention_bwd(b.dq, b.dk, b.dv, b.dout, b.q, b.k, b.v, b.o, b.lse, batch, seq, seq,
+                             heads, kv_heads, head_dim, head_dim, 0, 0, scale, true, false, b.ws,
+                             b.ws_bytes, kc);
+        }
         if (it >= 0) {
             tf[it] = (t1 - t0) * 1e6;
             tb[it] = (moe_eng_now() - t1) * 1e6;
@@ -743,15 +757,17 @@ enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
     }
     out->fwd_us = median_of(tf, (size_t)n);
     out->bwd_us = median_of(tb, (size_t)n);
-    double flops = 4.0 * batch * (double)heads * seq * (double)seq * head_dim / 2.0;
+    double keys = window > 0 ? fmin(window, seq / 2.0) : seq / 2.0; /* as the model counts */
+    double flops = 4.0 * batch * (double)heads * seq * keys * head_dim;
     out->batch = batch;
+    out->window = window;
     out->seq = seq;
     out->heads = heads;
     out->kv_heads = kv_heads;
     out->head_dim = head_dim;
     out->fwd_gflops = flops / (out->fwd_us * 1e3);
     out->bwd_gflops = 2.5 * flops / (out->bwd_us * 1e3);
-    out->is_ok = attn_row_ok(&b, seq, heads, kv_heads, head_dim, scale);
+    out->is_ok = attn_row_ok(&b, seq, heads, kv_heads, head_dim, window, scale);
     attn_free(&heap, &b);
     return MOE_OK;
 }

@@ -164,13 +164,16 @@ MOE_NODISCARD enum moe_status moe_bench_bias_run(const struct moe_k_ops *k,
 
 struct moe_bench_attention {
     int batch, seq, heads, kv_heads, head_dim; /* causal self-attention, Tq = Tk = seq */
+    int window; /* > 0: a sliding window of that many keys (the kernel's windowed path, which
+                   takes the queries in tiles of `window` rows, one GEMM pair a tile); 0: none */
     double fwd_us, bwd_us; /* median time of one call over min(iters, 256) calls, interleaved */
-    double fwd_gflops;     /* 4 B Hq T^2 D / 2 (causal half) per forward */
+    double fwd_gflops;     /* 4 B Hq T^2 D / 2 (causal half; windowed: 4 B Hq T W D) per forward */
     double bwd_gflops;     /* 2.5 x the forward FLOPs (P recomputed from the log-sum-exp) */
     bool is_ok;            /* one output row equals a double-precision softmax(q k^T) v */
 };
 
-/* Causal GQA attention forward and backward (the kernels' attention ops). */
+/* Causal GQA attention forward and backward (the kernels' attention ops; window > 0: the
+ * sliding-window ops, without sinks). */
 MOE_NODISCARD enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
                                                       moe_k_ctx_t *kc,
                                                       const struct moe_bench_cfg *cfg,
@@ -179,6 +182,7 @@ MOE_NODISCARD enum moe_status moe_bench_attention_run(const struct moe_k_ops *k,
                                                       int heads,
                                                       int kv_heads,
                                                       int head_dim,
+                                                      int window,
                                                       struct moe_bench_attention *out);
 
 struct moe_bench_quant {

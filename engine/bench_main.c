@@ -755,25 +755,33 @@ static int bench_attention(moe_comm_t *w,
                            const struct bench_args *a,
                            cJSON *js)
 {
-    static const int shapes[][5] = {/* batch, seq, heads, kv heads, head dim */
-                                    {1, 256, 8, 8, 64},
-                                    {1, 512, 8, 2, 64},
-                                    {1, 1024, 8, 8, 128},
-                                    {2, 512, 16, 4, 64},
+    static const int shapes[][6] = {/* batch, seq, heads, kv heads, head dim, window */
+                                    {1, 256, 8, 8, 64, 0},
+                                    {1, 512, 8, 2, 64, 0},
+                                    {1, 1024, 8, 8, 128, 0},
+                                    {2, 512, 16, 4, 64, 0},
                                     /* Narrow heads (small models' 16-32): there the softmax's
                                      * per-score work weighs against the products' 4 d FLOPs
                                      * per score, which calibrate fits as the attention's
                                      * narrow-dimension term. */
-                                    {1, 256, 4, 2, 16},
-                                    {1, 512, 4, 4, 16},
-                                    {1, 256, 8, 4, 32},
-                                    {1, 128, 8, 4, 32}};
+                                    {1, 256, 4, 2, 16, 0},
+                                    {1, 512, 4, 4, 16, 0},
+                                    {1, 256, 8, 4, 32, 0},
+                                    {1, 128, 8, 4, 32, 0},
+                                    /* Sliding windows shorter than the sequence: the kernel
+                                     * takes the queries in tiles of `window` rows, one GEMM
+                                     * pair a tile, whose cost beyond the scores calibrate fits
+                                     * per tile (the validate suite's GPT-OSS miniature: window
+                                     * 16, heads of 16). */
+                                    {1, 256, 4, 2, 16, 16},
+                                    {1, 512, 4, 2, 16, 32},
+                                    {1, 256, 8, 4, 32, 16}};
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "attention") : NULL;
     if (root && js == NULL) {
         (void)printf("\n# causal GQA attention (scores in a workspace), mean over ranks\n");
-        (void)printf("#%4s %6s %5s %5s %4s %12s %12s %10s %10s %6s\n", "B", "T", "Hq", "Hkv", "D",
-                     "fwd(us)", "bwd(us)", "fwd GF/s", "bwd GF/s", "check");
+        (void)printf("#%4s %6s %5s %5s %4s %5s %12s %12s %10s %10s %6s\n", "B", "T", "Hq", "Hkv",
+                     "D", "W", "fwd(us)", "bwd(us)", "fwd GF/s", "bwd GF/s", "check");
     }
     /* --passes over all shapes (default 3), each timing every call and keeping the median; the
      * kept pass's median (--keep) is the shape's figure. A disturbance on a shared host lasts
@@ -785,7 +793,8 @@ static int bench_attention(moe_comm_t *w,
     for (int round = 0; round < a->passes; round++) {
         for (size_t i = 0; i < ATTN_SHAPES; i++) {
             if (moe_bench_attention_run(k, kc, &a->cfg, shapes[i][0], shapes[i][1], shapes[i][2],
-                                        shapes[i][3], shapes[i][4], &runs[i][round]) != MOE_OK) {
+                                        shapes[i][3], shapes[i][4], shapes[i][5],
+                                        &runs[i][round]) != MOE_OK) {
                 runs[i][round].is_ok = false;
             }
         }
@@ -804,6 +813,7 @@ static int bench_attention(moe_comm_t *w,
             cJSON_AddNumberToObject(o, "heads", shapes[i][2]);
             cJSON_AddNumberToObject(o, "kv_heads", shapes[i][3]);
             cJSON_AddNumberToObject(o, "head_dim", shapes[i][4]);
+            cJSON_AddNumberToObject(o, "window", shapes[i][5]);
             cJSON_AddNumberToObject(o, "fwd_us", fu);
             cJSON_AddNumberToObject(o, "bwd_us", bu);
             cJSON_AddNumberToObject(o, "fwd_gflops", fg);
@@ -811,9 +821,9 @@ static int bench_attention(moe_comm_t *w,
             cJSON_AddBoolToObject(o, "ok", wrong == 0);
             cJSON_AddItemToArray(arr, o);
         } else if (root) {
-            (void)printf(" %4d %6d %5d %5d %4d %12.1f %12.1f %10.2f %10.2f %6s\n", shapes[i][0],
-                         shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], fu, bu, fg, bg,
-                         wrong == 0 ? "OK" : "FAIL");
+            (void)printf(" %4d %6d %5d %5d %4d %5d %12.1f %12.1f %10.2f %10.2f %6s\n", shapes[i][0],
+                         shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5], fu,
+                         bu, fg, bg, wrong == 0 ? "OK" : "FAIL");
         }
     }
     return bad;

@@ -130,6 +130,8 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gpu.attn_fwd_half_dim", g->attn_fwd_half_dim, 0.0, false, big, "head dims, 0 = gemm's"},
         {"gpu.attn_bwd_half_dim", g->attn_bwd_half_dim, 0.0, false, big, "head dims, 0 = gemm's"},
         {"gpu.attn_rect", g->attn_rect, 0.0, false, 1.0, "0 or 1"},
+        {"gpu.attn_fwd_tile_us", g->attn_tile_us[0], 0.0, false, big, "us per extra query tile"},
+        {"gpu.attn_bwd_tile_us", g->attn_tile_us[1], 0.0, false, big, "us per extra query tile"},
         {"gpu.bias_pass", g->bias_pass, 0.0, false, 1.0, "0 or 1"},
         {"gpu.hbm_eff", g->hbm_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},
         {"gpu.elem_eff", g->elem_eff, 0.0, true, fmax, "fraction of HBM bandwidth"},

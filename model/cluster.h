@@ -82,6 +82,12 @@ struct moe_gpu {
                                          up to its last query's (masked scores computed, then
                                          zeroed: the CPU reference, one sgemm per sequence or CP
                                          chunk); 0: masked blocks skipped (fused GPU kernels) */
+    double attn_tile_us[2];           /* forward, backward: microseconds per query tile beyond
+                                         one per head and call, where a sliding window shorter
+                                         than the keys makes a kernel take the queries in tiles
+                                         of `window` rows, each its own GEMM pair (the CPU
+                                         reference; moefold calibrate fits it on windowed bench
+                                         rows); 0: none (fused GPU kernels tile inside one call) */
     double bias_pass;                 /* 1: routed experts' linear biases added in a pass of their
                                          own over each expert's rows (forward: rows read and
                                          written; backward: rows read for the bias gradient), at

@@ -450,6 +450,18 @@ static void attention(const struct cctx *c,
         p->core_f = flops / (peak * c->gpu->attn_fwd_eff) * (rect + hf / dn);
         p->core_b = 2.5 * flops / (peak * c->gpu->attn_bwd_eff) * (rect + hb / dn);
     }
+    /* A window shorter than a call's keys makes a tiling kernel take the queries in tiles of
+     * `window` rows, each its own GEMM pair: the tiles beyond one per head and call at their
+     * calibrated cost (gpu.attn_tile_us; the calls: each sequence of the micro-batch, or its two
+     * chunks under CP, of s / (2 CP) queries). */
+    if (windowed && cfg->window_size > 0 && cfg->window_size < s &&
+        (c->gpu->attn_tile_us[0] > 0.0 || c->gpu->attn_tile_us[1] > 0.0)) {
+        double calls = lay->mbs * (lay->cp > 1 ? 2.0 : 1.0);
+        double q_call = lay->cp > 1 ? s / (2.0 * lay->cp) : s;
+        double extra = a_loc * calls * (ceil(q_call / cfg->window_size) - 1.0);
+        p->core_f += extra * c->gpu->attn_tile_us[0] * 1e-6;
+        p->core_b += extra * c->gpu->attn_tile_us[1] * 1e-6;
+    }
     p->elem_bytes += t_sp * h * 2.0 * 5.0; /* RMSNorm read+write, residual add */
 }
 

@@ -116,6 +116,8 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GPU, "attn_fwd_half_dim", gpu.attn_fwd_half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GPU, "attn_bwd_half_dim", gpu.attn_bwd_half_dim, 0, 1.0e6),
     FIG_REAL(SEC_GPU, "attn_rect", gpu.attn_rect, 0, 1),
+    FIG_REAL(SEC_GPU, "attn_fwd_tile_us", gpu.attn_tile_us[0], 0, US_MAX),
+    FIG_REAL(SEC_GPU, "attn_bwd_tile_us", gpu.attn_tile_us[1], 0, US_MAX),
     FIG_REAL(SEC_GPU, "bias_pass", gpu.bias_pass, 0, 1),
     FIG_REAL(SEC_GPU, "hbm_eff", gpu.hbm_eff, 0, FRAC_MAX),
     FIG_REAL(SEC_GPU, "elem_eff", gpu.elem_eff, 0, FRAC_MAX),

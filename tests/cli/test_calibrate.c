@@ -580,6 +580,54 @@ set_attention(cJSON *bench, const int *dims, int n, double peak, const double *f
     }
 }
 
+/* Windowed rows: each one's time beyond its window's scores at the fitted efficiency, over its
+ * tiles beyond one per head, is the tile cost; rows drawn with 7 / 11 us a tile give them back,
+ * and they do not move the whole-row fit. */
+static void test_attention_window_tiles_fit(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit fit;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fit.attn_tile_us[0] == 0.0 && fit.attn_tile_us[1] == 0.0); /* none measured */
+    double peak = fit.gemm_peak_gflops;
+    const double fe[2] = {0.5, 80.0};
+    const double be[2] = {0.45, 20.0};
+    const int dims[] = {16, 32, 64, 128};
+    set_attention(bench, dims, 4, peak, fe, be);
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(bench, "attention");
+    const int rows[][5] = {{1, 256, 4, 16, 16}, {1, 512, 4, 16, 32}, {2, 256, 8, 32, 16}};
+    for (int i = 0; i < 3; i++) {
+        double b = rows[i][0], s = rows[i][1], h = rows[i][2], d = rows[i][3], w = rows[i][4];
+        double flops = 4.0 * b * h * s * w * d;
+        double extra = b * h * (s / w - 1.0);
+        double f_us = flops / (peak * 1e3 * fe[0]) * (1.0 + fe[1] / d) + 7.0 * extra;
+        double b_us = 2.5 * flops / (peak * 1e3 * be[0]) * (1.0 + be[1] / d) + 11.0 * extra;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "batch", b);
+        cJSON_AddNumberToObject(o, "seq", s);
+        cJSON_AddNumberToObject(o, "heads", h);
+        cJSON_AddNumberToObject(o, "head_dim", d);
+        cJSON_AddNumberToObject(o, "window", w);
+        cJSON_AddNumberToObject(o, "fwd_us", f_us);
+        cJSON_AddNumberToObject(o, "bwd_us", b_us);
+        cJSON_AddNumberToObject(o, "fwd_gflops", flops / (f_us * 1e3));
+        cJSON_AddNumberToObject(o, "bwd_gflops", 2.5 * flops / (b_us * 1e3));
+        cJSON_AddBoolToObject(o, "ok", true);
+        cJSON_AddItemToArray(arr, o);
+    }
+    assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+    assert_true(fabs(fit.attn_fwd_eff / fe[0] - 1.0) < 1e-3);
+    assert_true(fabs(fit.attn_fwd_half_dim / fe[1] - 1.0) < 1e-3);
+    assert_true(fabs(fit.attn_tile_us[0] / 7.0 - 1.0) < 1e-3);
+    assert_true(fabs(fit.attn_tile_us[1] / 11.0 - 1.0) < 1e-3);
+    struct moe_cluster cl;
+    assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+    assert_true(cl.gpu.attn_tile_us[0] == fit.attn_tile_us[0]);
+    cJSON_Delete(bench);
+}
+
 /* The attention core's efficiency and narrow-head term come back from rates drawn with them;
  * with one head dimension there is nothing to separate them by, and the fit keeps the GEMM's
  * half_dim with the efficiency at it. */
@@ -666,12 +714,19 @@ static void test_optimizer_eff(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grouped_half_dim),  cmocka_unit_test(test_real_host_fit),
-        cmocka_unit_test(test_small_gemm_shapes), cmocka_unit_test(test_step_collectives),
-        cmocka_unit_test(test_activation_rows),   cmocka_unit_test(test_bias_rows),
-        cmocka_unit_test(test_merge_benches),     cmocka_unit_test(test_synthetic_recovery),
-        cmocka_unit_test(test_optimizer_eff),     cmocka_unit_test(test_attention_fit),
-        cmocka_unit_test(test_rank_spread),       cmocka_unit_test(test_probe_row),
+        cmocka_unit_test(test_grouped_half_dim),
+        cmocka_unit_test(test_real_host_fit),
+        cmocka_unit_test(test_small_gemm_shapes),
+        cmocka_unit_test(test_step_collectives),
+        cmocka_unit_test(test_activation_rows),
+        cmocka_unit_test(test_bias_rows),
+        cmocka_unit_test(test_merge_benches),
+        cmocka_unit_test(test_synthetic_recovery),
+        cmocka_unit_test(test_optimizer_eff),
+        cmocka_unit_test(test_attention_fit),
+        cmocka_unit_test(test_attention_window_tiles_fit),
+        cmocka_unit_test(test_rank_spread),
+        cmocka_unit_test(test_probe_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,8 +87,11 @@ static void test_compute_benchmarks(void **state)
     assert_true(bias.fwd_gbps > 0.0 && bias.bwd_gbps > 0.0);
     assert_int_equal(moe_bench_bias_run(k, kc, &quick, 0, 1024, &bias), MOE_ERR_INVALID);
     struct moe_bench_attention at;
-    assert_int_equal(moe_bench_attention_run(k, kc, &quick, 2, 48, 4, 2, 16, &at), MOE_OK);
-    assert_true(at.is_ok && at.fwd_gflops > 0.0 && at.bwd_gflops > 0.0);
+    assert_int_equal(moe_bench_attention_run(k, kc, &quick, 2, 48, 4, 2, 16, 0, &at), MOE_OK);
+    assert_true(at.is_ok && at.fwd_gflops > 0.0 && at.bwd_gflops > 0.0 && at.window == 0);
+    /* The windowed path: its last row checked against the window's keys alone. */
+    assert_int_equal(moe_bench_attention_run(k, kc, &quick, 1, 64, 4, 2, 16, 16, &at), MOE_OK);
+    assert_true(at.is_ok && at.window == 16 && at.fwd_gflops > 0.0 && at.bwd_gflops > 0.0);
     struct moe_bench_quant q;
     assert_int_equal(
         moe_bench_quant_run(k, kc, &quick, 64, 256, MOE_K_QFMT_FP4_E2M1, MOE_K_QRECIPE_NVFP4, &q),

@@ -451,6 +451,54 @@ static void test_attention_rect(void **state)
     assert_true(no_cp_rect.attn_core_bwd == no_cp.attn_core_bwd);
 }
 
+/* A sliding window shorter than a call's keys makes the CPU kernel take the queries in tiles of
+ * `window` rows, each its own GEMM pair: gpu.attn_tile_us prices each tile beyond one per head and
+ * call (a CP rank's two chunks are two calls), on windowed layers alone. */
+static void test_attention_window_tiles(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 1);
+    cfg.window_size = 128;
+    lay.cp = 2;
+    lay.mbs = 2;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_layout_resolve(&cfg, &cl, &opt, &lay, &diag), MOE_OK);
+    struct moe_layer_kind win = {.is_moe = false, .is_windowed = true};
+    struct moe_layer_kind full = {.is_moe = false, .is_windowed = false};
+    struct moe_layer_cost w0, f0, w1, f1;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, win, 1.0, 0.0, &w0);
+    moe_compute_layer(&cfg, &cl, &lay, &opt, full, 1.0, 0.0, &f0);
+    cl.gpu.attn_tile_us[0] = 3.0;
+    cl.gpu.attn_tile_us[1] = 5.0;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, win, 1.0, 0.0, &w1);
+    moe_compute_layer(&cfg, &cl, &lay, &opt, full, 1.0, 0.0, &f1);
+    /* 16 heads x (2 sequences x 2 chunks) calls x (1024 / 128 - 1) extra tiles a call */
+    double extra = 16.0 * 4.0 * 7.0;
+    ASSERT_NEAR(w1.attn_core_fwd - w0.attn_core_fwd, extra * 3.0e-6, 1e-12);
+    ASSERT_NEAR(w1.attn_core_bwd - w0.attn_core_bwd, extra * 5.0e-6, 1e-12);
+    ASSERT_NEAR(w1.fwd_compute - w0.fwd_compute, extra * 3.0e-6, 1e-12);
+    assert_true(f1.attn_core_fwd == f0.attn_core_fwd && f1.attn_core_bwd == f0.attn_core_bwd);
+    /* Without CP each sequence is one call of 4096 queries: 31 extra tiles. */
+    lay.cp = 1;
+    assert_int_equal(moe_layout_resolve(&cfg, &cl, &opt, &lay, &diag), MOE_OK);
+    moe_compute_layer(&cfg, &cl, &lay, &opt, win, 1.0, 0.0, &w1);
+    cl.gpu.attn_tile_us[0] = 0.0;
+    cl.gpu.attn_tile_us[1] = 0.0;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, win, 1.0, 0.0, &w0);
+    ASSERT_NEAR(w1.attn_core_fwd - w0.attn_core_fwd, 16.0 * 2.0 * 31.0 * 3.0e-6, 1e-12);
+    /* A window as long as the sequence tiles nothing. */
+    cfg.window_size = 4096;
+    cl.gpu.attn_tile_us[0] = 3.0;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, win, 1.0, 0.0, &w1);
+    cl.gpu.attn_tile_us[0] = 0.0;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, win, 1.0, 0.0, &w0);
+    assert_true(w1.attn_core_fwd == w0.attn_core_fwd);
+}
+
 /* The attention core's narrow-head term is work per score (the softmax's exp, scale and mask
  * against the products' 2 (d_qk + d_v) FLOPs per score): an MLA head with query-key and value
  * dimensions d_qk + d_v = 2 d costs what a GQA head of dimension d costs at the same heads and
@@ -1637,6 +1685,7 @@ int main(void)
         cmocka_unit_test(test_active_experts),
         cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_attention_score_work),
+        cmocka_unit_test(test_attention_window_tiles),
         cmocka_unit_test(test_embedding_wait),
         cmocka_unit_test(test_expert_bias_pass),
         cmocka_unit_test(test_offloaded_optimizer_rate),
