@@ -1132,14 +1132,17 @@ static void test_cli(void **state)
     (void)snprintf(cmd, sizeof(cmd), "%s --plan /nonexistent/plan.json", bin);
     assert_int_equal(moe_test_run_capture(cmd, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "/nonexistent/plan.json"));
-    (void)snprintf(cmd, sizeof(cmd), "%s --model tiny-moe --steps 2 --synthetic --out %s", bin,
+    /* Six steps, five measured: the unattributed share below is a mean over five steps of a few
+     * milliseconds, so that one preemption of the VM between two op timers (60 us is 2% of one)
+     * does not decide it (it did in one suite run of six with one measured step, 2026-12-04). */
+    (void)snprintf(cmd, sizeof(cmd), "%s --model tiny-moe --steps 6 --synthetic --out %s", bin,
                    run);
     int rc = moe_test_run_capture(cmd, out, sizeof(out));
     if (rc != 0) {
         print_error("%s\n", out);
     }
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(out, "step     2/2"));
+    assert_non_null(strstr(out, "step     6/6"));
     assert_non_null(strstr(out, "tok/s"));
     assert_non_null(strstr(out, "ETA"));
     /* The run file reads back with compare's reader; the phases and the unattributed remainder
@@ -1157,7 +1160,7 @@ static void test_cli(void **state)
                  t->pp_comm + t->dp_comm + t->pp_bubble + t->optimizer + t->host_overhead;
     assert_true(fabs(sum + r.unattributed_s - r.step_time_s) <= 1e-9 + 1e-6 * r.step_time_s);
     assert_true(r.unattributed_s <= 0.02 * r.step_time_s);
-    assert_int_equal(r.steps, 2);
+    assert_int_equal(r.steps, 6);
     assert_non_null(r.plan);
     assert_true(r.mem.weights > 0.0);
     moe_run_fini(&r);
