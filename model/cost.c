@@ -235,14 +235,30 @@ static void layer_exposed(const struct moe_cluster *cl,
         double gpu_post =
             pos(fwd->expert - lc->fwd_shared) + fwd->combine + (flex ? 0.0 : fwd->dispatch);
         double gpu_pre = pos(gpu_f - gpu_post);
+        /* Under the 1F1B A2A overlap the paired backward's expert GEMMs are launched before the
+         * forward's synchronisation (Megatron-Core's combined layer schedule issues B.combine,
+         * F.attention and router, B.experts, then F.dispatch) and queued behind the router on
+         * the compute stream: the synchronisation does not wait for them, and the launches after
+         * it hide behind them too. The all-to-all dispatcher synchronises on the counts' copy
+         * before its exchange, so all of them remain; DeepEP and HybridEP return the counts
+         * with the dispatch, so only the part longer than the dispatch. */
+        double behind = 0.0;
+        if (opt->overlap_moe_ep_comm) {
+            behind = flex ? pos(bwd->expert - fwd->dispatch) : bwd->expert;
+        }
         double host_pre = pos(lc->host_fwd - lc->host_fwd_post);
-        double queued = pos(gpu_post - lc->host_fwd_post);
-        fwd->host =
-            pos(lc->host_fwd_post - gpu_post) + pos(host_pre - gpu_pre - queued) + lc->host_sync;
+        double queued = pos(gpu_post + behind - lc->host_fwd_post);
+        fwd->host = pos(lc->host_fwd_post - gpu_post - behind) + pos(host_pre - gpu_pre - queued) +
+                    lc->host_sync;
     } else {
         fwd->host = pos(lc->host_fwd - gpu_f) + lc->host_sync;
     }
     bwd->host = pos(host_bwd - gpu_b) + rc * lc->rc_host_sync;
+    if (opt->overlap_moe_ep_comm) {
+        /* One host thread issues both passes of a pair: together they take at least its time. */
+        double pair = pos(lc->host_fwd + host_bwd - gpu_f - gpu_b) + lc->host_sync;
+        fwd->host += pos(pair - fwd->host - bwd->host);
+    }
     fwd->slack = pos(gpu_f - lc->host_fwd);
     bwd->slack = pos(gpu_b - host_bwd);
     /* The wait for the busiest rank belongs to the exchange after the expert GEMMs: forward

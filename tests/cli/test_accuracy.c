@@ -30,18 +30,21 @@
 
 /* Bounds over the complete runs that are not known misses (fractions). Measured when the shipped
  * profiles were fitted with the Hopper GEMM efficiencies measured on an H200 (rectangular GEMMs at
- * 0.874 of the square curve, the experts' grouped GEMMs with their narrow-rows terms) and the
- * fit's threshold chosen by nested cross-validation (--constrain 0.95; 2026-12-04): in sample
- * median 3.6%, max 7.4%; cross-validated median 4.9%, max 13.9% over 11 runs (4.8% / 23.2% on the
- * square curve at 0.80); ranking 5 of 6 pairs cross-validated (6 in sample); coverage 10 of 11. */
+ * 0.874 of the square curve, the experts' grouped GEMMs with their narrow-rows terms), the fit's
+ * threshold chosen by nested cross-validation (--constrain 0.95) and the combined 1F1B schedule's
+ * host launches hidden behind the paired backward's expert GEMMs (2026-12-04): in sample median
+ * 1.8%, max 7.0%; cross-validated median 3.4%, max 13.9% over 11 runs (3.6 / 7.4 and 4.9 / 13.9
+ * before the last); ranking 6 of 6 pairs cross-validated (5 of 6 before it: B12 over Z4, now 1503
+ * against 1496 tokens/s/GPU, measured 1712 against 1354), 6 in sample; coverage 10 of 11. */
 #define IN_MEDIAN 0.05
 #define IN_MAX    0.10
 #define CV_MEDIAN 0.07
 #define CV_MAX    0.20
 #define MISS      0.15 /* a known miss misses by more than this */
-/* Leave-one-sweep-out (2026-12-04, the same profiles): median 5.2%, max 21.7% over 11 runs (11.8% /
- * 23.2% before), 3 sweeps of two or more runs left out whole (Qwen3-235B on 256 H100, Mixtral
- * 8x22B on 128 H100, DeepSeek-V3 on 256 GB200); 6 of 6 pairs ordered as measured. */
+/* Leave-one-sweep-out (2026-12-04, the same profiles): median 2.9%, max 21.7% over 11 runs (5.2% /
+ * 21.7% before the combined schedule's host term, 11.8% / 23.2% before the H200 GEMMs), 3 sweeps of
+ * two or more runs left out whole (Qwen3-235B on 256 H100, Mixtral 8x22B on 128 H100, DeepSeek-V3
+ * on 256 GB200); 6 of 6 pairs ordered as measured. */
 #define SWEEP_MEDIAN 0.08
 #define SWEEP_MAX    0.25
 
@@ -101,7 +104,7 @@ static void test_leave_one_sweep_out(void **state)
     assert_int_equal(s.sweeps, 3);
     assert_true(s.sweep_median_abs <= SWEEP_MEDIAN);
     assert_true(s.sweep_max_abs <= SWEEP_MAX);
-    assert_true(s.sweep_concordant >= s.pairs - 2);
+    assert_int_equal(s.sweep_concordant, s.pairs);
     free(rows);
 }
 
@@ -140,7 +143,8 @@ static void test_published_runs(void **state)
     assert_true(s.cv_max_abs <= CV_MAX);
     assert_true(s.cv_median_abs >= s.median_abs); /* out of sample is never the easier test */
     assert_true(s.pairs >= 5);
-    assert_true(s.concordant >= s.pairs - 1);
+    assert_int_equal(s.concordant, s.pairs); /* the bar: every pair, cross-validated */
+    assert_int_equal(s.in_sample_concordant, s.pairs);
     assert_true(s.intervals == s.n);
     assert_true(s.covered >= (int)(0.7 * s.intervals));
     /* Every published run ran, so the memory model must not refuse any of them. */

@@ -209,14 +209,13 @@ static void test_leave_one_out(void **state)
  * the base profile (dgx-h100 fitted from the priors to the other shipped H100 runs: B5, B17, B19,
  * Z13, Z14), three of its layouts are fitted as runs on that profile (refining it: each figure
  * held to the base's value with the prior's sd) and the fourth is predicted; each in turn. The
- * issue's bar: the held-out layout within 15%. Measured with the Hopper GEMM efficiencies measured
- * on an H200 and --constrain 0.95 (2026-12-04): B12 -9.1%, Z1 +1.6%, Z2 -6.6%, Z4 +19.9%, mean
- * |error| 9.3% (at 0.80: -8.9 / +3.0 / -6.1 / +16.6%; on the square-sweep GEMM curve: -12.5%,
- * +15.0%, +1.2%, +0.7%, mean 7.3%). Z4 (PP32 x VPP3, one layer per virtual stage, host-bound in
- * the model) is the run no mechanism explains (README, "Accuracy"): it misses the 15% bar, held to
- * the issue's 20% for unseen runs, which it meets by 0.1 point; the other three to 15%. With Z4
- * held out, every pair of the four measured more than 5% apart is ordered as measured (B12 over
- * Z4 by 3%, 1673 against 1623: the pair the published runs' leave-one-out misorders). (The
+ * issue's bar: the held-out layout within 15%, and every pair of the four measured more than 5%
+ * apart ordered as measured. Measured with the Hopper GEMM efficiencies measured on an H200,
+ * --constrain 0.95 and the combined 1F1B schedule's expert launches hidden behind the paired
+ * backward's expert GEMMs (2026-12-04): B12 -10.9%, Z1 -1.3%, Z2 +1.1%, Z4 +4.2%, mean |error|
+ * 4.4%, every pair ordered with each held out. Before the last, Z4 was +19.9% (B12 -9.1%, Z1
+ * +1.6%, Z2 -6.6%): the fit of the three PP8 layouts lowered the host time per call (150 -> 140
+ * us) to speed up B12's then exposed launches, and Z4, host-bound in the model, came out fast. (The
  * shipped dgx-h100 profile is fitted to all four: refining it would predict a run it has seen.)
  */
 static void test_user_sweep(void **state)
@@ -267,14 +266,18 @@ static void test_user_sweep(void **state)
         assert_int_equal(res.num_used_on_base, 3);
         double err = res.runs[3].pred_fit / res.runs[3].run->measured - 1.0;
         printf("  %-3s fitted on the other three: %+.1f%%\n", ids[held], 100.0 * err);
-        /* the bar for a user's sweep; Z4 its bar for unseen runs (above) */
-        assert_true(fabs(err) < (strcmp(ids[held], "Z4") == 0 ? 0.20 : 0.15));
-        if (strcmp(ids[held], "Z4") == 0) {
-            for (int a = 0; a < 4; a++) {
-                for (int b = 0; b < 4; b++) {
-                    if (res.runs[a].run->measured > 1.05 * res.runs[b].run->measured) {
-                        assert_true(res.runs[a].pred_fit > res.runs[b].pred_fit);
+        /* the issue's bar for a user's sweep: the held-out layout within 15%, and every pair
+         * of the four measured more than 5% apart ordered as measured */
+        assert_true(fabs(err) < 0.15);
+        for (int a = 0; a < 4; a++) {
+            for (int b = 0; b < 4; b++) {
+                if (res.runs[a].run->measured > 1.05 * res.runs[b].run->measured) {
+                    if (res.runs[a].pred_fit <= res.runs[b].pred_fit) {
+                        printf("  %s held out: %s (%.0f) not above %s (%.0f)\n", ids[held],
+                               res.runs[a].run->id, res.runs[a].pred_fit, res.runs[b].run->id,
+                               res.runs[b].pred_fit);
                     }
+                    assert_true(res.runs[a].pred_fit > res.runs[b].pred_fit);
                 }
             }
         }

@@ -1580,6 +1580,30 @@ static void test_host_model(void **state)
     double m = (double)lay.gbs / (lay.mbs * lay.dp);
     assert_true(p.time.host_overhead >= 0.99 * moe_layers * m * gpu_post);
 
+    /* (2b) The same under the 1F1B A2A overlap: the paired backward's expert GEMMs were launched
+     * before the forward's synchronisation and run while the host launches the experts, which
+     * then hide behind them: the excess of (2) disappears. One host thread still issues both
+     * passes: a host slower than the pair's GPU time is exposed by the difference. */
+    opt.overlap_moe_ep_comm = true;
+    struct moe_cluster even = slow;
+    struct moe_layer_cost e;
+    moe_compute_layer(&cfg, &even, &lay, &opt, moe, 1.0, 0.0, &e);
+    struct moe_prediction q = predict(&cfg, &even, &lay, &opt, MOE_SCHED_SIMULATE);
+    printf("  host: %.6f s without the overlap, %.6f with it; launches after the sync %.6f, the "
+           "experts' backward %.6f s a layer\n",
+           p.time.host_overhead, q.time.host_overhead, e.host_fwd_post, e.bwd_expert);
+    assert_true(q.time.host_overhead < 0.5 * p.time.host_overhead);
+    even.gpu.kernel_launch_us *= 20.0;
+    even.gpu.host_cpp_op_us *= 20.0;
+    struct moe_layer_cost h;
+    moe_compute_layer(&cfg, &even, &lay, &opt, moe, 1.0, 0.0, &h);
+    struct moe_prediction r = predict(&cfg, &even, &lay, &opt, MOE_SCHED_SIMULATE);
+    double gpu_pair = h.fwd_compute + h.fwd_expert + h.fwd_dispatch + h.fwd_combine + h.fwd_tp +
+                      h.bwd_compute + h.bwd_expert + h.bwd_dispatch + h.bwd_combine + h.bwd_tp;
+    assert_true(r.time.host_overhead >=
+                0.99 * moe_layers * m * (h.host_fwd + h.host_bwd - gpu_pair));
+    opt.overlap_moe_ep_comm = false;
+
     /* (3) Host-bound: two chunks per stage cost more host time than one. */
     setup(&cfg, &cl, &lay, &opt, 8, 1, 2, 1, 4);
     cl.gpu.kernel_launch_us = 5000.0;
