@@ -283,15 +283,72 @@ static enum moe_status build_request(const struct moe_cli_problem *p,
     return moe_cli_plan_request(p, o, req, lc, scratch, margin, diag);
 }
 
-/* The band within which plans tie, from the cluster profile's measured errors. */
-static enum moe_status
-tie_band(const struct moe_cli_problem *p, struct moe_plan_trust *t, struct moe_diag *diag)
+/*
+ * Each listed plan's interval, as predict makes it for that layout and options (precision class
+ * and EP span pick the runs); *ivs (freed by the caller) stays NULL when the profile has no runs.
+ */
+static enum moe_status plan_intervals(const struct moe_cli_problem *p,
+                                      const struct moe_uncertainty *u,
+                                      const struct moe_plan_result *res,
+                                      struct moe_plan_trust *t,
+                                      double (**ivs)[2],
+                                      struct moe_diag *diag)
+{
+    if (res->num_top == 0 || u->num_runs == 0) {
+        return MOE_OK;
+    }
+    double(*iv)[2] = calloc((size_t)res->num_top, sizeof(*iv));
+    struct moe_cli_problem *q = malloc(sizeof(*q));
+    struct moe_interval *one = malloc(sizeof(*one));
+    if (iv == NULL || q == NULL || one == NULL) {
+        free(iv);
+        free(q);
+        free(one);
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < res->num_top; i++) {
+        const struct moe_plan_candidate *c = &res->top[i];
+        *q = *p;
+        q->lay = c->lay;
+        q->opt = c->opt;
+        double step = c->has_sim ? c->sim.step_time_s : c->pred.step_time_s;
+        moe_unc_step(u, moe_run_precision(q), moe_run_ep_span(q), NULL, step, MOE_UNC_LEVEL, one);
+        if (!one->ok) { /* every plan rests on the same runs: none has an interval */
+            free(iv);
+            iv = NULL;
+            break;
+        }
+        iv[i][0] = one->lo;
+        iv[i][1] = one->hi;
+        if (i == 0) {
+            (void)snprintf(t->interval_basis, sizeof(t->interval_basis), "%s", one->basis);
+        }
+    }
+    free(q);
+    free(one);
+    *ivs = iv;
+    t->step_interval = (const double(*)[2])iv;
+    t->num_intervals = iv != NULL ? res->num_top : 0;
+    t->interval_level = MOE_UNC_LEVEL;
+    return MOE_OK;
+}
+
+/* The band within which plans tie and each plan's interval, from the cluster profile's measured
+ * errors. */
+static enum moe_status tie_band(const struct moe_cli_problem *p,
+                                const struct moe_plan_result *res,
+                                struct moe_plan_trust *t,
+                                double (**ivs)[2],
+                                struct moe_diag *diag)
 {
     struct moe_uncertainty *u = calloc(1, sizeof(*u));
     if (u == NULL) {
         return moe_diag_set(diag, MOE_ERR_NOMEM, "out of memory");
     }
     enum moe_status st = moe_unc_load(p->cluster_name, u, diag);
+    if (st == MOE_OK) {
+        st = plan_intervals(p, u, res, t, ivs, diag);
+    }
     int pairs = 0;
     t->tie_band = st == MOE_OK ? moe_unc_tie_band(u, MOE_UNC_LEVEL, &pairs) : 0.0;
     if (t->tie_band <= 0.0) {
@@ -639,6 +696,7 @@ int moe_cli_plan(int argc, char **argv)
     memset(&res, 0, sizeof(res));
     struct moe_diag diag = {0};
     char *megatron = NULL;
+    double(*intervals)[2] = NULL; /* each listed plan's step-time interval */
     struct plan_run run;
     memset(&run, 0, sizeof(run));
     struct moe_cluster_costs costs;
@@ -722,7 +780,7 @@ int moe_cli_plan(int argc, char **argv)
         moe_cli_error("plan", &diag);
         goto out_free;
     }
-    if (tie_band(p, &trust, &diag) != MOE_OK) {
+    if (tie_band(p, &res, &trust, &intervals, &diag) != MOE_OK) {
         moe_cli_error("plan", &diag);
         goto out_free;
     }
@@ -759,6 +817,7 @@ int moe_cli_plan(int argc, char **argv)
     rc = res.num_top > 0 ? 0 : 1;
 out_free:
     plan_run_fini(&run);
+    free(intervals);
     free(megatron);
     moe_plan_result_free(&res);
     moe_plan_load_cache_destroy(lc);

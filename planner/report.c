@@ -253,7 +253,9 @@ static bool is_tie(const struct moe_plan_trust *t,
            log(reported(c)->step_time_s / reported(best)->step_time_s) <= t->tie_band;
 }
 
-static void print_row(FILE *out, int rank, const struct moe_plan_candidate *c, bool tie)
+/* One table row; iv (NULL: no interval column) the 80% interval of its step time. */
+static void
+print_row(FILE *out, int rank, const struct moe_plan_candidate *c, bool tie, const double *iv)
 {
     const struct moe_prediction *p = reported(c);
     char lay[320];
@@ -262,15 +264,22 @@ static void print_row(FILE *out, int rank, const struct moe_plan_candidate *c, b
     moe_plan_options_str(&c->opt, opt, sizeof(opt));
     char r[16];
     (void)snprintf(r, sizeof(r), "%d%s", rank, tie ? "~" : "");
-    fprintf(out, "%5s %9.3f %10.0f %8.1f %6.1f %6.1f/%-5.0f %-13s %s | %s\n", r, p->step_time_s,
-            p->tokens_per_s_per_gpu, p->tflops_per_gpu, 100.0 * p->mfu, p->mem.total / GIB,
+    char range[48] = "";
+    if (iv != NULL) {
+        char b[40];
+        (void)snprintf(b, sizeof(b), "%.3f-%.3f", iv[0], iv[1]);
+        (void)snprintf(range, sizeof(range), " %15s", b);
+    }
+    fprintf(out, "%5s %9.3f%s %10.0f %8.1f %6.1f %6.1f/%-5.0f %-13s %s | %s\n", r, p->step_time_s,
+            range, p->tokens_per_s_per_gpu, p->tflops_per_gpu, 100.0 * p->mfu, p->mem.total / GIB,
             p->mem.capacity / GIB, moe_phase_name(p->bottleneck), lay, opt);
 }
 
-static void print_table_header(FILE *out)
+static void print_table_header(FILE *out, bool intervals)
 {
-    fprintf(out, "%5s %9s %10s %8s %6s %12s %-13s %s | %s\n", "rank", "step_s", "tok/s/GPU",
-            "TFLOPS", "MFU%", "mem_GiB", "bottleneck", "layout", "options");
+    fprintf(out, "%5s %9s%s %10s %8s %6s %12s %-13s %s | %s\n", "rank", "step_s",
+            intervals ? "      80%_step_s" : "", "tok/s/GPU", "TFLOPS", "MFU%", "mem_GiB",
+            "bottleneck", "layout", "options");
 }
 
 void moe_plan_print_compare(FILE *out,
@@ -373,12 +382,16 @@ void moe_plan_print_trusted(FILE *out,
         return;
     }
     fprintf(out, "\n");
-    print_table_header(out);
+    bool intervals = t != NULL && t->step_interval != NULL && t->num_intervals == res->num_top;
+    print_table_header(out, intervals);
     int ties = 0;
     for (int i = 0; i < res->num_top; i++) {
         bool tie = i > 0 && is_tie(t, &res->top[0], &res->top[i]);
         ties += tie;
-        print_row(out, i + 1, &res->top[i], tie);
+        print_row(out, i + 1, &res->top[i], tie, intervals ? t->step_interval[i] : NULL);
+    }
+    if (intervals) {
+        fprintf(out, "# 80%%_step_s, plan 1: %s\n", t->interval_basis);
     }
     if (t != NULL && t->tie_band > 0.0) {
         fprintf(
@@ -395,9 +408,9 @@ void moe_plan_print_trusted(FILE *out,
             "\n# Pareto front: no other fitting plan is both faster and smaller (up to %.2gx the "
             "fastest step, closed-form schedule)\n",
             req->pareto_window);
-        print_table_header(out);
+        print_table_header(out, false);
         for (int i = 0; i < res->num_pareto; i++) {
-            print_row(out, i + 1, &res->pareto[i], false);
+            print_row(out, i + 1, &res->pareto[i], false, NULL);
         }
     }
     if (explain_k >= 1 && explain_k <= res->num_top) {
@@ -605,6 +618,11 @@ cJSON *moe_plan_result_json_trusted(const struct moe_plan_request *req,
         if (t != NULL) {
             cJSON_AddBoolToObject(c, "tie_with_best",
                                   i > 0 && is_tie(t, &res->top[0], &res->top[i]));
+            if (t->step_interval != NULL && t->num_intervals == res->num_top) {
+                cJSON *iv = cJSON_AddArrayToObject(c, "step_time_interval_s");
+                cJSON_AddItemToArray(iv, cJSON_CreateNumber(t->step_interval[i][0]));
+                cJSON_AddItemToArray(iv, cJSON_CreateNumber(t->step_interval[i][1]));
+            }
         }
         cJSON_AddItemToArray(top, c);
     }
@@ -613,6 +631,10 @@ cJSON *moe_plan_result_json_trusted(const struct moe_plan_request *req,
         cJSON_AddNumberToObject(tr, "tie_band", exp(t->tie_band) - 1.0);
         cJSON_AddNumberToObject(tr, "memory_margin", t->memory_margin);
         cJSON_AddStringToObject(tr, "basis", t->basis);
+        if (t->step_interval != NULL && t->num_intervals == res->num_top) {
+            cJSON_AddNumberToObject(tr, "interval_level", t->interval_level);
+            cJSON_AddStringToObject(tr, "interval_basis", t->interval_basis);
+        }
         if (t->ranking[0] != '\0') {
             cJSON_AddStringToObject(o, "ranking", t->ranking);
         }

@@ -59,6 +59,13 @@ struct moe_plan_trust {
     char basis[320];      /* where the band comes from */
     char ranking[256];    /* how the listed plans were re-ranked after the search ("" = by step
                              time); printed as a '#' line, "ranking" in JSON */
+    /* The 80% interval of each listed plan's step time (seconds; [i][0] lo, [i][1] hi), from the
+     * profile's measured errors for runs like that plan: num_intervals == the result's num_top, or
+     * 0 (no column, no JSON field). Owned by the caller. */
+    const double (*step_interval)[2];
+    int num_intervals;
+    double interval_level;    /* their level (0.8) */
+    char interval_basis[320]; /* where plan 1's interval comes from */
 };
 
 /* moe_plan_print with ties marked "~" and the memory margin stated (t may be NULL). */

@@ -242,11 +242,29 @@ static void test_plan_trust(void **state)
     assert_true(cJSON_GetArraySize(top) >= 2);
     assert_true(cJSON_IsBool(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(top, 1), "tie_with_best")));
+    /* every listed plan carries its 80% interval around its own step time */
+    for (int i = 0; i < cJSON_GetArraySize(top); i++) {
+        const cJSON *c = cJSON_GetArrayItem(top, i);
+        const cJSON *iv = cJSON_GetObjectItemCaseSensitive(c, "step_time_interval_s");
+        assert_true(cJSON_IsArray(iv) && cJSON_GetArraySize(iv) == 2);
+        double step = cJSON_GetObjectItemCaseSensitive(c, "step_time_s")->valuedouble;
+        double lo = cJSON_GetArrayItem(iv, 0)->valuedouble;
+        double hi = cJSON_GetArrayItem(iv, 1)->valuedouble;
+        assert_true(lo > 0.5 * step && lo < step && hi > step && hi < 2.0 * step);
+    }
+    assert_non_null(
+        strstr(cJSON_GetObjectItemCaseSensitive(tr, "interval_basis")->valuestring, "runs"));
     const cJSON *cmp = cJSON_GetObjectItemCaseSensitive(j, "compare_to");
     assert_non_null(cmp);
     assert_true(cJSON_GetObjectItemCaseSensitive(cmp, "gap_to_best")->valuedouble < 0.0);
     assert_true(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(cmp, "beyond_band")));
     cJSON_Delete(j);
+    /* the table shows the same interval in its own column */
+    (void)snprintf(args, sizeof(args), "plan %s --top 2 --pareto-window 0 --fix tp=1,cp=1 2>&1",
+                   q30);
+    assert_int_equal(run(args, out), 0);
+    assert_non_null(strstr(out, "step_s      80%_step_s  tok/s/GPU"));
+    assert_non_null(strstr(out, "# 80%_step_s, plan 1: 80% interval from the leave-one-out"));
     /* --memory-margin 0: the cap is the capacity */
     (void)snprintf(args, sizeof(args),
                    "plan %s --top 1 --pareto-window 0 --fix tp=1,cp=1 --memory-margin 0 --json "
