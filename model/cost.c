@@ -994,6 +994,7 @@ void moe_cost_prepare(const struct moe_model_cfg *cfg, struct moe_cost_prep *pre
         prep->prefix_both[i + 1] = (uint16_t)(prep->prefix_both[i] + (moe && win));
     }
     prep->is_moe = cfg->num_experts > 0 && prep->prefix_moe[n] > 0;
+    prep->mean_only = false;
 }
 
 /* Decoder layers of chunk c by kind, from the prepared prefix counts. */
@@ -1130,7 +1131,7 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     /* p50 / p99 step times from the load distribution (same model, other load factors). */
     out->step_time_p50_s = out->step_time_s;
     out->step_time_p99_s = out->step_time_s;
-    if (load != NULL && !opt->force_load_balancing && is_moe) {
+    if (load != NULL && !opt->force_load_balancing && is_moe && !prep->mean_only) {
         for (int which = 1; which <= 2; which++) {
             struct pctx y = x;
             memset(y.kind_ready, 0, sizeof(y.kind_ready));

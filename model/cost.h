@@ -169,6 +169,11 @@ struct moe_cost_prep {
     uint16_t prefix_moe[MOE_MAX_LAYERS + 1];  /* MoE layers among the first i */
     uint16_t prefix_win[MOE_MAX_LAYERS + 1];  /* windowed layers among the first i */
     uint16_t prefix_both[MOE_MAX_LAYERS + 1]; /* windowed MoE layers among the first i */
+    /* Leave step_time_p50_s / _p99_s at step_time_s instead of costing the step again at those
+     * load factors (two of a prediction's three step times under load statistics): for a caller
+     * that reads only the mean step time and memory, the planner's search. moe_cost_prepare sets
+     * false; every other field of the prediction is the same either way. */
+    bool mean_only;
 };
 
 void moe_cost_prepare(const struct moe_model_cfg *cfg, struct moe_cost_prep *prep);

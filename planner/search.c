@@ -208,6 +208,10 @@ enum moe_status moe_plan_search(const struct moe_plan_request *req,
     }
     moe_plan_bound_model_init(req->cfg, &s->bm);
     moe_cost_prepare(req->cfg, &s->prep);
+    /* The search reads a prediction's mean step time and memory only (never its p50 / p99 step
+     * times): under load statistics that skips two of each prediction's three step times. The
+     * plans of the result are predicted again in full (search_results.c materialize). */
+    s->prep.mean_only = true;
     fine_order_init(s);
     space_sizes_init(s);
     s->cap = req->cl->gpu.hbm_gib * GIB;
