@@ -17,6 +17,11 @@
  * passes. Host (CPU) work per module is counted from Megatron-Core's layer with Transformer Engine
  * in eager mode (host_ops below): Python-level calls, each costing gpu.kernel_launch_us, and
  * kernels launched from C++ loops inside one call, each costing gpu.host_cpp_op_us (both fitted).
+ *
+ * A decoder layer is costed in two steps: moe_compute_layer_base, everything recompute and
+ * activation offload leave alone (the GEMMs, collectives and host call counts of a pass), then
+ * moe_compute_layer_finish, what they change (the re-run work, the offload copy, the host times).
+ * moe_compute_layer runs both; model/cost.c keeps bases across option sets.
  */
 #include "model/compute.h"
 
@@ -761,22 +766,18 @@ static void moe_block(const struct cctx *c,
 }
 
 /*
- * Host work of one layer's forward pass: Python-level calls (py) and kernels launched from C++
- * inside those calls (cpp), from host_ops and fp8_quant_ops; modules a CUDA graph captures launch
- * nothing from the host. syncs: host synchronisations (the dropless token counts; GPT-OSS's
- * activation); py_post, cpp_post: the part launched after the token counts' synchronisation (the
- * routed experts and their exchanges), moe_py, moe_cpp: the MoE block's part (router onwards), both
- * included in py and cpp.
+ * Host work of one layer's forward pass (struct moe_host_counts, compute.h): Python-level calls
+ * (py) and kernels launched from C++ inside those calls (cpp), from host_ops and fp8_quant_ops;
+ * modules a CUDA graph captures launch nothing from the host. syncs: host synchronisations (the
+ * dropless token counts; GPT-OSS's activation); py_post, cpp_post: the part launched after the
+ * token counts' synchronisation (the routed experts and their exchanges), moe_py, moe_cpp: the MoE
+ * block's part (router onwards), both included in py and cpp.
  */
-struct host_counts {
-    double py, cpp, py_post, cpp_post, syncs, moe_py, moe_cpp;
-};
-
 static void host_layer(const struct moe_model_cfg *cfg,
                        const struct moe_layout *lay,
                        const struct moe_options *opt,
                        struct moe_layer_kind kind,
-                       struct host_counts *hc)
+                       struct moe_host_counts *hc)
 {
     const struct host_ops *h = &host_ops;
     const struct fp8_quant_ops *q = &fp8_quant_ops[opt->recipe];
@@ -787,7 +788,7 @@ static void host_layer(const struct moe_model_cfg *cfg,
     double a_cpp = cfg->is_mla ? 3.0 * q->linear + 2.0 * q->ln_linear + 5.0 * q->per_gemm
                                : q->linear + q->ln_linear + 2.0 * q->per_gemm;
     double keep = graph_keep(opt, MOE_CGM_ATTN);
-    *hc = (struct host_counts){.py = a_py * keep, .cpp = a_cpp * keep};
+    *hc = (struct moe_host_counts){.py = a_py * keep, .cpp = a_cpp * keep};
     if (!kind.is_moe) {
         keep = graph_keep(opt, MOE_CGM_MLP);
         hc->py += (h->dense_mlp + tp_blocks) * keep;
@@ -845,7 +846,7 @@ static void host_recompute(const struct moe_model_cfg *cfg,
                            const struct moe_layout *lay,
                            const struct moe_options *opt,
                            struct moe_layer_kind kind,
-                           const struct host_counts *hc,
+                           const struct moe_host_counts *hc,
                            double *fwd_py,
                            double *rc_py,
                            double *rc_cpp,
@@ -946,23 +947,21 @@ static double layer_param_tensors(const struct moe_model_cfg *cfg,
     return n;
 }
 
-void moe_compute_layer(const struct moe_model_cfg *cfg,
-                       const struct moe_cluster *cl,
-                       const struct moe_layout *lay,
-                       const struct moe_options *opt,
-                       struct moe_layer_kind kind,
-                       double load_factor,
-                       double offload_bytes,
-                       struct moe_layer_cost *out)
+void moe_compute_layer_base(const struct moe_model_cfg *cfg,
+                            const struct moe_cluster *cl,
+                            const struct moe_layout *lay,
+                            const struct moe_options *opt,
+                            struct moe_layer_kind kind,
+                            double load_factor,
+                            struct moe_layer_base *base)
 {
-    *out = (struct moe_layer_cost){0};
+    *base = (struct moe_layer_base){0};
+    struct moe_layer_cost *out = &base->lc;
     struct cctx c;
     cctx_init(&c, cl, opt);
     double h = cfg->hidden_size;
     double t = (double)lay->mbs * lay->seq_length / lay->cp;
     double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
-    unsigned rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE ? opt->recompute_modules : 0u;
-    bool full = opt->recompute == MOE_RECOMPUTE_FULL;
 
     struct attn_parts at;
     attention(&c, cfg, lay, kind.is_windowed, t, t_sp, &at);
@@ -974,6 +973,8 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     out->attn_core_bwd = at.core_b;
     out->fwd_tp = attn_tp;
     out->bwd_tp = attn_tp;
+    base->core_f = at.core_f;
+    base->up_f = at.up_f;
 
     /* Context parallel: ring exchange of K/V, (cp-1) steps; backward also returns dK/dV. */
     if (lay->cp > 1) {
@@ -985,26 +986,12 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->cp_bytes = 3.0 * at.cp_kv_bytes * (lay->cp - 1.0);
     }
 
-    double expert_act = 0.0;
-    double shared_f = 0.0;
-    double norm_f = elem(&c, t_sp * h * c.ab * 2.0) + t_sp * h * c.quant_s;
+    base->norm_f = elem(&c, t_sp * h * c.ab * 2.0) + t_sp * h * c.quant_s;
     if (kind.is_moe) {
         double fwd_before = out->fwd_compute;
-        double moe_tp = 0.0;
-        moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &expert_act, &shared_f, &moe_tp);
-        if (rc & MOE_RC_MOE) {
-            /* The whole MoE block again: router and permutes, the experts (the busiest rank's:
-             * the wait comes back with them), and its collectives. */
-            out->rc_compute += out->fwd_compute - fwd_before;
-            out->rc_expert += out->fwd_expert;
-            out->rc_combine_wait += out->fwd_combine_wait;
-            out->rc_dispatch += out->fwd_dispatch;
-            out->rc_combine += out->fwd_combine;
-            out->rc_tp += moe_tp;
-        } else {
-            out->rc_expert += (rc & MOE_RC_MOE_ACT) ? expert_act : 0.0;
-            out->rc_expert += (rc & MOE_RC_SHARED_EXPERTS) ? shared_f : 0.0;
-        }
+        moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &base->expert_act_f,
+                  &base->shared_f, &base->moe_tp_f);
+        base->moe_compute_f = out->fwd_compute - fwd_before;
     } else {
         struct mlp_parts mp = {0};
         dense_mlp(&c, cfg, lay, cfg->ffn_hidden_size, t, &mp);
@@ -1014,12 +1001,47 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->bwd_compute += mp.b + 2.0 * mlp_elem;
         out->fwd_tp += mlp_tp;
         out->bwd_tp += mlp_tp;
-        if (rc & MOE_RC_MLP) {
-            out->rc_compute += mp.f;
-            out->rc_tp += mlp_tp / 2.0; /* the input all-gather again */
-        }
+        base->mlp_f = mp.f;
+        base->mlp_tp = mlp_tp;
     }
     out->tp_bytes *= 2.0; /* forward and backward move the same volume */
+    out->fwd_shared = base->shared_f;
+
+    /* Host: the forward's calls and C++ launches (moe_compute_layer_finish prices them). */
+    host_layer(cfg, lay, opt, kind, &base->hc);
+    base->param_tensors = layer_param_tensors(cfg, lay, opt, kind);
+}
+
+void moe_compute_layer_finish(const struct moe_model_cfg *cfg,
+                              const struct moe_cluster *cl,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              struct moe_layer_kind kind,
+                              const struct moe_layer_base *base,
+                              double offload_bytes,
+                              struct moe_layer_cost *out)
+{
+    *out = base->lc;
+    unsigned rc = opt->recompute == MOE_RECOMPUTE_SELECTIVE ? opt->recompute_modules : 0u;
+    bool full = opt->recompute == MOE_RECOMPUTE_FULL;
+    if (kind.is_moe) {
+        if (rc & MOE_RC_MOE) {
+            /* The whole MoE block again: router and permutes, the experts (the busiest rank's:
+             * the wait comes back with them), and its collectives. */
+            out->rc_compute += base->moe_compute_f;
+            out->rc_expert += out->fwd_expert;
+            out->rc_combine_wait += out->fwd_combine_wait;
+            out->rc_dispatch += out->fwd_dispatch;
+            out->rc_combine += out->fwd_combine;
+            out->rc_tp += base->moe_tp_f;
+        } else {
+            out->rc_expert += (rc & MOE_RC_MOE_ACT) ? base->expert_act_f : 0.0;
+            out->rc_expert += (rc & MOE_RC_SHARED_EXPERTS) ? base->shared_f : 0.0;
+        }
+    } else if (rc & MOE_RC_MLP) {
+        out->rc_compute += base->mlp_f;
+        out->rc_tp += base->mlp_tp / 2.0; /* the input all-gather again */
+    }
 
     if (full) {
         /* The layer's whole forward, each part in its own phase (Megatron's checkpointed
@@ -1032,9 +1054,9 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
         out->rc_dispatch = out->fwd_dispatch;
         out->rc_combine = out->fwd_combine;
     } else {
-        out->rc_compute += (rc & MOE_RC_CORE_ATTN) ? at.core_f : 0.0;
-        out->rc_compute += (rc & MOE_RC_LAYERNORM) ? 2.0 * norm_f : 0.0;
-        out->rc_compute += (rc & MOE_RC_MLA_UP_PROJ) ? at.up_f : 0.0;
+        out->rc_compute += (rc & MOE_RC_CORE_ATTN) ? base->core_f : 0.0;
+        out->rc_compute += (rc & MOE_RC_LAYERNORM) ? 2.0 * base->norm_f : 0.0;
+        out->rc_compute += (rc & MOE_RC_MLA_UP_PROJ) ? base->up_f : 0.0;
     }
     out->recompute = out->rc_compute + out->rc_expert + out->rc_combine_wait;
 
@@ -1045,26 +1067,38 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
     /* Host: the forward's calls and C++ launches; backward runs one Python backward node per
      * forward call and twice the C++ launches (dgrad and wgrad GEMMs per expert, the gradients'
      * quantisation). Full recompute launches the forward again inside the backward. */
-    struct host_counts hc;
-    host_layer(cfg, lay, opt, kind, &hc);
+    const struct moe_host_counts *hc = &base->hc;
     double rc_wrap_py = 0.0;
     double rc_py = 0.0;
     double rc_cpp = 0.0;
     double rc_syncs = 0.0;
-    host_recompute(cfg, lay, opt, kind, &hc, &rc_wrap_py, &rc_py, &rc_cpp, &rc_syncs);
-    double py = hc.py + rc_wrap_py; /* 0 unless selective recompute */
-    double cpp = hc.cpp;
+    host_recompute(cfg, lay, opt, kind, hc, &rc_wrap_py, &rc_py, &rc_cpp, &rc_syncs);
+    double py = hc->py + rc_wrap_py; /* 0 unless selective recompute */
+    double cpp = hc->cpp;
     double t_py = cl->gpu.kernel_launch_us * 1e-6;
     double t_cpp = cl->gpu.host_cpp_op_us * 1e-6;
     double t_sync = cl->overheads.moe_host_sync_us * 1e-6;
     out->host_fwd = py * t_py + cpp * t_cpp;
-    out->host_bwd = py * t_py + 2.0 * cpp * t_cpp +
-                    layer_param_tensors(cfg, lay, opt, kind) * cl->gpu.host_param_us * 1e-6;
-    out->host_sync = hc.syncs * t_sync;
+    out->host_bwd =
+        py * t_py + 2.0 * cpp * t_cpp + base->param_tensors * cl->gpu.host_param_us * 1e-6;
+    out->host_sync = hc->syncs * t_sync;
     out->rc_host = full ? out->host_fwd : rc_py * t_py + rc_cpp * t_cpp;
     out->rc_host_sync = full ? out->host_sync : rc_syncs * t_sync;
-    out->host_fwd_post = hc.syncs > 0.0 ? hc.py_post * t_py + hc.cpp_post * t_cpp : 0.0;
-    out->fwd_shared = shared_f;
+    out->host_fwd_post = hc->syncs > 0.0 ? hc->py_post * t_py + hc->cpp_post * t_cpp : 0.0;
+}
+
+void moe_compute_layer(const struct moe_model_cfg *cfg,
+                       const struct moe_cluster *cl,
+                       const struct moe_layout *lay,
+                       const struct moe_options *opt,
+                       struct moe_layer_kind kind,
+                       double load_factor,
+                       double offload_bytes,
+                       struct moe_layer_cost *out)
+{
+    struct moe_layer_base base;
+    moe_compute_layer_base(cfg, cl, lay, opt, kind, load_factor, &base);
+    moe_compute_layer_finish(cfg, cl, lay, opt, kind, &base, offload_bytes, out);
 }
 
 double moe_compute_offload_copy_s(const struct moe_cluster *cl, double bytes)

@@ -78,6 +78,51 @@ void moe_compute_layer(const struct moe_model_cfg *cfg,
                        double offload_bytes,
                        struct moe_layer_cost *out);
 
+/*
+ * Host work of one layer's forward pass (model/compute.c host_layer): Python-level calls (py) and
+ * kernels launched from C++ inside them (cpp); py_post, cpp_post: the part launched after the
+ * dropless token counts' synchronisation; syncs: host synchronisations; moe_py, moe_cpp: the MoE
+ * block's part (router onwards), included in py and cpp. Counts per layer pass.
+ */
+struct moe_host_counts {
+    double py, cpp, py_post, cpp_post, syncs, moe_py, moe_cpp;
+};
+
+/*
+ * moe_compute_layer in two steps, for a caller that costs one layer under many recompute and
+ * activation-offload values (model/cost.c keeps the first step per workspace).
+ * moe_compute_layer_base reads neither knob, nor the offload bytes; moe_compute_layer_finish adds
+ * what they change: the rc_* terms, recompute, the offload copy and the host times.
+ * moe_compute_layer is the two in turn, so a base reused for options that differ only in
+ * recompute or offload (and in knobs neither step reads) gives its results bit for bit.
+ */
+struct moe_layer_base {
+    struct moe_layer_cost lc;    /* the layer without recompute, offload or host terms */
+    double moe_compute_f;        /* MoE block's non-expert forward compute (router, permutes) */
+    double moe_tp_f;             /* MoE block's TP-group collectives, forward */
+    double expert_act_f;         /* routed experts' activation, forward */
+    double shared_f;             /* shared experts' forward (inside lc.fwd_expert) */
+    double mlp_f, mlp_tp;        /* dense MLP: GEMMs forward; TP collectives per pass */
+    double core_f, norm_f, up_f; /* forward: attention core, one norm, MLA's up projections */
+    struct moe_host_counts hc;   /* host work of the forward */
+    double param_tensors;        /* parameter tensors with a backward hook (host work) */
+};
+void moe_compute_layer_base(const struct moe_model_cfg *cfg,
+                            const struct moe_cluster *cl,
+                            const struct moe_layout *lay,
+                            const struct moe_options *opt,
+                            struct moe_layer_kind kind,
+                            double load_factor,
+                            struct moe_layer_base *base);
+void moe_compute_layer_finish(const struct moe_model_cfg *cfg,
+                              const struct moe_cluster *cl,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              struct moe_layer_kind kind,
+                              const struct moe_layer_base *base,
+                              double offload_bytes,
+                              struct moe_layer_cost *out);
+
 /* Host seconds of the pipeline schedule's own work outside the layers for `chunks` model-chunk
  * passes of one micro-batch (forward or backward) with `transfers` pipeline transfers received or
  * sent (model/compute.c host_ops); none under a full-iteration CUDA graph. */

@@ -279,6 +279,101 @@ static void layer_exposed(const struct moe_cluster *cl,
     }
 }
 
+/* The loss, MTP and embedding passes, the schedule's host work, the DP groups and the pipeline
+ * transfer of a layout and option set: read no recompute or activation-offload knob. */
+struct extras {
+    struct pass_phases loss_f, loss_b, mtp_f, mtp_b, emb_f, emb_b;
+    double p2p_s;
+    double sched_f, sched_b, sched_move;
+    struct moe_group_place dp_group, edp_group;
+};
+
+/*
+ * Layer costs kept in a workspace (moe_cost_prep.memo_cl): moe_compute_layer_base of a layer kind,
+ * load factor and option set on the workspace's layout and cluster, which reads no recompute or
+ * activation-offload knob and none of the others layer_memo_key clears (DP overlaps and sharding,
+ * optimizer placement and state types, TP and EP overlap, the imbalance inputs: the load factor
+ * comes in computed; model/compute.c). Option sets that differ only there share one base, and
+ * each call finishes it with its own options (moe_compute_layer_finish): the search predicts every
+ * recompute, offload and time-only value of each option group, so most bases repeat. Slots are
+ * compared byte for byte (a difference in padding only misses), replaced in turn, and emptied
+ * whenever the workspace's layout key is rebuilt or the cluster changes.
+ */
+#define LAYER_MEMO_SLOTS 8
+struct layer_memo_slot {
+    struct moe_options opt; /* layer_memo_key's copy */
+    double load;
+    int kind; /* is_moe + 2 * is_windowed; -1 empty */
+    struct moe_layer_base base;
+};
+/* The loss, MTP and embedding terms of an option set (extras_of), keyed by extras_memo_key. */
+#define EXTRAS_SLOTS 4
+struct extras_slot {
+    struct moe_options opt;
+    bool used;
+    struct extras e;
+};
+struct ws_memo {
+    const struct moe_cluster *cl; /* the cluster the slots hold costs on */
+    int next;                     /* layer slot replaced next */
+    struct layer_memo_slot slot[LAYER_MEMO_SLOTS];
+    int ex_next; /* extras slot replaced next */
+    struct extras_slot ex[EXTRAS_SLOTS];
+};
+
+static void ws_memo_clear(struct ws_memo *m, const struct moe_cluster *cl)
+{
+    m->cl = cl;
+    m->next = 0;
+    for (int i = 0; i < LAYER_MEMO_SLOTS; i++) {
+        m->slot[i].kind = -1;
+    }
+    m->ex_next = 0;
+    for (int i = 0; i < EXTRAS_SLOTS; i++) {
+        m->ex[i].used = false;
+    }
+}
+
+/* opt with its recompute and activation-offload knobs cleared (extras_compute reads neither). */
+static void extras_memo_key(const struct moe_options *opt, struct moe_options *key)
+{
+    memcpy(key, opt, sizeof(*key));
+    key->recompute = MOE_RECOMPUTE_NONE;
+    key->recompute_method = MOE_RECOMPUTE_UNIFORM;
+    key->recompute_num_layers = 0;
+    key->recompute_modules = 0u;
+    key->cpu_offloading_num_layers = 0;
+    key->fine_grained_offload = false;
+    key->offload_modules = 0u;
+}
+
+/* opt with the knobs moe_compute_layer_base does not read cleared (see above). */
+static void layer_memo_key(const struct moe_options *opt, struct moe_options *key)
+{
+    memcpy(key, opt, sizeof(*key));
+    key->fp8_param_gather = false;
+    key->use_distributed_optimizer = false;
+    key->overlap_grad_reduce = false;
+    key->overlap_param_gather = false;
+    key->tp_comm_overlap = false;
+    key->overlap_moe_ep_comm = false;
+    key->delay_wgrad_compute = false;
+    key->precision_aware_optimizer = false;
+    key->optimizer_cpu_offload = false;
+    key->optimizer_offload_fraction = 0.0;
+    key->exp_avg_dtype = MOE_DTYPE_FP32;
+    key->exp_avg_sq_dtype = MOE_DTYPE_FP32;
+    key->recompute = MOE_RECOMPUTE_NONE;
+    key->recompute_method = MOE_RECOMPUTE_UNIFORM;
+    key->recompute_num_layers = 0;
+    key->recompute_modules = 0u;
+    key->cpu_offloading_num_layers = 0;
+    key->fine_grained_offload = false;
+    key->offload_modules = 0u;
+    key->moe_imbalance = 0.0;
+    key->moe_hot_expert_replicas = 0;
+}
+
 /* Everything predict needs per call, computed once. */
 struct pctx {
     const struct moe_model_cfg *cfg;
@@ -308,6 +403,7 @@ struct pctx {
     const struct moe_stage_contents *contents; /* [pp] */
     struct moe_group_place dp_group;           /* DP x CP group (dense gradients) */
     struct moe_group_place edp_group;          /* EDP group (expert gradients) */
+    struct ws_memo *memo;                      /* the workspace's memo; NULL: none */
 };
 
 double moe_cost_offload_bytes(const struct moe_model_cfg *cfg,
@@ -334,15 +430,46 @@ double moe_cost_offload_bytes(const struct moe_model_cfg *cfg,
     return bytes;
 }
 
+/* moe_compute_layer of a layer kind with the options' offload bytes, its base from the
+ * workspace's memo when that holds it. */
+static void layer_cost(const struct pctx *x, bool is_moe, bool windowed, struct moe_layer_cost *lc)
+{
+    struct moe_layer_kind kind = {is_moe, windowed};
+    double off = moe_cost_offload_bytes(x->cfg, x->lay, x->opt, is_moe, x->load);
+    struct ws_memo *m = x->memo;
+    if (m == NULL) {
+        moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load, off, lc);
+        return;
+    }
+    struct moe_options key;
+    layer_memo_key(x->opt, &key);
+    int k = (is_moe ? 1 : 0) + (windowed ? 2 : 0);
+    struct layer_memo_slot *hit = NULL;
+    for (int i = 0; i < LAYER_MEMO_SLOTS && hit == NULL; i++) {
+        struct layer_memo_slot *sl = &m->slot[i];
+        if (sl->kind == k && memcmp(&sl->load, &x->load, sizeof(sl->load)) == 0 &&
+            memcmp(&sl->opt, &key, sizeof(key)) == 0) {
+            hit = sl;
+        }
+    }
+    if (hit == NULL) {
+        hit = &m->slot[m->next];
+        m->next = (m->next + 1) % LAYER_MEMO_SLOTS;
+        moe_compute_layer_base(x->cfg, x->cl, x->lay, x->opt, kind, x->load, &hit->base);
+        memcpy(&hit->opt, &key, sizeof(key));
+        hit->load = x->load;
+        hit->kind = k;
+    }
+    moe_compute_layer_finish(x->cfg, x->cl, x->lay, x->opt, kind, &hit->base, off, lc);
+}
+
 static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
 {
     if (x->kind_ready[is_moe][windowed]) {
         return;
     }
     struct moe_layer_cost lc;
-    struct moe_layer_kind kind = {is_moe, windowed};
-    moe_compute_layer(x->cfg, x->cl, x->lay, x->opt, kind, x->load,
-                      moe_cost_offload_bytes(x->cfg, x->lay, x->opt, is_moe, x->load), &lc);
+    layer_cost(x, is_moe, windowed, &lc);
     layer_exposed(x->cl, x->lay, x->opt, &lc, true, &x->kind_f[is_moe][windowed],
                   &x->kind_b[is_moe][windowed], x->kind_parts[is_moe][windowed]);
     struct pass_phases f_plain;
@@ -367,28 +494,25 @@ static void ensure_kind(struct pctx *x, bool is_moe, bool windowed)
     x->cp_s_layer = lc.fwd_cp + lc.bwd_cp;
 }
 
-static void extras_init(struct pctx *x)
+static void extras_compute(const struct pctx *x, struct extras *e)
 {
     struct moe_layer_cost lc;
     moe_compute_loss(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &x->loss_f, &x->loss_b, NULL);
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &e->loss_f, &e->loss_b, NULL);
     moe_compute_mtp_extra(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &x->mtp_f, &x->mtp_b, NULL);
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &e->mtp_f, &e->mtp_b, NULL);
     moe_compute_embedding(x->cfg, x->cl, x->lay, x->opt, &lc);
-    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &x->emb_f, &x->emb_b, NULL);
-    x->block_rc =
-        x->opt->recompute == MOE_RECOMPUTE_FULL && x->opt->recompute_method == MOE_RECOMPUTE_BLOCK;
-    x->rc_block = x->opt->recompute_num_layers > 0 ? x->opt->recompute_num_layers : 1;
+    layer_exposed(x->cl, x->lay, x->opt, &lc, false, &e->emb_f, &e->emb_b, NULL);
 
-    x->sched_f = moe_compute_sched_host_s(x->cl, x->opt, 1, 0, false);
-    x->sched_b = moe_compute_sched_host_s(x->cl, x->opt, 1, 0, true);
-    x->sched_move = moe_compute_sched_host_s(x->cl, x->opt, 0, 1, false);
+    e->sched_f = moe_compute_sched_host_s(x->cl, x->opt, 1, 0, false);
+    e->sched_b = moe_compute_sched_host_s(x->cl, x->opt, 1, 0, true);
+    e->sched_move = moe_compute_sched_host_s(x->cl, x->opt, 0, 1, false);
 
     /* Pipeline transfers: the SP-sharded hidden state of one micro-batch. */
     const struct moe_layout *lay = x->lay;
-    moe_comm_group_place(lay->dp * lay->cp, lay->tp, x->cl->nvlink.domain_gpus, &x->dp_group);
-    moe_comm_group_place(lay->edp, lay->etp * lay->ep, x->cl->nvlink.domain_gpus, &x->edp_group);
-    x->p2p_s = 0.0;
+    moe_comm_group_place(lay->dp * lay->cp, lay->tp, x->cl->nvlink.domain_gpus, &e->dp_group);
+    moe_comm_group_place(lay->edp, lay->etp * lay->ep, x->cl->nvlink.domain_gpus, &e->edp_group);
+    e->p2p_s = 0.0;
     if (lay->pp > 1) {
         int stage_ranks = lay->tp * lay->cp * lay->dp;
         struct moe_group_place g;
@@ -396,8 +520,53 @@ static void extras_init(struct pctx *x)
         double t = (double)lay->mbs * lay->seq_length / lay->cp;
         double t_sp = lay->sequence_parallel ? t / lay->tp : t;
         double ab = x->opt->is_fp32_training ? 4.0 : 2.0;
-        x->p2p_s = moe_comm_p2p_s(x->cl, g.num_domains == 1, t_sp * x->cfg->hidden_size * ab);
+        e->p2p_s = moe_comm_p2p_s(x->cl, g.num_domains == 1, t_sp * x->cfg->hidden_size * ab);
     }
+}
+
+/* extras_compute of x, from the workspace's memo when that holds it (keyed as layer costs are,
+ * with the whole option set but its recompute and offload knobs). */
+static const struct extras *extras_of(const struct pctx *x, struct extras *own)
+{
+    struct ws_memo *m = x->memo;
+    if (m == NULL) {
+        extras_compute(x, own);
+        return own;
+    }
+    struct moe_options key;
+    extras_memo_key(x->opt, &key);
+    for (int i = 0; i < EXTRAS_SLOTS; i++) {
+        if (m->ex[i].used && memcmp(&m->ex[i].opt, &key, sizeof(key)) == 0) {
+            return &m->ex[i].e;
+        }
+    }
+    struct extras_slot *sl = &m->ex[m->ex_next];
+    m->ex_next = (m->ex_next + 1) % EXTRAS_SLOTS;
+    extras_compute(x, &sl->e);
+    memcpy(&sl->opt, &key, sizeof(key));
+    sl->used = true;
+    return &sl->e;
+}
+
+static void extras_init(struct pctx *x)
+{
+    struct extras own;
+    const struct extras *e = extras_of(x, &own);
+    x->loss_f = e->loss_f;
+    x->loss_b = e->loss_b;
+    x->mtp_f = e->mtp_f;
+    x->mtp_b = e->mtp_b;
+    x->emb_f = e->emb_f;
+    x->emb_b = e->emb_b;
+    x->sched_f = e->sched_f;
+    x->sched_b = e->sched_b;
+    x->sched_move = e->sched_move;
+    x->dp_group = e->dp_group;
+    x->edp_group = e->edp_group;
+    x->p2p_s = e->p2p_s;
+    x->block_rc =
+        x->opt->recompute == MOE_RECOMPUTE_FULL && x->opt->recompute_method == MOE_RECOMPUTE_BLOCK;
+    x->rc_block = x->opt->recompute_num_layers > 0 ? x->opt->recompute_num_layers : 1;
 }
 
 /* Decoder layers block recompute re-runs in a chunk of `layers` layers (Megatron's block method:
@@ -606,6 +775,7 @@ static void stage_tail(const struct pctx *x,
  * with one workspace -- the search does -- computes them once: 15-25% of a closed-form predict.
  * A workspace never used, or used for another model or layout, fails the comparison and is
  * recomputed; the model is identified by its address and a hash of its bytes (moe_cost_prepare).
+ * After the key comes the memo of layer bases and extras (struct ws_memo), emptied with it.
  */
 #define WS_MAGIC 0x6d6f65666f6c6431ULL
 struct ws_key {
@@ -615,13 +785,26 @@ struct ws_key {
     unsigned char layout[offsetof(struct moe_layout, chunks)]; /* the layout's scalar fields */
 };
 
+/* Bytes of the key, and of the key and the memo after it (ws_memo), ahead of the per-stage arrays;
+ * each rounded up to a multiple of sizeof(double). */
+static size_t ws_key_bytes(void)
+{
+    return (sizeof(struct ws_key) + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+}
+
+static size_t ws_head_bytes(void)
+{
+    return ws_key_bytes() +
+           (sizeof(struct ws_memo) + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+}
+
 /* Per-stage arrays carved from the workspace ahead of the schedule's; rounded up to a multiple of
  * sizeof(double) so the schedule's double arrays that follow stay aligned (UBSan: misaligned). */
 static size_t stage_arrays_bytes(const struct moe_layout *lay)
 {
     size_t chunks = (size_t)lay->pp * (size_t)lay->vpp;
     size_t pp = (size_t)lay->pp;
-    size_t key = (sizeof(struct ws_key) + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+    size_t key = ws_head_bytes();
     size_t bytes = key + 2 * chunks * sizeof(double) + pp * sizeof(struct moe_gpu_params) +
                    pp * sizeof(struct moe_stage_contents) +
                    chunks * sizeof(struct moe_chunk_kinds) + chunks * sizeof(struct moe_pp_chunk);
@@ -995,6 +1178,7 @@ void moe_cost_prepare(const struct moe_model_cfg *cfg, struct moe_cost_prep *pre
     }
     prep->is_moe = cfg->num_experts > 0 && prep->prefix_moe[n] > 0;
     prep->mean_only = false;
+    prep->memo_cl = NULL;
 }
 
 /* Decoder layers of chunk c by kind, from the prepared prefix counts. */
@@ -1059,9 +1243,8 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     }
     memset(out, 0, sizeof(*out));
     struct ws_key *key = ws;
-    size_t key_bytes =
-        (sizeof(struct ws_key) + sizeof(double) - 1) / sizeof(double) * sizeof(double);
-    double *fwd = (double *)(void *)((char *)ws + key_bytes);
+    struct ws_memo *memo = (struct ws_memo *)(void *)((char *)ws + ws_key_bytes());
+    double *fwd = (double *)(void *)((char *)ws + ws_head_bytes());
     double *bwd = fwd + lay->num_chunks;
     struct moe_gpu_params *params = (struct moe_gpu_params *)(bwd + lay->num_chunks);
     struct moe_stage_contents *contents = (struct moe_stage_contents *)(params + lay->pp);
@@ -1091,6 +1274,9 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
         memcpy(seen, lay->chunks, chunk_bytes);
         key->magic = prep->cfg_hash != 0 ? WS_MAGIC : 0;
     }
+    if (!cached || memo->cl != cl) {
+        ws_memo_clear(memo, cl); /* per layout and cluster */
+    }
     bool is_moe = prep->is_moe;
 
     struct pctx x;
@@ -1103,6 +1289,7 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     x.params = params;
     x.kinds = kinds;
     x.contents = contents;
+    x.memo = key->magic == WS_MAGIC && prep->memo_cl == cl ? memo : NULL;
     x.load = is_moe ? replicated_load(cfg, lay, opt, load_factor(opt, load, 0)) : 1.0;
     extras_init(&x);
 
@@ -1332,9 +1519,7 @@ enum moe_status moe_cost_timeline(const struct moe_model_cfg *cfg,
     const double *starts = (const double *)(const void *)(ss + lay->pp);
     const struct pass_phases *chunk_ph =
         (const struct pass_phases *)(const void *)(starts + lay->pp);
-    size_t key_bytes =
-        (sizeof(struct ws_key) + sizeof(double) - 1) / sizeof(double) * sizeof(double);
-    const double *fwd = (const double *)(const void *)((const char *)ws + key_bytes);
+    const double *fwd = (const double *)(const void *)((const char *)ws + ws_head_bytes());
     const double *bwd = fwd + lay->num_chunks;
     struct moe_sched_input in = {lay->pp, lay->vpp, lay->num_microbatches, fwd, bwd, 0.0, starts};
     if (stage_phase_s != NULL) {

@@ -174,6 +174,11 @@ struct moe_cost_prep {
      * that reads only the mean step time and memory, the planner's search. moe_cost_prepare sets
      * false; every other field of the prediction is the same either way. */
     bool mean_only;
+    /* A cluster the caller keeps alive and unchanged while it predicts with this prep: each
+     * workspace then keeps the recompute- and offload-free part of its layout's per-layer costs on
+     * that cluster (moe_compute_layer_base) and reuses it for the option sets that share it (same
+     * results). NULL (moe_cost_prepare): none kept. */
+    const struct moe_cluster *memo_cl;
 };
 
 void moe_cost_prepare(const struct moe_model_cfg *cfg, struct moe_cost_prep *prep);

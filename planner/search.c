@@ -212,6 +212,7 @@ enum moe_status moe_plan_search(const struct moe_plan_request *req,
      * times): under load statistics that skips two of each prediction's three step times. The
      * plans of the result are predicted again in full (search_results.c materialize). */
     s->prep.mean_only = true;
+    s->prep.memo_cl = req->cl; /* unchanged during the search */
     fine_order_init(s);
     space_sizes_init(s);
     s->cap = req->cl->gpu.hbm_gib * GIB;

@@ -1280,6 +1280,70 @@ static void test_mem_opt_key(void **state)
     assert_true(differ > 1000); /* and many where it does */
 }
 
+/*
+ * A prep with a fixed cluster (memo_cl) keeps layer costs and the loss / MTP / embedding terms in
+ * its workspace and reuses them for option sets that share them; mean_only skips the p50 / p99 step
+ * times. Along a walk of option sets, each a few fields away from the last (so that kept terms are
+ * found often: recompute, offload and time-only knobs), on two clusters and two layouts, every
+ * prediction equals, byte for byte, moe_cost_predict's in a workspace of its own -- except p50 and
+ * p99 under mean_only, which equal the mean step time.
+ */
+static void test_workspace_memo(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cls[2];
+    struct moe_layout lays[2];
+    struct moe_options base;
+    setup(&cfg, &cls[0], &lays[0], &base, 32, 2, 4, 1, 8);
+    setup(&cfg, &cls[0], &lays[1], &base, 32, 1, 2, 2, 8);
+    cls[1] = cls[0];
+    cls[1].host.link_gbps = 2.0; /* offload copies show */
+    cls[1].overheads.flex_buffer_gib = 0.0;
+    const struct moe_load_stats stats = {1.25, 1.2, 1.6};
+    size_t cap = 1 << 20;
+    void *shared = malloc(cap);
+    void *own = malloc(cap);
+    assert_non_null(shared);
+    assert_non_null(own);
+    uint64_t x = 0x2545f4914f6cdd1dULL;
+    struct moe_options opt = base;
+    for (int i = 0; i < 3000; i++) {
+        const struct moe_cluster *cl = &cls[(i / 500) % 2];
+        const struct moe_layout *lay = &lays[(i / 250) % 2];
+        bool with_stats = (i / 125) % 2 != 0;
+        struct moe_cost_prep prep;
+        moe_cost_prepare(&cfg, &prep);
+        prep.memo_cl = cl;
+        prep.mean_only = with_stats && i % 3 != 0;
+        random_fields(&opt,
+                      (uint32_t)(1u << (rng_next(&x) % 21)) | (uint32_t)(1u << (rng_next(&x) % 21)),
+                      &x);
+        const struct moe_load_stats *ls = with_stats ? &stats : NULL;
+        struct moe_prediction a;
+        struct moe_prediction b;
+        struct moe_diag d = {0};
+        assert_int_equal(moe_cost_predict_prepared(&prep, cl, lay, &opt, ls, MOE_SCHED_CLOSED_FORM,
+                                                   shared, cap, &a, &d),
+                         MOE_OK);
+        memset(own, 0, cap);
+        assert_int_equal(
+            moe_cost_predict(&cfg, cl, lay, &opt, ls, MOE_SCHED_CLOSED_FORM, own, cap, &b, &d),
+            MOE_OK);
+        if (prep.mean_only) {
+            assert_true(a.step_time_p50_s == a.step_time_s && a.step_time_p99_s == a.step_time_s);
+            a.step_time_p50_s = b.step_time_p50_s;
+            a.step_time_p99_s = b.step_time_p99_s;
+        }
+        if (memcmp(&a, &b, sizeof(a)) != 0) {
+            fail_msg("option set %d: %.17g s vs %.17g s on a workspace of its own", i,
+                     a.step_time_s, b.step_time_s);
+        }
+    }
+    free(own);
+    free(shared);
+}
+
 /* The pass parts a prediction exports price another offload volume exactly: on one pipeline rank
  * the per-micro-batch pass sum grows by what moe_pass_with_copy gives for each layer. */
 static void test_pass_parts_price_offload(void **state)
@@ -1732,6 +1796,7 @@ int main(void)
         cmocka_unit_test(test_unresolved_layout_rejected),
         cmocka_unit_test(test_workspace_reuse),
         cmocka_unit_test(test_mem_opt_key),
+        cmocka_unit_test(test_workspace_memo),
         cmocka_unit_test(test_pass_parts_price_offload),
         cmocka_unit_test(test_timeline),
         cmocka_unit_test(test_ep_wait_and_stage_offsets),
