@@ -137,6 +137,21 @@ static void copy_attn_terms(const struct moe_plan_recipe_terms *from,
     t->emb = from->emb;
 }
 
+/* A layer's cost for the bounds: moe_compute_layer_base, whose terms are moe_compute_layer's
+ * without recompute, offload or host time -- all recipe_terms reads, of options with neither. */
+static void layer_terms(const struct moe_model_cfg *cfg,
+                        const struct moe_cluster *cl,
+                        const struct moe_layout *lay,
+                        const struct moe_options *opt,
+                        struct moe_layer_kind kind,
+                        double load,
+                        struct moe_layer_cost *lc)
+{
+    struct moe_layer_base base;
+    moe_compute_layer_base(cfg, cl, lay, opt, kind, load, &base);
+    *lc = base.lc;
+}
+
 static void recipe_terms(const struct moe_plan_space *sp,
                          const struct moe_plan_bound_model *bm,
                          const struct moe_layout *lay,
@@ -169,7 +184,7 @@ static void recipe_terms(const struct moe_plan_space *sp,
             /* A dense layer reads neither the grouped-GEMM nor the dispatcher option
              * (model/compute.c: only moe_block does): one evaluation serves every value. */
             bound_options(sp, recipe, sp->grouped[0], disp[0], &opt);
-            moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
+            layer_terms(cfg, cl, lay, &opt, kind, load, &lc);
             t->fwdc[kd] = lc.fwd_compute;
             t->bwdc[kd] = lc.bwd_compute;
             t->tp[kd] = (lc.fwd_tp + lc.bwd_tp) * tp_keep;
@@ -189,7 +204,7 @@ static void recipe_terms(const struct moe_plan_space *sp,
         }
         for (int gi = 0; gi < sp->num_grouped; gi++) {
             bound_options(sp, recipe, sp->grouped[gi], disp[0], &opt);
-            moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
+            layer_terms(cfg, cl, lay, &opt, kind, load, &lc);
             /* The busiest EP rank's expert time: the mean rank's plus the exchange's wait for it
              * (model/cost.c prices the overlaps on it, then files the wait under the exchange). */
             t->fwde[kd][gi] = lc.fwd_expert + lc.fwd_combine_wait;
@@ -212,7 +227,7 @@ static void recipe_terms(const struct moe_plan_space *sp,
                 lc = first;
             } else {
                 bound_options(sp, recipe, sp->grouped[0], disp[di], &opt);
-                moe_compute_layer(cfg, cl, lay, &opt, kind, load, 0.0, &lc);
+                layer_terms(cfg, cl, lay, &opt, kind, load, &lc);
             }
             t->fd[kd][di] = lc.fwd_dispatch;
             t->fc[kd][di] = lc.fwd_combine;
