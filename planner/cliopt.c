@@ -496,6 +496,7 @@ struct load_slot {
     int ep;
     double tokens; /* tokens one EP rank routes per micro-batch and layer: mbs seq / (cp tp) */
     bool used;
+    bool busy; /* being computed by a thread (stats not set yet) */
     bool has;
     struct moe_load_stats stats;
 };
@@ -504,6 +505,7 @@ struct moe_plan_load_cache {
     moe_plan_load_fn fn;
     void *ctx;
     pthread_mutex_t mu;
+    pthread_cond_t ready; /* broadcast whenever a busy slot is settled */
     struct load_slot slots[LOAD_SLOTS];
 };
 
@@ -516,6 +518,7 @@ struct moe_plan_load_cache *moe_plan_load_cache_create(moe_plan_load_fn fn, void
     c->fn = fn;
     c->ctx = ctx;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->ready, NULL);
     return c;
 }
 
@@ -524,12 +527,14 @@ void moe_plan_load_cache_destroy(struct moe_plan_load_cache *c)
     if (c == NULL) {
         return;
     }
+    pthread_cond_destroy(&c->ready);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
 /* The slot of key (ep, tokens) under c->mu: its own, else the first free one on its probe path,
- * else (a full path) the first of the path, to be overwritten. */
+ * else (a full path) the first of the path, to be overwritten unless another thread is filling it.
+ */
 static struct load_slot *load_slot(struct moe_plan_load_cache *c, int ep, double tokens)
 {
     uint64_t bits = 0;
@@ -546,6 +551,11 @@ static struct load_slot *load_slot(struct moe_plan_load_cache *c, int ep, double
     return &c->slots[h];
 }
 
+static bool load_slot_is(const struct load_slot *s, int ep, double tokens)
+{
+    return s->used && s->ep == ep && s->tokens == tokens;
+}
+
 enum moe_status moe_plan_load_cache_fn(void *cache,
                                        const struct moe_layout *lay,
                                        struct moe_load_stats *out,
@@ -556,25 +566,45 @@ enum moe_status moe_plan_load_cache_fn(void *cache,
     int ep = lay->ep;
     double tokens = moe_imbalance_rank_tokens(lay); /* the key: what moe_imbalance_auto reads */
     pthread_mutex_lock(&c->mu);
-    const struct load_slot *s = load_slot(c, ep, tokens);
-    bool hit = s->used && s->ep == ep && s->tokens == tokens;
-    if (hit) {
+    struct load_slot *s = load_slot(c, ep, tokens);
+    /* Another thread computing the same key: wait for its result rather than compute it again
+     * (the Monte Carlo of one key takes up to ~50 ms; two threads often reach a new key at once).
+     */
+    while (load_slot_is(s, ep, tokens) && s->busy) {
+        pthread_cond_wait(&c->ready, &c->mu);
+        s = load_slot(c, ep, tokens);
+    }
+    if (load_slot_is(s, ep, tokens)) {
         *used = s->has;
         *out = s->stats;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (hit) {
+        pthread_mutex_unlock(&c->mu);
         return MOE_OK;
     }
-    /* Outside the lock: another thread may compute another key meanwhile (or the same one: the
-     * same inputs give the same statistics). */
-    struct load_slot fresh = {.ep = ep, .tokens = tokens, .used = true};
-    MOE_TRY(c->fn(c->ctx, lay, &fresh.stats, &fresh.has, diag));
-    pthread_mutex_lock(&c->mu);
-    *load_slot(c, ep, tokens) = fresh;
+    /* Claim the slot unless another key is being computed in it (then the result is not kept). */
+    struct load_slot *mine = s->busy ? NULL : s;
+    if (mine != NULL) {
+        *mine = (struct load_slot){.ep = ep, .tokens = tokens, .used = true, .busy = true};
+    }
     pthread_mutex_unlock(&c->mu);
-    *used = fresh.has;
-    *out = fresh.stats;
+    /* Outside the lock: other threads compute other keys meanwhile (the same inputs give the same
+     * statistics). */
+    struct moe_load_stats stats = {0};
+    bool has = false;
+    enum moe_status st = c->fn(c->ctx, lay, &stats, &has, diag);
+    if (mine != NULL) {
+        pthread_mutex_lock(&c->mu);
+        mine->busy = false;
+        mine->used = st == MOE_OK; /* a failure is not kept: a waiting thread tries itself */
+        mine->has = has;
+        mine->stats = stats;
+        pthread_cond_broadcast(&c->ready);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (st != MOE_OK) {
+        return st;
+    }
+    *used = has;
+    *out = stats;
     return MOE_OK;
 }
 
