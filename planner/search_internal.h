@@ -51,6 +51,7 @@
 #define PARETO_BUCKETS 1024
 #define MAX_THREADS    64
 #define VALID_LOG2     16   /* hash validity cache (per layer count): 64k entries per thread */
+#define VCOUNT_LOG2    14   /* per-count verdicts of the current layout class, per thread */
 #define STATIC_SLOTS   4096 /* static-memory bound cache per thread */
 #define MAX_PLACEMENTS 4096
 #define MAX_DIV        256
@@ -252,6 +253,17 @@ struct vmemo {
     uint32_t stamp;
     int num_groups;
     uint32_t *g, *r, *f, *x, *rf, *rx, *fx;
+    struct vcount *n; /* [1 << VCOUNT_LOG2] direct-mapped (count_verdict) */
+};
+
+/* The verdict of one layer count of an "every layer count" recompute (idx: its list index) or
+ * offload value (idx: -1 - its list index) in option group gi, under stamp (0: empty). */
+struct vcount {
+    uint32_t stamp;
+    int32_t gi;
+    int16_t idx;
+    uint16_t count;
+    bool valid;
 };
 
 struct worker {

@@ -41,6 +41,7 @@ void moe_search_vmemo_layout(struct worker *w)
         memset(w->vm.rf, 0, (size_t)MOE_PLAN_MAX_RC * MOE_PLAN_MAX_OFF * sizeof(uint32_t));
         memset(w->vm.rx, 0, (size_t)MOE_PLAN_MAX_RC * MAX_X * sizeof(uint32_t));
         memset(w->vm.fx, 0, (size_t)MOE_PLAN_MAX_OFF * MAX_X * sizeof(uint32_t));
+        memset(w->vm.n, 0, ((size_t)1 << VCOUNT_LOG2) * sizeof(struct vcount));
         w->vm.stamp = 1;
     }
 }
@@ -54,6 +55,25 @@ static bool memo_verdict(struct worker *w, uint32_t *e, const struct moe_plan_ok
     w->resolves++;
     bool v = moe_plan_valid_full(&w->s->sp, &w->lay, t);
     *e = w->vm.stamp << 1 | (v ? 1u : 0u);
+    return v;
+}
+
+/*
+ * Verdict of okey t, one layer count of an "every layer count" value (idx as in struct vcount)
+ * with the other parts neutral, in the current group: moe_plan_valid's, kept per count under the
+ * layout class's stamp like the verdicts above (block recompute tries each count of each row).
+ */
+static bool count_verdict(struct worker *w, int idx, int count, const struct moe_plan_okey *t)
+{
+    uint64_t h =
+        (uint64_t)(uint32_t)w->gidx * 0x9e3779b97f4a7c15ULL ^
+        ((uint64_t)(uint16_t)idx << 16 | (uint64_t)(uint16_t)count) * 0xbf58476d1ce4e5b9ULL;
+    struct vcount *e = &w->vm.n[(h >> 32) & (((uint64_t)1 << VCOUNT_LOG2) - 1)];
+    if (e->stamp == w->vm.stamp && e->gi == w->gidx && e->idx == idx && e->count == count) {
+        return e->valid;
+    }
+    bool v = moe_plan_valid(w->vc, &w->s->sp, &w->lay, t, &w->resolves);
+    *e = (struct vcount){w->vm.stamp, w->gidx, (int16_t)idx, (uint16_t)count, v};
     return v;
 }
 
@@ -108,7 +128,7 @@ bool moe_search_valid(struct worker *w, const struct moe_plan_okey *k)
     if (has_rc) {
         t = *k;
         neutral_parts(sp, &t, true, false, false);
-        bool v = rc_n ? moe_plan_valid(w->vc, sp, &w->lay, &t, &w->resolves)
+        bool v = rc_n ? count_verdict(w, ri, k->rc_layers, &t)
                       : memo_verdict(w, &w->vm.r[gi * MOE_PLAN_MAX_RC + ri], &t);
         if (!v) {
             return false;
@@ -117,7 +137,7 @@ bool moe_search_valid(struct worker *w, const struct moe_plan_okey *k)
     if (has_off) {
         t = *k;
         neutral_parts(sp, &t, false, true, false);
-        bool v = off_n ? moe_plan_valid(w->vc, sp, &w->lay, &t, &w->resolves)
+        bool v = off_n ? count_verdict(w, -1 - fi, k->off_layers, &t)
                        : memo_verdict(w, &w->vm.f[gi * MOE_PLAN_MAX_OFF + fi], &t);
         if (!v) {
             return false;
