@@ -387,23 +387,18 @@ static double span_bound(const struct moe_plan_bound_model *bm,
     return s;
 }
 
-double moe_plan_bound_time(const struct moe_plan_space *sp,
-                           const struct moe_plan_bound_model *bm,
-                           const struct moe_plan_kind_lb *lb,
-                           const struct moe_layout *lay)
+void moe_plan_bound_spans_init(const struct moe_plan_space *sp,
+                               const struct moe_plan_bound_model *bm,
+                               const struct moe_layout *lay,
+                               struct moe_plan_bound_spans *out)
 {
     const struct moe_cluster *cl = sp->req->cl;
-    double p2p = p2p_seconds(sp, lay, lay->dp);
-    double keep = lay->vpp > 1 ? pos(1.0 - cl->overheads.overlap_eff) : 1.0;
-    double sum = 0.0;
-    double max = 0.0;
+    out->p2p = p2p_seconds(sp, lay, lay->dp);
+    out->keep = lay->vpp > 1 ? pos(1.0 - cl->overheads.overlap_eff) : 1.0;
     int last = lay->num_chunks - 1;
     for (int p = 0; p < lay->pp; p++) {
-        int n[2][2] = {{0, 0}, {0, 0}};
-        int mtp = 0;
-        bool emb = false;
-        bool loss = false;
-        int sends = 0;
+        struct moe_plan_bound_rank *r = &out->rank[p];
+        memset(r, 0, sizeof(*r));
         for (int c = p; c < lay->num_chunks; c += lay->pp) {
             const struct moe_pp_chunk *ch = &lay->chunks[c];
             int lo = ch->first_layer;
@@ -413,23 +408,49 @@ double moe_plan_bound_time(const struct moe_plan_space *sp,
                 int moe = bm->prefix_moe[hi] - bm->prefix_moe[lo];
                 int win = bm->prefix_win[hi] - bm->prefix_win[lo];
                 int both = bm->prefix_both[hi] - bm->prefix_both[lo];
-                n[1][1] += both;
-                n[1][0] += moe - both;
-                n[0][1] += win - both;
-                n[0][0] += (hi - lo) - moe - win + both;
+                r->n[1][1] += both;
+                r->n[1][0] += moe - both;
+                r->n[0][1] += win - both;
+                r->n[0][0] += (hi - lo) - moe - win + both;
             }
-            mtp += ch->num_mtp;
-            emb = emb || ch->has_embedding;
-            loss = loss || ch->has_loss;
-            sends += (c < last) + (c > 0);
+            r->mtp += ch->num_mtp;
+            r->emb = r->emb || ch->has_embedding;
+            r->loss = r->loss || ch->has_loss;
+            r->sends += (c < last) + (c > 0);
         }
-        double s = span_bound(bm, lb, (const int(*)[2])n, mtp, emb, loss) + sends * p2p * keep;
+    }
+}
+
+double moe_plan_bound_time_spans(const struct moe_plan_space *sp,
+                                 const struct moe_plan_bound_model *bm,
+                                 const struct moe_plan_kind_lb *lb,
+                                 const struct moe_layout *lay,
+                                 const struct moe_plan_bound_spans *spans)
+{
+    const struct moe_cluster *cl = sp->req->cl;
+    double sum = 0.0;
+    double max = 0.0;
+    for (int p = 0; p < lay->pp; p++) {
+        const struct moe_plan_bound_rank *r = &spans->rank[p];
+        double s = span_bound(bm, lb, (const int(*)[2])r->n, r->mtp, r->emb, r->loss) +
+                   r->sends * spans->p2p * spans->keep;
         sum += s;
         max = s > max ? s : max;
     }
     struct moe_sched_result res;
-    moe_sched_closed_form_sums(sum, max, lay->pp, lay->vpp, lay->num_microbatches, p2p, &res);
+    moe_sched_closed_form_sums(sum, max, lay->pp, lay->vpp, lay->num_microbatches, spans->p2p,
+                               &res);
     return res.total_s + cl->overheads.step_fixed_ms * 1e-3;
+}
+
+double moe_plan_bound_time(const struct moe_plan_space *sp,
+                           const struct moe_plan_bound_model *bm,
+                           const struct moe_plan_kind_lb *lb,
+                           const struct moe_layout *lay)
+{
+    struct moe_plan_bound_spans spans; /* only its first pp ranks are written and read */
+    moe_plan_bound_spans_init(sp, bm, lay, &spans);
+    return moe_plan_bound_time_spans(sp, bm, lb, lay, &spans);
 }
 
 double moe_plan_bound_time_sizes(const struct moe_plan_space *sp,

@@ -134,11 +134,37 @@ void moe_plan_bound_least(const struct moe_plan_space *sp,
                           const struct moe_layout *lay,
                           struct moe_plan_kind_lb *out);
 
+/* One pipeline rank of a resolved layout as the step-time bound reads it. */
+struct moe_plan_bound_rank {
+    int n[2][2]; /* decoder layers [is_moe][is_windowed] */
+    int mtp;     /* MTP layers */
+    bool emb, loss;
+    int sends; /* pipeline sends and receives per micro-batch */
+};
+
+/* What moe_plan_bound_time reads of a resolved layout, whatever the per-layer bounds: its ranks
+ * (pp of them), the pipeline transfer (s) and the share of it exposed. */
+struct moe_plan_bound_spans {
+    double p2p, keep;
+    struct moe_plan_bound_rank rank[MOE_MAX_PP_CHUNKS];
+};
+
 /* Step-time bound of a resolved layout under per-layer bounds lb. */
 double moe_plan_bound_time(const struct moe_plan_space *sp,
                            const struct moe_plan_bound_model *bm,
                            const struct moe_plan_kind_lb *lb,
                            const struct moe_layout *lay);
+/* The same in two steps, for many bounds lb of one layout: its spans once, then each bound (the
+ * same value as moe_plan_bound_time's). */
+void moe_plan_bound_spans_init(const struct moe_plan_space *sp,
+                               const struct moe_plan_bound_model *bm,
+                               const struct moe_layout *lay,
+                               struct moe_plan_bound_spans *out);
+double moe_plan_bound_time_spans(const struct moe_plan_space *sp,
+                                 const struct moe_plan_bound_model *bm,
+                                 const struct moe_plan_kind_lb *lb,
+                                 const struct moe_layout *lay,
+                                 const struct moe_plan_bound_spans *spans);
 
 /*
  * Step-time bound of every placement of the layers for these sizes (tp, cp, pp, vpp, ep, etp, mbs,

@@ -765,7 +765,7 @@ void moe_search_options(struct worker *w)
                                 struct moe_plan_kind_lb g;
                                 moe_plan_bound_group(sp, &s->bm, w->cur_terms, ri, gi, di,
                                                      k.ep_overlap != 0, num_disp, &g);
-                                *lb = moe_plan_bound_time(sp, &s->bm, &g, &w->lay);
+                                *lb = moe_plan_bound_time_spans(sp, &s->bm, &g, &w->lay, w->spans);
                             }
                             if (moe_search_prune(w, *lb, mst, &k)) {
                                 w->c.pruned_time += w->gsize;

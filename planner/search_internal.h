@@ -298,6 +298,7 @@ struct worker {
     int (*kinds)[MOE_PLAN_KINDS];    /* [MOE_MAX_PP_CHUNKS] decoder layers of each kind per rank */
     unsigned grow_ok;                /* dominance_slack's kinds with g_k >= 0 */
     int *mtp;                        /* [MOE_MAX_PP_CHUNKS] MTP layers per rank */
+    struct moe_plan_bound_spans *spans; /* w->lay's, for its group bounds (prepare_layout) */
     /* Recompute terms and per-rank sums, one slot per grouped-GEMM index (the groups alternate
      * between the two). */
     long rc_key[2]; /* key index, its load's use, recipe and grouped of rc_terms; -1 none */

@@ -61,6 +61,7 @@ static void prepare_layout(struct worker *w)
             w->mtp[p] += ch->num_mtp;
         }
     }
+    moe_plan_bound_spans_init(&s->sp, bm, lay, w->spans);
 }
 
 /* Search every option of the resolved layout w->lay (lb: the least per-layer bounds). */
@@ -78,7 +79,8 @@ search_layout(struct worker *w, const struct moe_plan_lkey *lk, const struct moe
     w->grow_ok = moe_search_grow_ok_mask(w);
     moe_search_vmemo_layout(w);
     double mlb = moe_search_static_bounds(w);
-    w->layout_lb = s->req->exhaustive ? 0.0 : moe_plan_bound_time(&s->sp, &s->bm, lb, &w->lay);
+    w->layout_lb =
+        s->req->exhaustive ? 0.0 : moe_plan_bound_time_spans(&s->sp, &s->bm, lb, &w->lay, w->spans);
     if (!s->req->exhaustive) {
         if (mlb > s->cap) {
             w->c.pruned_memory += size;

@@ -162,6 +162,7 @@ void moe_search_workers_free(struct worker *ws, int n)
         free(ws[i].vm.rx);
         free(ws[i].vm.fx);
         free(ws[i].vm.n);
+        free(ws[i].spans);
     }
     free(ws);
 }
@@ -213,6 +214,7 @@ struct worker *moe_search_workers_create(struct search *s, int n)
         w->vm.rx = calloc((size_t)MOE_PLAN_MAX_RC * MAX_X, sizeof(uint32_t));
         w->vm.fx = calloc((size_t)MOE_PLAN_MAX_OFF * MAX_X, sizeof(uint32_t));
         w->vm.n = calloc((size_t)1 << VCOUNT_LOG2, sizeof(struct vcount));
+        w->spans = malloc(sizeof(*w->spans));
         if (w->terms != NULL) {
             for (int j = 0; j < TERMS_SLOTS; j++) {
                 w->terms[j].key = -1;
@@ -221,9 +223,9 @@ struct worker *moe_search_workers_create(struct search *s, int n)
         if (w->vc == NULL || w->ws == NULL || w->sc == NULL || w->gp == NULL ||
             w->statics == NULL || w->pl == NULL || w->terms == NULL || w->vm.g == NULL ||
             w->vm.r == NULL || w->vm.f == NULL || w->vm.x == NULL || w->vm.rf == NULL ||
-            w->vm.rx == NULL || w->vm.fx == NULL || w->vm.n == NULL || w->kinds == NULL ||
-            w->mtp == NULL || w->fine_src == NULL || w->rcb == NULL || w->views == NULL ||
-            w->mems == NULL || w->kterms == NULL) {
+            w->vm.rx == NULL || w->vm.fx == NULL || w->vm.n == NULL || w->spans == NULL ||
+            w->kinds == NULL || w->mtp == NULL || w->fine_src == NULL || w->rcb == NULL ||
+            w->views == NULL || w->mems == NULL || w->kterms == NULL) {
             moe_search_workers_free(ws, n);
             return NULL;
         }
