@@ -1343,13 +1343,15 @@ enum moe_status moe_cost_predict_prepared(const struct moe_cost_prep *prep,
     }
     out->load_factor_p99 = mem_load;
     moe_mem_layer_set_init(cfg, lay, opt, mem_load, &set);
+    struct moe_mem_stage_terms terms;
+    moe_mem_stage_terms_init(cfg, cl, lay, opt, &set, &terms);
     out->mem.total = -1.0;
     for (int p = 0; p < lay->pp; p++) {
         if (stage_repeats(&x, p)) {
             continue; /* no more micro-batches in flight than rank p - 1, same contents */
         }
         struct moe_mem_bytes mb;
-        moe_mem_stage_with(cfg, cl, lay, opt, p, &contents[p], &params[p], &set, &mb);
+        moe_mem_stage_with_terms(cfg, cl, lay, opt, p, &contents[p], &params[p], &set, &terms, &mb);
         if (mb.total > out->mem.total) {
             out->mem = mb;
             out->worst_stage = p;

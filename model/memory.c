@@ -631,15 +631,61 @@ void moe_mem_opt_key(const struct moe_cluster *cl,
         opt->optimizer_cpu_offload ? opt->optimizer_offload_fraction : 0.0;
 }
 
-void moe_mem_stage_with(const struct moe_model_cfg *cfg,
-                        const struct moe_cluster *cl,
-                        const struct moe_layout *lay,
-                        const struct moe_options *opt,
-                        int stage,
-                        const struct moe_stage_contents *stage_contents,
-                        const struct moe_gpu_params *params_gpu,
-                        const struct moe_mem_layer_set *set,
-                        struct moe_mem_bytes *out)
+void moe_mem_stage_terms_init(const struct moe_model_cfg *cfg,
+                              const struct moe_cluster *cl,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              const struct moe_mem_layer_set *set,
+                              struct moe_mem_stage_terms *t)
+{
+    t->ab = opt->is_fp32_training ? 4.0 : 2.0; /* BF16 (or FP32) weights */
+    double w_bytes = opt->fp8_param_gather ? 1.0 : t->ab;
+    t->gemm_weight_bytes = w_bytes + weight_cache_bytes(opt);
+    t->grad_bytes = moe_dtype_bytes(opt->main_grads_dtype);
+    t->per_param_opt =
+        4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
+    t->dense_shard = opt->use_distributed_optimizer ? (double)lay->dp * lay->cp : 1.0;
+    t->expert_shard = opt->use_distributed_optimizer ? (double)lay->edp : 1.0;
+    t->offload_frac = 0.0;
+    if (opt->optimizer_cpu_offload) {
+        t->offload_frac =
+            opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
+    }
+    t->chunk_share = lay->vpp > 1 ? 1.0 / lay->vpp : 1.0; /* chunk-micro-batches hold 1/vpp */
+    double tok = (double)lay->mbs * lay->seq_length / lay->cp;
+    double vp = moe_cfg_padded_vocab(cfg, lay->tp);
+    t->logits = tok * vp / lay->tp;
+    /* EP buffers of a stage with MoE layers: a pool, or the dispatched rows (with ETP and no EP,
+     * the permuted local rows and their all-gather); 0 without either. */
+    t->ep_buffers = 0.0;
+    if (lay->ep > 1) {
+        if (flex_pool(cl, opt)) {
+            t->ep_buffers = cl->overheads.flex_buffer_gib * GIB;
+        } else {
+            double t_sp = tok / lay->tp;
+            t->ep_buffers = 2.0 * t_sp * cfg->moe_router_topk * lay->etp * set->load_factor *
+                            cfg->hidden_size * t->ab;
+        }
+    } else if (lay->etp > 1) {
+        /* No all-to-all, but the permuted local rows and their all-gather over the ETP group
+         * (Megatron's alltoall dispatcher: gather_from_sequence_parallel_region at EP 1; the
+         * engine's etp_gather), each live while the expert GEMMs' neighbours run. */
+        double t_sp = tok / lay->tp;
+        t->ep_buffers = t_sp * cfg->moe_router_topk * (1.0 + lay->etp) * set->load_factor *
+                        cfg->hidden_size * t->ab;
+    }
+}
+
+void moe_mem_stage_with_terms(const struct moe_model_cfg *cfg,
+                              const struct moe_cluster *cl,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              int stage,
+                              const struct moe_stage_contents *stage_contents,
+                              const struct moe_gpu_params *params_gpu,
+                              const struct moe_mem_layer_set *set,
+                              const struct moe_mem_stage_terms *t,
+                              struct moe_mem_bytes *out)
 {
     *out = (struct moe_mem_bytes){0};
     const struct moe_stage_contents *sc = stage_contents;
@@ -656,18 +702,12 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     }
 
     double params = p->dense + p->expert + replica_params;
-    double ab = opt->is_fp32_training ? 4.0 : 2.0; /* BF16 (or FP32) weights */
-    double w_bytes = opt->fp8_param_gather ? 1.0 : ab;
-    out->weights =
-        (params - p->gemm) * ab + (p->gemm + replica_params) * (w_bytes + weight_cache_bytes(opt));
-    out->grads = params * moe_dtype_bytes(opt->main_grads_dtype);
-    double per_param_opt =
-        4.0 + moe_dtype_bytes(opt->exp_avg_dtype) + moe_dtype_bytes(opt->exp_avg_sq_dtype);
-    double dense_shard = opt->use_distributed_optimizer ? (double)lay->dp * lay->cp : 1.0;
-    double expert_shard = opt->use_distributed_optimizer ? (double)lay->edp : 1.0;
-    double opt_bytes = per_param_opt * (p->dense / dense_shard + p->expert / expert_shard);
+    double ab = t->ab;
+    out->weights = (params - p->gemm) * ab + (p->gemm + replica_params) * t->gemm_weight_bytes;
+    out->grads = params * t->grad_bytes;
+    double opt_bytes = t->per_param_opt * (p->dense / t->dense_shard + p->expert / t->expert_shard);
     if (opt->optimizer_cpu_offload) {
-        double frac = opt->optimizer_offload_fraction > 0.0 ? opt->optimizer_offload_fraction : 1.0;
+        double frac = t->offload_frac;
         out->host_offload += opt_bytes * frac;
         opt_bytes *= 1.0 - frac;
     }
@@ -678,12 +718,10 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
     double transient;
     stage_activations(cfg, opt, sc, set, &act_per_mb, &host_per_mb, &transient);
     double inflight = moe_mem_inflight(lay, stage);
-    double chunk_share = lay->vpp > 1 ? 1.0 / lay->vpp : 1.0; /* chunk-micro-batches hold 1/vpp */
-    out->activations = act_per_mb * inflight * chunk_share;
-    out->host_offload += host_per_mb * inflight * chunk_share;
+    out->activations = act_per_mb * inflight * t->chunk_share;
+    out->host_offload += host_per_mb * inflight * t->chunk_share;
 
     /* Buffers: logits (BF16 saved + FP32 loss workspace) on the loss stage, EP buffers, context. */
-    double t = (double)lay->mbs * lay->seq_length / lay->cp;
     /* The backward working set of the stage's largest layer rides on top of the saved tensors. */
     double working = 0.0;
     if (sc->num_dense + sc->num_mtp > 0) {
@@ -699,34 +737,34 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
         buffers += 2.0 * set->mtp_input;
     }
     if (sc->has_loss) {
-        double vp = moe_cfg_padded_vocab(cfg, lay->tp);
-        double logits = t * vp / lay->tp;
         /* Megatron keeps the MTP heads' logits too; moefold's engine (FP32 training) computes
          * each head's logits, loss and gradient at once, one head at a time. */
         double heads = opt->is_fp32_training ? 1.0 : 1.0 + sc->num_mtp;
-        buffers += logits * (ab * heads + 4.0);
+        buffers += t->logits * (ab * heads + 4.0);
     }
-    if (sc->num_moe > 0 && lay->ep > 1) {
-        if (flex_pool(cl, opt)) {
-            buffers += cl->overheads.flex_buffer_gib * GIB;
-        } else {
-            double t_sp = t / lay->tp;
-            buffers +=
-                2.0 * t_sp * cfg->moe_router_topk * lay->etp * load_factor * cfg->hidden_size * ab;
-        }
-    } else if (sc->num_moe > 0 && lay->etp > 1) {
-        /* No all-to-all, but the permuted local rows and their all-gather over the ETP group
-         * (Megatron's alltoall dispatcher: gather_from_sequence_parallel_region at EP 1; the
-         * engine's etp_gather), each live while the expert GEMMs' neighbours run. */
-        double t_sp = t / lay->tp;
-        buffers +=
-            t_sp * cfg->moe_router_topk * (1.0 + lay->etp) * load_factor * cfg->hidden_size * ab;
+    if (sc->num_moe > 0 && (lay->ep > 1 || lay->etp > 1)) {
+        buffers += t->ep_buffers;
     }
     double dynamic = out->activations + buffers;
     buffers += dynamic * cl->overheads.alloc_reserve_frac + cl->overheads.context_gib * GIB;
     out->buffers = buffers;
     out->total = out->weights + out->grads + out->optimizer + out->activations + out->buffers;
     out->capacity = cl->gpu.hbm_gib * GIB;
+}
+
+void moe_mem_stage_with(const struct moe_model_cfg *cfg,
+                        const struct moe_cluster *cl,
+                        const struct moe_layout *lay,
+                        const struct moe_options *opt,
+                        int stage,
+                        const struct moe_stage_contents *stage_contents,
+                        const struct moe_gpu_params *params_gpu,
+                        const struct moe_mem_layer_set *set,
+                        struct moe_mem_bytes *out)
+{
+    struct moe_mem_stage_terms t;
+    moe_mem_stage_terms_init(cfg, cl, lay, opt, set, &t);
+    moe_mem_stage_with_terms(cfg, cl, lay, opt, stage, stage_contents, params_gpu, set, &t, out);
 }
 
 void moe_mem_stage(const struct moe_model_cfg *cfg,

@@ -156,6 +156,38 @@ void moe_mem_stage_with(const struct moe_model_cfg *cfg,
                         const struct moe_mem_layer_set *set,
                         struct moe_mem_bytes *out);
 
+/* The terms of moe_mem_stage_with that no stage changes, for one option set, layer set and layout
+ * (bytes per element or parameter, shards, the loss stage's logits, a MoE stage's EP buffers). */
+struct moe_mem_stage_terms {
+    double ab;                        /* BF16 (or FP32) weight bytes */
+    double gemm_weight_bytes;         /* a GEMM weight: its copy plus the recipe's cached copies */
+    double grad_bytes;                /* main gradient bytes per parameter */
+    double per_param_opt;             /* master weight and moments, bytes per parameter */
+    double dense_shard, expert_shard; /* distributed optimizer's shards (1 without) */
+    double offload_frac;              /* optimizer state on host (with optimizer_cpu_offload) */
+    double chunk_share;               /* a chunk-micro-batch's share of a stage's layers */
+    double logits;                    /* logits elements of one micro-batch (loss stage) */
+    double ep_buffers;                /* EP / ETP buffers of a stage with MoE layers, bytes */
+};
+/* The same figures as moe_mem_stage_with in two steps, for the stages of one option set: the
+ * terms once, then each stage. */
+void moe_mem_stage_terms_init(const struct moe_model_cfg *cfg,
+                              const struct moe_cluster *cl,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              const struct moe_mem_layer_set *set,
+                              struct moe_mem_stage_terms *terms);
+void moe_mem_stage_with_terms(const struct moe_model_cfg *cfg,
+                              const struct moe_cluster *cl,
+                              const struct moe_layout *lay,
+                              const struct moe_options *opt,
+                              int stage,
+                              const struct moe_stage_contents *sc,
+                              const struct moe_gpu_params *params,
+                              const struct moe_mem_layer_set *set,
+                              const struct moe_mem_stage_terms *terms,
+                              struct moe_mem_bytes *out);
+
 /*
  * Every option the memory model reads (moe_mem_stage_with and the layer views), in canonical form:
  * two option sets with equal keys (memcmp) have equal memory for one model, cluster, layout and

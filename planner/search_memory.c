@@ -139,6 +139,8 @@ void moe_search_memory_of(struct worker *w, const struct moe_options *opt, struc
         return;
     }
     const struct moe_mem_layer_set *set = layer_set(w, opt);
+    struct moe_mem_stage_terms terms;
+    moe_mem_stage_terms_init(s->req->cfg, s->req->cl, lay, opt, set, &terms);
     out->total = -1.0;
     out->host = 0.0;
     out->stat = 0.0;
@@ -147,7 +149,8 @@ void moe_search_memory_of(struct worker *w, const struct moe_options *opt, struc
             continue;
         }
         struct moe_mem_bytes mb;
-        moe_mem_stage_with(s->req->cfg, s->req->cl, lay, opt, p, &w->sc[p], &w->gp[p], set, &mb);
+        moe_mem_stage_with_terms(s->req->cfg, s->req->cl, lay, opt, p, &w->sc[p], &w->gp[p], set,
+                                 &terms, &mb);
         if (mb.total > out->total) {
             out->total = mb.total;
             out->host = mb.host_offload;
