@@ -947,12 +947,11 @@ static double layer_param_tensors(const struct moe_model_cfg *cfg,
     return n;
 }
 
-void moe_compute_layer_base(const struct moe_model_cfg *cfg,
+void moe_compute_layer_attn(const struct moe_model_cfg *cfg,
                             const struct moe_cluster *cl,
                             const struct moe_layout *lay,
                             const struct moe_options *opt,
                             struct moe_layer_kind kind,
-                            double load_factor,
                             struct moe_layer_base *base)
 {
     *base = (struct moe_layer_base){0};
@@ -987,6 +986,22 @@ void moe_compute_layer_base(const struct moe_model_cfg *cfg,
     }
 
     base->norm_f = elem(&c, t_sp * h * c.ab * 2.0) + t_sp * h * c.quant_s;
+}
+
+void moe_compute_layer_block(const struct moe_model_cfg *cfg,
+                             const struct moe_cluster *cl,
+                             const struct moe_layout *lay,
+                             const struct moe_options *opt,
+                             struct moe_layer_kind kind,
+                             double load_factor,
+                             struct moe_layer_base *base)
+{
+    struct moe_layer_cost *out = &base->lc;
+    struct cctx c;
+    cctx_init(&c, cl, opt);
+    double h = cfg->hidden_size;
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
     if (kind.is_moe) {
         double fwd_before = out->fwd_compute;
         moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &base->expert_act_f,
@@ -1010,6 +1025,18 @@ void moe_compute_layer_base(const struct moe_model_cfg *cfg,
     /* Host: the forward's calls and C++ launches (moe_compute_layer_finish prices them). */
     host_layer(cfg, lay, opt, kind, &base->hc);
     base->param_tensors = layer_param_tensors(cfg, lay, opt, kind);
+}
+
+void moe_compute_layer_base(const struct moe_model_cfg *cfg,
+                            const struct moe_cluster *cl,
+                            const struct moe_layout *lay,
+                            const struct moe_options *opt,
+                            struct moe_layer_kind kind,
+                            double load_factor,
+                            struct moe_layer_base *base)
+{
+    moe_compute_layer_attn(cfg, cl, lay, opt, kind, base);
+    moe_compute_layer_block(cfg, cl, lay, opt, kind, load_factor, base);
 }
 
 void moe_compute_layer_finish(const struct moe_model_cfg *cfg,

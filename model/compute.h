@@ -114,6 +114,26 @@ void moe_compute_layer_base(const struct moe_model_cfg *cfg,
                             struct moe_layer_kind kind,
                             double load_factor,
                             struct moe_layer_base *base);
+/*
+ * moe_compute_layer_base is itself two steps: moe_compute_layer_attn (attention, its collectives,
+ * context parallelism; of the options it reads only the recipe, FP32 training and the
+ * main-gradient type) fills *base, then moe_compute_layer_block adds the dense MLP or MoE block and
+ * the host call counts to it. A caller costing one layer kind under options that differ elsewhere
+ * (grouped GEMM, dispatcher: the planner's bounds) runs the first once and the second on copies.
+ */
+void moe_compute_layer_attn(const struct moe_model_cfg *cfg,
+                            const struct moe_cluster *cl,
+                            const struct moe_layout *lay,
+                            const struct moe_options *opt,
+                            struct moe_layer_kind kind,
+                            struct moe_layer_base *base);
+void moe_compute_layer_block(const struct moe_model_cfg *cfg,
+                             const struct moe_cluster *cl,
+                             const struct moe_layout *lay,
+                             const struct moe_options *opt,
+                             struct moe_layer_kind kind,
+                             double load_factor,
+                             struct moe_layer_base *base);
 void moe_compute_layer_finish(const struct moe_model_cfg *cfg,
                               const struct moe_cluster *cl,
                               const struct moe_layout *lay,

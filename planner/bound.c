@@ -152,6 +152,22 @@ static void layer_terms(const struct moe_model_cfg *cfg,
     *lc = base.lc;
 }
 
+/* layer_terms of a MoE layer from its attention part (moe_compute_layer_attn of options that agree
+ * with opt on the recipe, FP32 training and the main-gradient type): the same terms. */
+static void block_terms(const struct moe_model_cfg *cfg,
+                        const struct moe_cluster *cl,
+                        const struct moe_layout *lay,
+                        const struct moe_options *opt,
+                        struct moe_layer_kind kind,
+                        double load,
+                        const struct moe_layer_base *attn,
+                        struct moe_layer_cost *lc)
+{
+    struct moe_layer_base base = *attn;
+    moe_compute_layer_block(cfg, cl, lay, opt, kind, load, &base);
+    *lc = base.lc;
+}
+
 static void recipe_terms(const struct moe_plan_space *sp,
                          const struct moe_plan_bound_model *bm,
                          const struct moe_layout *lay,
@@ -202,9 +218,14 @@ static void recipe_terms(const struct moe_plan_space *sp,
             }
             continue;
         }
+        /* The attention part reads neither option: once for every grouped-GEMM and dispatcher
+         * value (moe_compute_layer_attn). */
+        struct moe_layer_base attn;
+        bound_options(sp, recipe, sp->grouped[0], disp[0], &opt);
+        moe_compute_layer_attn(cfg, cl, lay, &opt, kind, &attn);
         for (int gi = 0; gi < sp->num_grouped; gi++) {
             bound_options(sp, recipe, sp->grouped[gi], disp[0], &opt);
-            layer_terms(cfg, cl, lay, &opt, kind, load, &lc);
+            block_terms(cfg, cl, lay, &opt, kind, load, &attn, &lc);
             /* The busiest EP rank's expert time: the mean rank's plus the exchange's wait for it
              * (model/cost.c prices the overlaps on it, then files the wait under the exchange). */
             t->fwde[kd][gi] = lc.fwd_expert + lc.fwd_combine_wait;
@@ -227,7 +248,7 @@ static void recipe_terms(const struct moe_plan_space *sp,
                 lc = first;
             } else {
                 bound_options(sp, recipe, sp->grouped[0], disp[di], &opt);
-                layer_terms(cfg, cl, lay, &opt, kind, load, &lc);
+                block_terms(cfg, cl, lay, &opt, kind, load, &attn, &lc);
             }
             t->fd[kd][di] = lc.fwd_dispatch;
             t->fc[kd][di] = lc.fwd_combine;
