@@ -947,6 +947,15 @@ static double layer_param_tensors(const struct moe_model_cfg *cfg,
     return n;
 }
 
+/* Tokens a rank's layer processes per micro-batch (mbs x seq / CP), and *t_sp those its
+ * sequence-parallel regions hold (divided by TP under SP, or with TP 1). */
+static double layer_tokens(const struct moe_layout *lay, double *t_sp)
+{
+    double t = (double)lay->mbs * lay->seq_length / lay->cp;
+    *t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
+    return t;
+}
+
 void moe_compute_layer_attn(const struct moe_model_cfg *cfg,
                             const struct moe_cluster *cl,
                             const struct moe_layout *lay,
@@ -959,8 +968,8 @@ void moe_compute_layer_attn(const struct moe_model_cfg *cfg,
     struct cctx c;
     cctx_init(&c, cl, opt);
     double h = cfg->hidden_size;
-    double t = (double)lay->mbs * lay->seq_length / lay->cp;
-    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
+    double t_sp = 0.0;
+    double t = layer_tokens(lay, &t_sp);
 
     struct attn_parts at;
     attention(&c, cfg, lay, kind.is_windowed, t, t_sp, &at);
@@ -1000,8 +1009,8 @@ void moe_compute_layer_block(const struct moe_model_cfg *cfg,
     struct cctx c;
     cctx_init(&c, cl, opt);
     double h = cfg->hidden_size;
-    double t = (double)lay->mbs * lay->seq_length / lay->cp;
-    double t_sp = (lay->sequence_parallel || lay->tp == 1) ? t / lay->tp : t;
+    double t_sp = 0.0;
+    double t = layer_tokens(lay, &t_sp);
     if (kind.is_moe) {
         double fwd_before = out->fwd_compute;
         moe_block(&c, cfg, lay, opt, t, t_sp, load_factor, out, &base->expert_act_f,
