@@ -259,16 +259,17 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 
 /*
  * Grouped GEMM: rate = grouped_eff x peak x the curve with its own narrow-dimension term at each
- * expert's rows (gemm.grouped_half_dim). The dense rows are timed as a step runs them, operands
- * cold; an expert's weights are a few MiB per rank and stay warm, so at 16-64 rows per expert the
- * dense term (16 rows on this host, 2026-12-03) priced the engine's expert GEMMs 15-35% slow
- * while a term fitted to the grouped rows themselves (about 8) matched them within 3%. The bench
+ * expert's rows (gemm.grouped_half_dim), fitted to the grouped rows themselves (the dense term
+ * priced them 15-35% off, 2026-12-03). Both tables are timed as a step runs them, operands cold
+ * (engine/bench.c): timed hot, the grouped term came out at 24-26 rows and priced the validate
+ * suite's expert_gemm 7-19% fast in 19 of its 20 plans at 64-128 rows an expert (2026-12-04,
+ * Intel 2-vCPU host); cold, 55-63 rows, and within 6% in 18 of 20 (step median 1.9%). The bench
  * times the step's three GEMMs in turn, each call on its own, and each gets its own factor and
  * term: one rate for the three (their mean) priced the engine's expert_gemm 5-8% fast in two
  * validate runs (AMD host), the forward's alone for the three priced it 14-24% slow where an
  * expert has 16 rows (Intel host, 2026-12-03: backward-weight, which reduces over those rows,
  * took 0.7 x the forward's time there) and the presets' miniatures' backward GEMMs (32-64 wide)
- * ran at twice the forward's rate. The term is a grid over 0-64 rows (step 0.05), each with the
+ * ran at twice the forward's rate. The term is a grid over 0-256 rows (step 0.05), each with the
  * median ratio (at most cap) as the factor, keeping the one whose rows lie closest to it in the
  * median (least median |log residual|; the RMS at that pair is reported): a few shapes far off
  * every curve of this form must not bend it for the rest. Least RMS had let the two miniature
@@ -279,7 +280,7 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
  * wait, priced 20% long in the 03:32 run). The forward's factor is at most 1 (a factor on the
  * dense curve, whose rows are cold), the backward's at most 2 (the miniatures' hot rows ran at
  * 1.3 x the dense curve's peak, 2026-12-03). */
-#define GROUPED_HALF_STEPS 1280 /* 0 to 64 rows */
+#define GROUPED_HALF_STEPS 5120 /* 0 to 256 rows */
 #define GROUPED_HALF_STEP  0.05
 
 /* Fit one direction's factor and term to the rows' `key` rates; *n_out: the rows that had it. */

@@ -195,23 +195,20 @@ static void expert_counts(int *counts, int num, int tokens, bool skewed)
     counts[0] += tokens - used;
 }
 
-struct grouped_bufs {
-    float *x, *w, *y, *ref, *dx, *dw;
-    int *counts;
-    size_t nx, nw, ny;
+/* One operand set of a grouped point: the experts' input, weights, output and their gradients. */
+struct grouped_set {
+    float *x, *w, *y, *dx, *dw;
 };
 
-static void grouped_free(struct moe_eng_heap *h, struct grouped_bufs *b, int num)
-{
-    moe_eng_heap_free(h, b->x, b->nx * sizeof(float));
-    moe_eng_heap_free(h, b->w, b->nw * sizeof(float));
-    moe_eng_heap_free(h, b->y, b->ny * sizeof(float));
-    moe_eng_heap_free(h, b->ref, b->ny * sizeof(float));
-    moe_eng_heap_free(h, b->dx, b->nx * sizeof(float));
-    moe_eng_heap_free(h, b->dw, b->nw * sizeof(float));
-    moe_eng_heap_free(h, b->counts, (size_t)num * sizeof(int));
-}
-
+/*
+ * As the dense rows (gemm_sets): a step reads an expert's weights and saved rows a layer pass
+ * after it last touched them, so the calls cycle over operand sets filling twice the cache share
+ * cfg->evict_bytes, and the backward's two GEMMs take the sets after the forward's (timed on the
+ * forward's own output they read it hot). Timed hot, the bench had priced the engine's expert
+ * GEMMs 12-22% fast (2026-12-04, Intel 2-vCPU host, 2 MiB L2 a core: OpenBLAS at 64-128 rows an
+ * expert, 256 wide, ran 16-25% slower L2-cold than hot; validate's expert_gemm -7 to -19% in 19
+ * of 20 plans, compute -2%).
+ */
 enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                       moe_k_ctx_t *kc,
                                       const struct moe_bench_cfg *cfg,
@@ -223,40 +220,56 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                       struct moe_bench_grouped *res)
 {
     struct moe_eng_heap heap = {0};
-    struct grouped_bufs b = {0};
-    b.nx = (size_t)tokens * (size_t)in;
-    b.nw = (size_t)num_experts * (size_t)out * (size_t)in;
-    b.ny = (size_t)tokens * (size_t)out;
-    b.x = moe_eng_heap_alloc(&heap, b.nx * sizeof(float));
-    b.w = moe_eng_heap_alloc(&heap, b.nw * sizeof(float));
-    b.y = moe_eng_heap_alloc(&heap, b.ny * sizeof(float));
-    b.ref = moe_eng_heap_alloc(&heap, b.ny * sizeof(float));
-    b.dx = moe_eng_heap_alloc(&heap, b.nx * sizeof(float));
-    b.dw = moe_eng_heap_alloc(&heap, b.nw * sizeof(float));
-    b.counts = moe_eng_heap_alloc(&heap, (size_t)num_experts * sizeof(int));
-    if (b.x == NULL || b.w == NULL || b.y == NULL || b.ref == NULL || b.dx == NULL ||
-        b.dw == NULL || b.counts == NULL) {
-        grouped_free(&heap, &b, num_experts);
+    size_t nx = (size_t)tokens * (size_t)in;
+    size_t nw = (size_t)num_experts * (size_t)out * (size_t)in;
+    size_t ny = (size_t)tokens * (size_t)out;
+    size_t set_floats = 2 * nx + 2 * nw + ny;
+    int num_sets = gemm_sets(cfg, set_floats * sizeof(float));
+    size_t buf_bytes = (size_t)num_sets * set_floats * sizeof(float);
+    float *buf = moe_eng_heap_alloc(&heap, buf_bytes);
+    float *ref = moe_eng_heap_alloc(&heap, ny * sizeof(float));
+    int *counts = moe_eng_heap_alloc(&heap, (size_t)num_experts * sizeof(int));
+    if (buf == NULL || ref == NULL || counts == NULL) {
+        moe_eng_heap_free(&heap, buf, buf_bytes);
+        moe_eng_heap_free(&heap, ref, ny * sizeof(float));
+        moe_eng_heap_free(&heap, counts, (size_t)num_experts * sizeof(int));
         return MOE_ERR_NOMEM;
     }
-    fill(b.x, b.nx, 3);
-    fill(b.w, b.nw, 4);
-    expert_counts(b.counts, num_experts, tokens, is_skewed);
-    /* The forward and the backward's two GEMMs in turn, as a step calls them (the forward's
-     * output standing in for the output gradient), each call timed on its own. Their shapes differ
+    struct grouped_set sets[GEMM_MAX_SETS];
+    for (int i = 0; i < num_sets; i++) {
+        float *p = buf + (size_t)i * set_floats;
+        sets[i] =
+            (struct grouped_set){p, p + nx, p + nx + nw, p + nx + nw + ny, p + 2 * nx + nw + ny};
+        if (i == 0) {
+            fill(sets[0].x, nx, 3);
+            fill(sets[0].w, nw, 4);
+            fill(sets[0].y, ny, 5); /* the backward's output gradient */
+            memset(sets[0].dx, 0, nx * sizeof(float));
+            memset(sets[0].dw, 0, nw * sizeof(float));
+        } else { /* copies of the first (filling each from the generator costs seconds a point) */
+            memcpy(p, buf, set_floats * sizeof(float));
+        }
+    }
+    expert_counts(counts, num_experts, tokens, is_skewed);
+    /* The forward and the backward's two GEMMs in turn, as a step calls them (a forward's output
+     * standing in for the output gradient), each call timed on its own. Their shapes differ
      * (backward-weight reduces over each expert's rows and accumulates into a weight-sized
      * gradient) and so do their rates: on the 2-vCPU Intel host (2026-12-03) the engine's
      * backward-weight took 0.52-0.86 x the forward's time, backward-data 0.52-0.99 x, depending on
      * the widths, where the model had priced all three at the forward's rate. */
-    memset(b.dw, 0, b.nw * sizeof(float));
     double t[3] = {0.0, 0.0, 0.0};
     for (int i = -cfg->warmup; i < cfg->iters; i++) {
+        int c = 3 * (i + cfg->warmup);
+        const struct grouped_set *f = &sets[c % num_sets];
+        const struct grouped_set *d = &sets[(c + 1) % num_sets];
+        const struct grouped_set *g = &sets[(c + 2) % num_sets];
         double t0 = moe_eng_now();
-        k->grouped_linear_fwd(b.y, b.x, b.w, b.counts, NULL, num_experts, in, out, kc);
+        k->grouped_linear_fwd(f->y, f->x, f->w, counts, NULL, num_experts, in, out, kc);
         double t1 = moe_eng_now();
-        k->grouped_linear_bwd_data(b.dx, b.y, b.w, b.counts, NULL, num_experts, in, out, false, kc);
+        k->grouped_linear_bwd_data(d->dx, d->y, d->w, counts, NULL, num_experts, in, out, false,
+                                   kc);
         double t2 = moe_eng_now();
-        k->grouped_linear_bwd_weight(b.dw, b.y, b.x, b.counts, NULL, num_experts, in, out, kc);
+        k->grouped_linear_bwd_weight(g->dw, g->y, g->x, counts, NULL, num_experts, in, out, kc);
         double t3 = moe_eng_now();
         if (i >= 0) {
             t[0] += t1 - t0;
@@ -267,13 +280,16 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     res->time_us = t[0] * 1e6 / cfg->iters;
     res->dgrad_time_us = t[1] * 1e6 / cfg->iters;
     res->wgrad_time_us = t[2] * 1e6 / cfg->iters;
-    /* One linear with the same FLOPs: all rows against the first expert's weights. */
+    /* One linear with the same FLOPs: all rows against the first expert's weights, over the
+     * same sets. */
     for (int i = 0; i < cfg->warmup; i++) {
-        k->linear_fwd(b.ref, b.x, b.w, NULL, tokens, in, out, kc);
+        const struct grouped_set *f = &sets[i % num_sets];
+        k->linear_fwd(f->y, f->x, f->w, NULL, tokens, in, out, kc);
     }
     double t0 = moe_eng_now();
     for (int i = 0; i < cfg->iters; i++) {
-        k->linear_fwd(b.ref, b.x, b.w, NULL, tokens, in, out, kc);
+        const struct grouped_set *f = &sets[(cfg->warmup + i) % num_sets];
+        k->linear_fwd(f->y, f->x, f->w, NULL, tokens, in, out, kc);
     }
     double dense_us = elapsed_us(t0, cfg->iters);
     double flops = 2.0 * tokens * (double)in * out;
@@ -285,18 +301,23 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     res->gflops = flops / (res->time_us * 1e3);
     res->dense_gflops = flops / (dense_us * 1e3);
     res->ratio = res->gflops / res->dense_gflops;
-    /* Check: each expert's rows equal a plain linear on that slice. */
+    res->num_sets = num_sets;
+    /* Check: each expert's rows equal a plain linear on that slice (the first set's operands). */
+    const struct grouped_set *f = &sets[0];
+    k->grouped_linear_fwd(f->y, f->x, f->w, counts, NULL, num_experts, in, out, kc);
     size_t off = 0;
     for (int e = 0; e < num_experts; e++) {
-        if (b.counts[e] > 0) {
-            k->linear_fwd(b.ref + off * (size_t)out, b.x + off * (size_t)in,
-                          b.w + (size_t)e * (size_t)out * (size_t)in, NULL, b.counts[e], in, out,
+        if (counts[e] > 0) {
+            k->linear_fwd(ref + off * (size_t)out, f->x + off * (size_t)in,
+                          f->w + (size_t)e * (size_t)out * (size_t)in, NULL, counts[e], in, out,
                           kc);
         }
-        off += (size_t)b.counts[e];
+        off += (size_t)counts[e];
     }
-    res->is_ok = memcmp(b.ref, b.y, b.ny * sizeof(float)) == 0;
-    grouped_free(&heap, &b, num_experts);
+    res->is_ok = memcmp(ref, f->y, ny * sizeof(float)) == 0;
+    moe_eng_heap_free(&heap, buf, buf_bytes);
+    moe_eng_heap_free(&heap, ref, ny * sizeof(float));
+    moe_eng_heap_free(&heap, counts, (size_t)num_experts * sizeof(int));
     return MOE_OK;
 }
 

@@ -97,11 +97,13 @@ struct moe_bench_grouped {
     double gflops;        /* 2 * tokens * in * out / time (the forward) */
     double dense_gflops;  /* one linear over all rows with the same FLOPs */
     double ratio;         /* gflops / dense_gflops */
+    int num_sets;         /* operand sets the calls cycled over (1: hot; cfg->evict_bytes) */
     bool is_ok;           /* grouped result equals per-expert linear results exactly */
 };
 
 /* Grouped linear forward, backward-data and backward-weight over num_experts experts (each timed
- * on its own, as the step calls them) vs one linear forward of equal FLOPs. */
+ * on its own, as the step calls them, on operand sets that fill twice cfg->evict_bytes: cold, as
+ * a step reads them) vs one linear forward of equal FLOPs. */
 MOE_NODISCARD enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                                     moe_k_ctx_t *kc,
                                                     const struct moe_bench_cfg *cfg,

@@ -57,7 +57,20 @@ static void test_compute_benchmarks(void **state)
         assert_int_equal(gr.tokens, 300);
         assert_true(gr.ratio > 0.0);
         assert_true(gr.dgrad_time_us > 0.0 && gr.wgrad_time_us > 0.0);
+        assert_int_equal(gr.num_sets, 1); /* quick: no eviction, one hot set */
     }
+    /* Cold, as a step reads them: sets filling twice the evicted bytes (a set here: x and dx
+     * 300 x 32, y 300 x 48, w and dw 8 x 48 x 32 floats = 232,704 bytes; 2 x 1 MiB -> 10 sets),
+     * at most 64, and the check still exact on the cycled operands. */
+    struct moe_bench_cfg cold = quick;
+    cold.evict_bytes = 1u << 20;
+    struct moe_bench_grouped gc;
+    assert_int_equal(moe_bench_grouped_run(k, kc, &cold, 8, 300, 32, 48, true, &gc), MOE_OK);
+    assert_true(gc.is_ok);
+    assert_int_equal(gc.num_sets, 10);
+    cold.evict_bytes = 64u << 20;
+    assert_int_equal(moe_bench_grouped_run(k, kc, &cold, 8, 300, 32, 48, false, &gc), MOE_OK);
+    assert_true(gc.is_ok && gc.num_sets == 64);
     const char *names[] = {"copy", "axpy", "rmsnorm", "swiglu", "rope"};
     for (size_t i = 0; i < 5; i++) {
         struct moe_bench_mem m;
@@ -179,7 +192,7 @@ static void test_cli(void **state)
     cJSON *g = cJSON_Parse(out);
     assert_non_null(g);
     const char *tables[] = {"gemm", "grouped_gemm", "quant"};
-    const int rows[] = {22, 24, 7}; /* grouped: 12 cases x (even, skewed) */
+    const int rows[] = {22, 32, 7}; /* grouped: 16 cases x (even, skewed) */
     for (int t = 0; t < 3; t++) {
         const cJSON *arr = cJSON_GetObjectItem(g, tables[t]);
         assert_int_equal(cJSON_GetArraySize(arr), rows[t]);
