@@ -659,6 +659,8 @@ static void search_group(struct worker *w, const struct moe_plan_okey *base)
         w->blk_ri = use_rc && ri > 0 ? ri : -1;
         bool evaluated = moe_search_eval_expanded(w, &k, lb_single, mst, &p, &m);
         w->blk_ri = -1;
+        w->blk_dom = NULL; /* they point into this frame */
+        w->blk_pd = NULL;
         if (evaluated) {
             lb_r[ri] =
                 fmax(lb_r[ri], p.step_time_s - moe_search_dominance_slack(w, &k, &p, GROW_ALL));
