@@ -347,10 +347,11 @@ static void extras_memo_key(const struct moe_options *opt, struct moe_options *k
     key->offload_modules = 0u;
 }
 
-/* opt with the knobs moe_compute_layer_base does not read cleared (see above). */
+/* opt with the knobs moe_compute_layer_base does not read cleared (see above): the recompute and
+ * offload knobs as extras_memo_key clears them, and the rest. */
 static void layer_memo_key(const struct moe_options *opt, struct moe_options *key)
 {
-    memcpy(key, opt, sizeof(*key));
+    extras_memo_key(opt, key);
     key->fp8_param_gather = false;
     key->use_distributed_optimizer = false;
     key->overlap_grad_reduce = false;
@@ -363,13 +364,6 @@ static void layer_memo_key(const struct moe_options *opt, struct moe_options *ke
     key->optimizer_offload_fraction = 0.0;
     key->exp_avg_dtype = MOE_DTYPE_FP32;
     key->exp_avg_sq_dtype = MOE_DTYPE_FP32;
-    key->recompute = MOE_RECOMPUTE_NONE;
-    key->recompute_method = MOE_RECOMPUTE_UNIFORM;
-    key->recompute_num_layers = 0;
-    key->recompute_modules = 0u;
-    key->cpu_offloading_num_layers = 0;
-    key->fine_grained_offload = false;
-    key->offload_modules = 0u;
     key->moe_imbalance = 0.0;
     key->moe_hot_expert_replicas = 0;
 }
