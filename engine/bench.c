@@ -208,6 +208,13 @@ struct grouped_set {
  * GEMMs 12-22% fast (2026-12-04, Intel 2-vCPU host, 2 MiB L2 a core: OpenBLAS at 64-128 rows an
  * expert, 256 wide, ran 16-25% slower L2-cold than hot; validate's expert_gemm -7 to -19% in 19
  * of 20 plans, compute -2%).
+ * What the step has just written is hot, though: the forward's input (the permuted rows) and the
+ * backward's output gradient (the activation's backward), so each call's set gets that operand
+ * rewritten, untimed, right before the call (the weights, the saved rows and the weight gradient
+ * stay cold). With every operand cold the presets' miniatures' rows (16 experts, 32-64 wide,
+ * where the rows weigh as much as the weights) ran at 50 / 85 / 65 GFLOP/s forward / backward-data
+ * / backward-weight at 64 rows an expert where the engine's step ran them at 57 / 109 / 90; so
+ * written, 55 / 109 / 99 (2026-12-04, Intel 2-vCPU host). The 256-1024-wide rows moved 0-5%.
  */
 enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                       moe_k_ctx_t *kc,
@@ -228,10 +235,12 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     size_t buf_bytes = (size_t)num_sets * set_floats * sizeof(float);
     float *buf = moe_eng_heap_alloc(&heap, buf_bytes);
     float *ref = moe_eng_heap_alloc(&heap, ny * sizeof(float));
+    float *fresh = moe_eng_heap_alloc(&heap, (nx + ny) * sizeof(float));
     int *counts = moe_eng_heap_alloc(&heap, (size_t)num_experts * sizeof(int));
-    if (buf == NULL || ref == NULL || counts == NULL) {
+    if (buf == NULL || ref == NULL || fresh == NULL || counts == NULL) {
         moe_eng_heap_free(&heap, buf, buf_bytes);
         moe_eng_heap_free(&heap, ref, ny * sizeof(float));
+        moe_eng_heap_free(&heap, fresh, (nx + ny) * sizeof(float));
         moe_eng_heap_free(&heap, counts, (size_t)num_experts * sizeof(int));
         return MOE_ERR_NOMEM;
     }
@@ -250,6 +259,8 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
             memcpy(p, buf, set_floats * sizeof(float));
         }
     }
+    memcpy(fresh, sets[0].x, nx * sizeof(float));
+    memcpy(fresh + nx, sets[0].y, ny * sizeof(float));
     expert_counts(counts, num_experts, tokens, is_skewed);
     /* The forward and the backward's two GEMMs in turn, as a step calls them (a forward's output
      * standing in for the output gradient), each call timed on its own. Their shapes differ
@@ -263,18 +274,23 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
         const struct grouped_set *f = &sets[c % num_sets];
         const struct grouped_set *d = &sets[(c + 1) % num_sets];
         const struct grouped_set *g = &sets[(c + 2) % num_sets];
+        memcpy(f->x, fresh, nx * sizeof(float));
         double t0 = moe_eng_now();
         k->grouped_linear_fwd(f->y, f->x, f->w, counts, NULL, num_experts, in, out, kc);
         double t1 = moe_eng_now();
+        memcpy(d->y, fresh + nx, ny * sizeof(float));
+        double t2 = moe_eng_now();
         k->grouped_linear_bwd_data(d->dx, d->y, d->w, counts, NULL, num_experts, in, out, false,
                                    kc);
-        double t2 = moe_eng_now();
-        k->grouped_linear_bwd_weight(g->dw, g->y, g->x, counts, NULL, num_experts, in, out, kc);
         double t3 = moe_eng_now();
+        memcpy(g->y, fresh + nx, ny * sizeof(float));
+        double t4 = moe_eng_now();
+        k->grouped_linear_bwd_weight(g->dw, g->y, g->x, counts, NULL, num_experts, in, out, kc);
+        double t5 = moe_eng_now();
         if (i >= 0) {
             t[0] += t1 - t0;
-            t[1] += t2 - t1;
-            t[2] += t3 - t2;
+            t[1] += t3 - t2;
+            t[2] += t5 - t4;
         }
     }
     res->time_us = t[0] * 1e6 / cfg->iters;
@@ -317,6 +333,7 @@ enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
     res->is_ok = memcmp(ref, f->y, ny * sizeof(float)) == 0;
     moe_eng_heap_free(&heap, buf, buf_bytes);
     moe_eng_heap_free(&heap, ref, ny * sizeof(float));
+    moe_eng_heap_free(&heap, fresh, (nx + ny) * sizeof(float));
     moe_eng_heap_free(&heap, counts, (size_t)num_experts * sizeof(int));
     return MOE_OK;
 }

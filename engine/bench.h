@@ -103,7 +103,8 @@ struct moe_bench_grouped {
 
 /* Grouped linear forward, backward-data and backward-weight over num_experts experts (each timed
  * on its own, as the step calls them, on operand sets that fill twice cfg->evict_bytes: cold, as
- * a step reads them) vs one linear forward of equal FLOPs. */
+ * a step reads them, except the operand the step has just written, the forward's input and the
+ * backward's output gradient, rewritten before each call) vs one linear forward of equal FLOPs. */
 MOE_NODISCARD enum moe_status moe_bench_grouped_run(const struct moe_k_ops *k,
                                                     moe_k_ctx_t *kc,
                                                     const struct moe_bench_cfg *cfg,
