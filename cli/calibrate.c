@@ -283,39 +283,95 @@ fit_gemm(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 #define GROUPED_HALF_STEPS 5120 /* 0 to 256 rows */
 #define GROUPED_HALF_STEP  0.05
 
-/* Fit one direction's factor and term to the rows' `key` rates; *n_out: the rows that had it. */
-static void fit_grouped_dir(const cJSON *bench,
-                            const struct moe_calib_fit *fit,
-                            const char *key,
-                            double cap,
-                            double *eff,
-                            double *half_dim,
-                            double *rms_resid,
-                            size_t *n_out)
+/*
+ * The small-matrix regime. A host's BLAS may run small GEMMs on kernels of their own: OpenBLAS on
+ * AVX-512 x86 runs M x N x K <= 10^6 unpacked (kernel/x86_64/sgemm_small_kernel_permit_skylakex.c,
+ * for its NN and NT layouts). The presets' miniatures' expert GEMMs (32-64 wide, 16-128 rows an
+ * expert) are that small, the validate model's (256 wide) are not, and one curve over both priced
+ * the miniatures' backward-data at half the rate the engine ran it (2026-12-04, Intel 2-vCPU host:
+ * 48-62 GFLOP/s priced, 97-126 run; backward-data's RMS log residual over the bench's rows 0.40).
+ * So the rows are split by each expert's rows x in x out where a split fits them better than one
+ * curve: every candidate between two rows' sizes with at least GROUPED_SMALL_MIN_ROWS rows on each
+ * side, each side fitted as above (each direction its own factor and term, factors at most 2 below
+ * the split), the least RMS log residual over the three directions kept if it is at most
+ * GROUPED_SMALL_GAIN of one curve's and lower by GROUPED_SMALL_MIN_DROP. The regime's bound is the
+ * geometric mean of the two sizes around the split (the bench knows no size in between); a host
+ * whose rows fit one curve gets none (gemm.grouped_small.mnk 0, as every GPU file).
+ */
+#define GROUPED_SMALL_MIN_ROWS 4
+#define GROUPED_SMALL_GAIN     (2.0 / 3.0)
+#define GROUPED_SMALL_MIN_DROP 0.03
+
+enum { GROUPED_DIRS = 3 };
+
+/* The grouped rows calibrate fits (even routing, checked): each row's rate per direction (0: not
+ * timed), what model/compute.c prices before the factor, and each expert's rows x in x out. */
+struct grouped_pts {
+    size_t n;
+    double rate[GROUPED_DIRS][MAX_POINTS];
+    double flops[MAX_POINTS];
+    double d[MAX_POINTS];
+    double mnk[MAX_POINTS];
+};
+
+/* One direction's fit on one side of a split. */
+struct dir_fit {
+    double eff, half_dim, rms;
+    double ss; /* sum of squared log residuals */
+    size_t n;  /* rows fitted */
+};
+
+static void grouped_points(const cJSON *bench, struct grouped_pts *p)
 {
-    double g[MAX_POINTS], flops[MAX_POINTS], d[MAX_POINTS];
-    size_t n = 0;
+    static const char *const keys[GROUPED_DIRS] = {"gflops", "dgrad_gflops", "wgrad_gflops"};
+    p->n = 0;
     const cJSON *it = NULL;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(bench, "grouped_gemm"))
     {
-        double rate = num_of(it, key);
         double e = num_of(it, "experts");
         double t = num_of(it, "tokens");
         double in = num_of(it, "in");
         double out = num_of(it, "out");
         const cJSON *sk = cJSON_GetObjectItemCaseSensitive(it, "skewed");
-        if (!ok_of(it) || !(rate > 0.0) || !(e > 0.0) || !(t > 0.0) || !(in > 0.0) ||
-            !(out > 0.0) || cJSON_IsTrue(sk) || n >= MAX_POINTS) {
+        if (!ok_of(it) || !(e > 0.0) || !(t > 0.0) || !(in > 0.0) || !(out > 0.0) ||
+            cJSON_IsTrue(sk) || p->n >= MAX_POINTS) {
             continue;
         }
-        /* What model/compute.c prices before the factor: the curve at the total FLOPs with
-         * each expert's own rows as the narrowest dimension. */
-        g[n] = rate;
-        flops[n] = 2.0 * t * in * out;
-        d[n] = fmin(t / e, fmin(in, out));
-        n++;
+        size_t i = p->n++;
+        for (int dir = 0; dir < GROUPED_DIRS; dir++) {
+            double rate = num_of(it, keys[dir]);
+            p->rate[dir][i] = rate > 0.0 ? rate : 0.0;
+        }
+        /* What model/compute.c prices before the factor: the curve at the total FLOPs with each
+         * expert's own rows as the narrowest dimension. */
+        p->flops[i] = 2.0 * t * in * out;
+        p->d[i] = fmin(t / e, fmin(in, out));
+        p->mnk[i] = t / e * in * out;
     }
-    *n_out = n;
+}
+
+/* Fit direction `dir`'s factor (at most cap) and term to the rows of size in (lo, hi]. */
+static void fit_grouped_dir(const struct grouped_pts *p,
+                            const struct moe_calib_fit *fit,
+                            int dir,
+                            double cap,
+                            double lo,
+                            double hi,
+                            struct dir_fit *out)
+{
+    double g[MAX_POINTS], base[MAX_POINTS], d[MAX_POINTS];
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->rate[dir][i] > 0.0 && p->mnk[i] > lo && p->mnk[i] <= hi) {
+            g[n] = p->rate[dir][i];
+            base[n] = fit->gemm_peak_gflops * curve_shape(p->flops[i], 1.0, fit->gemm_half_flops,
+                                                          0.0); /* the narrow term below */
+            d[n] = p->d[i];
+            n++;
+        }
+    }
+    memset(out, 0, sizeof(*out));
+    out->n = n;
     if (n == 0) {
         return;
     }
@@ -324,8 +380,7 @@ static void fit_grouped_dir(const cJSON *bench,
         double h = step * GROUPED_HALF_STEP;
         double r[MAX_POINTS], sorted[MAX_POINTS];
         for (size_t i = 0; i < n; i++) {
-            r[i] = g[i] /
-                   (fit->gemm_peak_gflops * curve_shape(flops[i], d[i], fit->gemm_half_flops, h));
+            r[i] = g[i] / (base[i] * d[i] / (d[i] + h));
             sorted[i] = r[i];
         }
         /* Capped here, inside the grid: capping the best unconstrained pair afterwards kept a
@@ -340,31 +395,126 @@ static void fit_grouped_dir(const cJSON *bench,
         double med = median(sorted, n);
         if (med < best_med - 1e-12) {
             best_med = med;
-            *rms_resid = sqrt(ss / (double)n);
-            *eff = ge;
-            *half_dim = h;
+            out->ss = ss;
+            out->rms = sqrt(ss / (double)n);
+            out->eff = ge;
+            out->half_dim = h;
         }
+    }
+}
+
+/* The three directions on (lo, hi]; the forward's factor at most fwd_cap. Returns the summed
+ * squared residual, *n_out the residuals counted. */
+static double fit_grouped_side(const struct grouped_pts *p,
+                               const struct moe_calib_fit *fit,
+                               double fwd_cap,
+                               double lo,
+                               double hi,
+                               struct dir_fit out[GROUPED_DIRS],
+                               size_t *n_out)
+{
+    double ss = 0.0;
+    *n_out = 0;
+    for (int dir = 0; dir < GROUPED_DIRS; dir++) {
+        fit_grouped_dir(p, fit, dir, dir == 0 ? fwd_cap : 2.0, lo, hi, &out[dir]);
+        ss += out[dir].ss;
+        *n_out += out[dir].n;
+    }
+    return ss;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The best split's bound (0: none beats one curve), its RMS in *rms. */
+static double grouped_split(const struct grouped_pts *p,
+                            const struct moe_calib_fit *fit,
+                            double rms_one,
+                            double *rms)
+{
+    double sizes[MAX_POINTS];
+    memcpy(sizes, p->mnk, p->n * sizeof(double));
+    qsort(sizes, p->n, sizeof(double), cmp_double);
+    double best = 0.0;
+    double best_rms = rms_one;
+    for (size_t i = GROUPED_SMALL_MIN_ROWS; i + GROUPED_SMALL_MIN_ROWS <= p->n; i++) {
+        if (!(sizes[i] > sizes[i - 1])) {
+            continue; /* not between two sizes */
+        }
+        struct dir_fit lo_fit[GROUPED_DIRS], hi_fit[GROUPED_DIRS];
+        size_t n_lo = 0, n_hi = 0;
+        double ss = fit_grouped_side(p, fit, 2.0, 0.0, sizes[i - 1], lo_fit, &n_lo) +
+                    fit_grouped_side(p, fit, 1.0, sizes[i - 1], INFINITY, hi_fit, &n_hi);
+        double r = n_lo + n_hi > 0 ? sqrt(ss / (double)(n_lo + n_hi)) : (double)INFINITY;
+        if (r < best_rms) {
+            best_rms = r;
+            best = sqrt(sizes[i - 1] * sizes[i]);
+        }
+    }
+    *rms = best_rms;
+    bool is_better = best > 0.0 && best_rms <= GROUPED_SMALL_GAIN * rms_one &&
+                     rms_one - best_rms >= GROUPED_SMALL_MIN_DROP;
+    return is_better ? best : 0.0;
+}
+
+static void set_grouped(struct moe_calib_fit *fit, const struct dir_fit big[GROUPED_DIRS])
+{
+    fit->grouped_eff = big[0].eff;
+    fit->grouped_half_dim = big[0].half_dim;
+    fit->grouped_rms_resid = big[0].rms;
+    for (int i = 0; i < 2; i++) {
+        /* A bench without backward rates: factor 0, the forward's figures. */
+        fit->grouped_bwd_eff[i] = big[i + 1].n > 0 ? big[i + 1].eff : 0.0;
+        fit->grouped_bwd_half_dim[i] = big[i + 1].n > 0 ? big[i + 1].half_dim : 0.0;
+        fit->grouped_bwd_rms_resid[i] = big[i + 1].rms;
     }
 }
 
 static enum moe_status
 fit_grouped(const cJSON *bench, struct moe_calib_fit *fit, struct moe_diag *diag)
 {
-    size_t n = 0;
-    fit_grouped_dir(bench, fit, "gflops", 1.0, &fit->grouped_eff, &fit->grouped_half_dim,
-                    &fit->grouped_rms_resid, &n);
-    if (n == 0) {
+    struct grouped_pts *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return moe_diag_set(diag, MOE_ERR_NOMEM, "calibrate: out of memory for the grouped rows");
+    }
+    grouped_points(bench, p);
+    struct dir_fit one[GROUPED_DIRS];
+    size_t n_one = 0;
+    double ss_one = fit_grouped_side(p, fit, 1.0, -INFINITY, INFINITY, one, &n_one);
+    if (one[0].n == 0) {
+        free(p);
         return moe_diag_set(diag, MOE_ERR_INVALID,
                             "calibrate: the bench has no grouped_gemm points");
     }
-    static const char *const keys[2] = {"dgrad_gflops", "wgrad_gflops"};
-    for (int i = 0; i < 2; i++) {
-        fit->grouped_bwd_eff[i] = 0.0; /* a bench without them: the forward's figures */
-        fit->grouped_bwd_half_dim[i] = 0.0;
-        fit->grouped_bwd_rms_resid[i] = 0.0;
-        fit_grouped_dir(bench, fit, keys[i], 2.0, &fit->grouped_bwd_eff[i],
-                        &fit->grouped_bwd_half_dim[i], &fit->grouped_bwd_rms_resid[i], &n);
+    fit->grouped_points = (int)one[0].n;
+    fit->grouped_one_rms = sqrt(ss_one / (double)n_one);
+    double split_rms = fit->grouped_one_rms;
+    double bound = grouped_split(p, fit, fit->grouped_one_rms, &split_rms);
+    fit->small_mnk = 0.0;
+    fit->small_points = 0;
+    if (bound > 0.0) {
+        struct dir_fit small[GROUPED_DIRS], big[GROUPED_DIRS];
+        size_t n_s = 0, n_b = 0;
+        (void)fit_grouped_side(p, fit, 2.0, -INFINITY, bound, small, &n_s);
+        (void)fit_grouped_side(p, fit, 1.0, bound, INFINITY, big, &n_b);
+        set_grouped(fit, big);
+        fit->small_mnk = bound;
+        fit->small_points = (int)small[0].n;
+        fit->grouped_split_rms = split_rms;
+        for (int dir = 0; dir < GROUPED_DIRS; dir++) {
+            /* A direction the bench did not time below the bound: the forward's figures. */
+            const struct dir_fit *f = small[dir].n > 0 ? &small[dir] : &small[0];
+            fit->small_eff[dir] = f->eff;
+            fit->small_half_dim[dir] = f->half_dim;
+            fit->small_rms_resid[dir] = f->rms;
+        }
+    } else {
+        set_grouped(fit, one);
     }
+    free(p);
     return MOE_OK;
 }
 
@@ -849,6 +999,11 @@ enum moe_status moe_calib_cluster(const struct moe_calib_fit *fit,
         g->gemm.grouped_bwd_half_dim[i] = fit->grouped_bwd_half_dim[i];
     }
     g->gemm.grouped_tile_m = 1.0;
+    g->gemm.small_mnk = fit->small_mnk;
+    for (int i = 0; i < 3; i++) {
+        g->gemm.small_eff[i] = fit->small_mnk > 0.0 ? fit->small_eff[i] : 0.0;
+        g->gemm.small_half_dim[i] = fit->small_mnk > 0.0 ? fit->small_half_dim[i] : 0.0;
+    }
     for (int i = 0; i < MOE_CLUSTER_NUM_RECIPES; i++) {
         g->gemm.recipe_eff[i] = 1.0;
     }

@@ -73,6 +73,18 @@ struct moe_calib_fit {
     double grouped_bwd_eff[2];
     double grouped_bwd_half_dim[2];
     double grouped_bwd_rms_resid[2];
+    int grouped_points;     /* grouped rows fitted (even routing) */
+    double grouped_one_rms; /* RMS log residual of one curve per direction over all of them */
+    /* The small-matrix regime (cli/calibrate.c): each expert's rows x in x out at or below
+     * small_mnk fitted apart (0: one curve fitted the rows best; the fields below unset), its
+     * rows' count, each direction's factor, term and RMS log residual, and the RMS over both
+     * sides (the figures above are then the larger rows'). */
+    double small_mnk;
+    int small_points;
+    double small_eff[3];
+    double small_half_dim[3];
+    double small_rms_resid[3];
+    double grouped_split_rms;
     double mem_gbps;      /* streaming copy bandwidth per rank, largest working set */
     double elem_eff;      /* elementwise kernels' rate / copy bandwidth (median) */
     double act_eff;       /* SwiGLU's rate / copy bandwidth (median over sizes); 0 = not measured */

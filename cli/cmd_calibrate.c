@@ -244,6 +244,23 @@ static void print_report(const struct moe_calib_fit *f, const struct moe_cluster
                    labels[i], "-", dirs[i]);
         }
     }
+    if (f->small_mnk > 0.0) {
+        static const char *const names[3] = {"forward", "backward-data", "backward-weight"};
+        printf("%-26s %14.3g  each expert's rows x in x out at or below: the host's small-matrix "
+               "kernels, %d rows fitted apart (RMS log residual %.3f over all rows; one curve "
+               "%.3f)\n",
+               "grouped small GEMMs", f->small_mnk, f->small_points, f->grouped_split_rms,
+               f->grouped_one_rms);
+        for (int i = 0; i < 3; i++) {
+            printf("%-26s %14.3f  %s, half_dim %.3g rows, RMS log residual %.3f\n",
+                   i == 0 ? "  small factor" : "", f->small_eff[i], names[i], f->small_half_dim[i],
+                   f->small_rms_resid[i]);
+        }
+    } else {
+        printf("%-26s %14s  one curve fits the %d grouped rows (RMS log residual %.3f): no "
+               "small-matrix regime\n",
+               "grouped small GEMMs", "-", f->grouped_points, f->grouped_one_rms);
+    }
     if (f->rank_spread_points > 0) {
         printf("%-26s %13.1f%%  slowest rank's GEMM time / the ranks' mean - 1 (mean of %d "
                "shapes): host.rank_spread, each collective that joins ranks waits this share of "
@@ -422,6 +439,14 @@ int moe_cli_calibrate(int argc, char **argv)
         cJSON_AddNumberToObject(j, "grouped_dgrad_half_dim", fit.grouped_bwd_half_dim[0]);
         cJSON_AddNumberToObject(j, "grouped_wgrad_eff", fit.grouped_bwd_eff[1]);
         cJSON_AddNumberToObject(j, "grouped_wgrad_half_dim", fit.grouped_bwd_half_dim[1]);
+        cJSON_AddNumberToObject(j, "grouped_small_mnk", fit.small_mnk);
+        cJSON_AddNumberToObject(j, "grouped_small_points", fit.small_points);
+        cJSON *sm = cJSON_AddArrayToObject(j, "grouped_small_eff");
+        cJSON *sh = cJSON_AddArrayToObject(j, "grouped_small_half_dim");
+        for (int i = 0; i < 3; i++) {
+            cJSON_AddItemToArray(sm, cJSON_CreateNumber(fit.small_eff[i]));
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber(fit.small_half_dim[i]));
+        }
         cJSON_AddNumberToObject(j, "rank_spread", fit.rank_spread);
         cJSON_AddNumberToObject(j, "probe_gemm_us", fit.probe_gemm_us);
         cJSON_AddNumberToObject(j, "mem_gbps", fit.mem_gbps);

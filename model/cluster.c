@@ -95,6 +95,25 @@ static enum moe_status validate_math(const struct moe_cluster *cl, struct moe_di
     return MOE_OK;
 }
 
+/* The small-GEMM regime: where it is on, each direction has a factor in (0, 2] and a term. */
+static enum moe_status validate_small(const struct moe_cluster *cl, struct moe_diag *diag)
+{
+    const struct moe_gemm_eff *ge = &cl->gpu.gemm;
+    const bool is_on = ge->small_mnk > 0.0;
+    const double big = (double)INFINITY;
+    const struct cluster_range r[] = {
+        {"gemm.grouped_small.eff", ge->small_eff[0], 0.0, is_on, 2.0, "factor vs the curve"},
+        {"gemm.grouped_small.dgrad_eff", ge->small_eff[1], 0.0, is_on, 2.0, "factor vs the curve"},
+        {"gemm.grouped_small.wgrad_eff", ge->small_eff[2], 0.0, is_on, 2.0, "factor vs the curve"},
+        {"gemm.grouped_small.half_dim", ge->small_half_dim[0], 0.0, false, big, "rows per expert"},
+        {"gemm.grouped_small.dgrad_half_dim", ge->small_half_dim[1], 0.0, false, big,
+         "rows per expert"},
+        {"gemm.grouped_small.wgrad_half_dim", ge->small_half_dim[2], 0.0, false, big,
+         "rows per expert"},
+    };
+    return check_ranges(cl, r, MOE_ARRAY_LEN(r), diag);
+}
+
 static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_diag *diag)
 {
     const struct moe_gpu *g = &cl->gpu;
@@ -125,6 +144,7 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gemm.grouped_wgrad_half_dim", g->gemm.grouped_bwd_half_dim[1], 0.0, false, big,
          "rows per expert"},
         {"gemm.grouped_tile_m", g->gemm.grouped_tile_m, 1.0, false, big, "rows per tile"},
+        {"gemm.grouped_small.mnk", g->gemm.small_mnk, 0.0, false, big, "M x N x K, 0 = none"},
         {"gpu.attn_fwd_eff", g->attn_fwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
         {"gpu.attn_bwd_eff", g->attn_bwd_eff, 0.0, true, 1.0, "fraction of BF16 peak"},
         {"gpu.attn_fwd_half_dim", g->attn_fwd_half_dim, 0.0, false, big, "head dims, 0 = gemm's"},
@@ -147,7 +167,8 @@ static enum moe_status validate_gpu(const struct moe_cluster *cl, struct moe_dia
         {"gpu.host_param_us", g->host_param_us, 0.0, false, big, "microseconds"},
         {"gpu.quant_bytes_per_elem", g->quant_bytes_per_elem, 0.0, false, big, "bytes"},
     };
-    return check_ranges(cl, r, MOE_ARRAY_LEN(r), diag);
+    MOE_TRY(check_ranges(cl, r, MOE_ARRAY_LEN(r), diag));
+    return validate_small(cl, diag);
 }
 
 /* A per-size table: at most MOE_BUSBW_MAX_SIZES points, sizes strictly ascending, every

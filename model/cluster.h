@@ -59,6 +59,14 @@ struct moe_gemm_eff {
                                        no term; where it is 0, a term > 0 goes with the forward's
                                        factor, 0: the forward's term) */
     double grouped_tile_m;          /* rows per tile: each expert's token count is padded to it */
+    /* The experts' GEMMs small enough for the host's unpacked small-matrix kernels (a CPU host:
+     * OpenBLAS runs GEMMs of M x N x K <= 10^6 without packing their operands, at rates no curve
+     * of the larger shapes gives): an expert's GEMM of rows x n x k <= small_mnk takes these
+     * factors and terms (forward, backward-data, backward-weight) in place of the grouped ones
+     * above. small_mnk 0: no such regime (every GPU file). */
+    double small_mnk;
+    double small_eff[3];
+    double small_half_dim[3];
     double recipe_eff[MOE_CLUSTER_NUM_RECIPES]; /* per recipe (enum moe_recipe order): factor on
                                      max_eff for its scaling mode's GEMM kernels (BF16 = 1) */
 };

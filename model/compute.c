@@ -199,7 +199,9 @@ struct cctx {
     double inv_half;        /* 1 / half_flops at the recipe's math */
     double half_dim;        /* narrowest-dimension term of the efficiency (0: none) */
     struct gemm_dirs dense; /* the dense linears': no factor, half_dim in all three */
-    struct gemm_dirs experts; /* the experts' grouped GEMMs' per direction */
+    struct gemm_dirs experts;       /* the experts' grouped GEMMs' per direction */
+    struct gemm_dirs experts_small; /* theirs at or below small_mnk (gpu.gemm.grouped_small) */
+    double small_mnk;               /* an expert's rows x n x k at or below which; 0: none */
 };
 
 static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct moe_options *opt)
@@ -250,6 +252,19 @@ static void cctx_init(struct cctx *c, const struct moe_cluster *cl, const struct
             c->experts.is_uniform = false;
         }
     }
+    c->small_mnk = ge->small_mnk;
+    for (int d = 0; d < GEMM_DIRS; d++) {
+        c->experts_small.div[d] = ge->small_eff[d] > 0.0 ? 1.0 / ge->small_eff[d] : 1.0;
+        c->experts_small.half[d] = ge->small_half_dim[d];
+    }
+    c->experts_small.is_uniform = false;
+}
+
+/* The figures of an expert's GEMM of `rows` x n x k: the small-matrix kernels' at or below their
+ * size, else the grouped GEMMs'. */
+static const struct gemm_dirs *expert_dirs(const struct cctx *c, double rows, double n, double k)
+{
+    return c->small_mnk > 0.0 && rows * n * k <= c->small_mnk ? &c->experts_small : &c->experts;
 }
 
 /* Forward and backward time of one GEMM shape. */
@@ -544,12 +559,13 @@ static struct fb routed_experts(const struct cctx *c,
     struct fb fc1;
     struct fb fc2;
     if (opt->moe_grouped_gemm) {
-        double padded = ceil(m_e / tile) * tile * e_act;
-        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_act, &c->experts);
-        fc2 = gemm_fb(c, padded, h, fe_loc, e_act, &c->experts);
+        double m_pad = ceil(m_e / tile) * tile;
+        double padded = m_pad * e_act;
+        fc1 = gemm_fb(c, padded, fe_loc * mats, h, e_act, expert_dirs(c, m_pad, fe_loc * mats, h));
+        fc2 = gemm_fb(c, padded, h, fe_loc, e_act, expert_dirs(c, m_pad, h, fe_loc));
     } else {
-        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, &c->experts);
-        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, &c->experts);
+        fc1 = gemm_fb(c, m_e, fe_loc * mats, h, 1.0, expert_dirs(c, m_e, fe_loc * mats, h));
+        fc2 = gemm_fb(c, m_e, h, fe_loc, 1.0, expert_dirs(c, m_e, h, fe_loc));
         fc1.f *= e_act;
         fc1.b *= e_act;
         fc2.f *= e_act;

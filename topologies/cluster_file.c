@@ -56,6 +56,7 @@ enum field_section {
     SEC_GEMM,
     SEC_MAX_EFF,
     SEC_RECIPE_EFF,
+    SEC_GROUPED_SMALL,
     SEC_NVLINK,
     SEC_SCALEOUT,
     SEC_HOST,
@@ -147,6 +148,15 @@ static const struct cluster_field cluster_fields[] = {
     FIG_REAL(SEC_GEMM, "grouped_dgrad_half_dim", gpu.gemm.grouped_bwd_half_dim[0], 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_wgrad_half_dim", gpu.gemm.grouped_bwd_half_dim[1], 0, 1.0e6),
     FIG_REAL(SEC_GEMM, "grouped_tile_m", gpu.gemm.grouped_tile_m, 0, 1.0e5),
+    SECTION(SEC_GEMM, "grouped_small", SEC_GROUPED_SMALL),
+
+    FIG_REAL(SEC_GROUPED_SMALL, "mnk", gpu.gemm.small_mnk, 0, 1.0e18),
+    FIG_REAL(SEC_GROUPED_SMALL, "eff", gpu.gemm.small_eff[0], 0, 2),
+    FIG_REAL(SEC_GROUPED_SMALL, "half_dim", gpu.gemm.small_half_dim[0], 0, 1.0e6),
+    FIG_REAL(SEC_GROUPED_SMALL, "dgrad_eff", gpu.gemm.small_eff[1], 0, 2),
+    FIG_REAL(SEC_GROUPED_SMALL, "dgrad_half_dim", gpu.gemm.small_half_dim[1], 0, 1.0e6),
+    FIG_REAL(SEC_GROUPED_SMALL, "wgrad_eff", gpu.gemm.small_eff[2], 0, 2),
+    FIG_REAL(SEC_GROUPED_SMALL, "wgrad_half_dim", gpu.gemm.small_half_dim[2], 0, 1.0e6),
 
     FIG_REAL(SEC_MAX_EFF, "bf16", gpu.gemm.max_eff[MOE_MATH_BF16], 0, 1),
     FIG_REAL(SEC_MAX_EFF, "fp8", gpu.gemm.max_eff[MOE_MATH_FP8], 0, 1),

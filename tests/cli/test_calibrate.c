@@ -252,6 +252,92 @@ grouped_row(double experts, double tokens, double in, double out, double gflops,
     return o;
 }
 
+/* Rates of a grouped row drawn at one factor and term per direction (forward, backward-data,
+ * backward-weight) on the dense curve of `plain`. */
+static cJSON *drawn_row(const struct moe_calib_fit *plain,
+                        const double shape[4],
+                        const double eff[3],
+                        const double half[3])
+{
+    static const char *const keys[3] = {"gflops", "dgrad_gflops", "wgrad_gflops"};
+    double f = 2.0 * shape[1] * shape[2] * shape[3];
+    double d = fmin(shape[1] / shape[0], fmin(shape[2], shape[3]));
+    double curve = plain->gemm_peak_gflops * (1.0 - exp(-f / plain->gemm_half_flops));
+    cJSON *r = grouped_row(shape[0], shape[1], shape[2], shape[3],
+                           curve * eff[0] * d / (d + half[0]), false);
+    for (int i = 1; i < 3; i++) {
+        cJSON_AddNumberToObject(r, keys[i], curve * eff[i] * d / (d + half[i]));
+    }
+    return r;
+}
+
+/* The small-matrix regime: rows whose experts' GEMMs are small (rows x in x out <= 10^6 here: the
+ * presets' miniatures' shapes) drawn at figures of their own (backward-data above the curve, as
+ * OpenBLAS's unpacked kernels ran them) are fitted apart: the bound falls between the two
+ * populations' sizes, each side's figures come back, and the cluster carries them. Drawn at the
+ * larger rows' figures, one curve is kept (bound 0). */
+static void test_grouped_small(void **state)
+{
+    (void)state;
+    cJSON *bench = load_bench();
+    struct moe_calib_fit plain;
+    struct moe_diag diag = {0};
+    assert_int_equal(moe_calib_fit_bench(bench, &plain, &diag), MOE_OK);
+    static const double big[][4] = {{8, 128, 256, 512},    {8, 256, 256, 512},
+                                    {8, 512, 256, 256},    {8, 2048, 1024, 512},
+                                    {32, 8192, 1024, 512}, {64, 8192, 512, 256}};
+    static const double small[][4] = {{16, 256, 64, 64},
+                                      {16, 512, 64, 64},
+                                      {16, 1024, 64, 64},
+                                      {16, 2048, 64, 64},
+                                      {16, 1024, 32, 64}};
+    const double big_eff[3] = {0.9, 0.95, 1.0}, big_half[3] = {40.0, 60.0, 15.0};
+    const double small_eff[3] = {0.45, 1.1, 0.7}, small_half[3] = {4.0, 18.0, 0.0};
+    for (int variant = 0; variant < 2; variant++) {
+        cJSON_DeleteItemFromObjectCaseSensitive(bench, "grouped_gemm");
+        cJSON *arr = cJSON_AddArrayToObject(bench, "grouped_gemm");
+        for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+            cJSON_AddItemToArray(arr, drawn_row(&plain, big[i], big_eff, big_half));
+        }
+        /* 0: the small rows at their own figures; 1: at the larger rows'. */
+        for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
+            cJSON_AddItemToArray(arr,
+                                 drawn_row(&plain, small[i], variant == 1 ? big_eff : small_eff,
+                                           variant == 1 ? big_half : small_half));
+        }
+        struct moe_calib_fit fit;
+        assert_int_equal(moe_calib_fit_bench(bench, &fit, &diag), MOE_OK);
+        if (variant != 0) {
+            assert_true(fit.small_mnk == 0.0);
+            continue;
+        }
+        /* Between the largest small GEMM (128 x 64 x 64) and the smallest larger one
+         * (16 x 256 x 512). */
+        assert_true(fabs(fit.small_mnk - sqrt(128.0 * 64 * 64 * 16.0 * 256 * 512)) < 1.0);
+        assert_int_equal(fit.small_points, 5);
+        assert_true(fit.grouped_split_rms < 1e-3 && fit.grouped_one_rms > 0.1);
+        assert_true(fabs(fit.grouped_eff - big_eff[0]) <= 2e-3);
+        assert_true(fabs(fit.grouped_half_dim - big_half[0]) <= 0.051);
+        for (int i = 0; i < 3; i++) {
+            assert_true(fabs(fit.small_eff[i] - small_eff[i]) <= 2e-3);
+            assert_true(fabs(fit.small_half_dim[i] - small_half[i]) <= 0.051);
+        }
+        for (int b = 0; b < 2; b++) {
+            assert_true(fabs(fit.grouped_bwd_eff[b] - big_eff[b + 1]) <= 2e-3);
+            assert_true(fabs(fit.grouped_bwd_half_dim[b] - big_half[b + 1]) <= 0.051);
+        }
+        struct moe_cluster cl;
+        assert_int_equal(moe_calib_cluster(&fit, "t", &cl, &diag), MOE_OK);
+        assert_true(cl.gpu.gemm.small_mnk == fit.small_mnk);
+        for (int i = 0; i < 3; i++) {
+            assert_true(cl.gpu.gemm.small_eff[i] == fit.small_eff[i]);
+            assert_true(cl.gpu.gemm.small_half_dim[i] == fit.small_half_dim[i]);
+        }
+        assert_int_equal(moe_cluster_validate(&cl, &diag), MOE_OK);
+    }
+    cJSON_Delete(bench);
+}
+
 /* The grouped rows' own narrow-dimension term: rates drawn at factor 0.8 and 10 rows per expert
  * on the real bench's dense curve (16 to 1024 rows per expert) come back as 0.8 and 10 (the
  * grid's step is 0.05), whatever the dense half_dim; a skewed row is not fitted; the cluster
@@ -715,6 +801,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouped_half_dim),
+        cmocka_unit_test(test_grouped_small),
         cmocka_unit_test(test_real_host_fit),
         cmocka_unit_test(test_small_gemm_shapes),
         cmocka_unit_test(test_step_collectives),

@@ -201,6 +201,24 @@ static void test_fractions(void **state)
     cl = h100_cluster();
     cl.gpu.gemm.grouped_tile_m = 0.5;
     expect_invalid(&cl, "gemm.grouped_tile_m = 0.5");
+    /* The small-GEMM regime: on, every direction needs a factor; off, the figures are unread. */
+    cl = h100_cluster();
+    cl.gpu.gemm.small_mnk = 1e6;
+    cl.gpu.gemm.small_eff[0] = 0.5;
+    cl.gpu.gemm.small_eff[1] = 1.1;
+    expect_invalid(&cl, "gemm.grouped_small.wgrad_eff = 0");
+    cl.gpu.gemm.small_eff[2] = 2.5;
+    expect_invalid(&cl, "gemm.grouped_small.wgrad_eff = 2.5");
+    cl.gpu.gemm.small_eff[2] = 0.7;
+    cl.gpu.gemm.small_half_dim[1] = -1.0;
+    expect_invalid(&cl, "gemm.grouped_small.dgrad_half_dim");
+    cl.gpu.gemm.small_half_dim[1] = 18.0;
+    assert_int_equal(moe_cluster_validate(&cl, &(struct moe_diag){0}), MOE_OK);
+    cl.gpu.gemm.small_mnk = -1.0;
+    expect_invalid(&cl, "gemm.grouped_small.mnk");
+    cl = h100_cluster();
+    cl.gpu.gemm.small_eff[0] = 0.0; /* off: 0 is fine */
+    assert_int_equal(moe_cluster_validate(&cl, &(struct moe_diag){0}), MOE_OK);
     cl = h100_cluster();
     cl.gpu.gemm.max_eff[MOE_MATH_FP8] = 0.0;
     expect_invalid(&cl, "gemm.max_eff.fp8 = 0 must be in (0, 1]");

@@ -347,6 +347,52 @@ static void test_grouped_bwd_rates(void **state)
     }
 }
 
+/* The small-matrix regime (gemm.grouped_small): an expert GEMM at or below small_mnk takes its
+ * figures. Those equal to the grouped ones change nothing; the forward's factor halved adds the
+ * forward GEMMs' math time (a third adds twice it) and leaves the backward, and only while the
+ * bound covers the experts' GEMMs (a bound below their size, or 0, prices them as before). */
+static void test_grouped_small(void **state)
+{
+    (void)state;
+    struct moe_model_cfg cfg;
+    struct moe_cluster cl;
+    struct moe_layout lay;
+    struct moe_options opt;
+    setup(&cfg, &cl, &lay, &opt, 8, 1, 1, 1, 8);
+    cl.gpu.hbm_tbps *= 100.0; /* FLOP-bound GEMMs: the math time is what changes */
+    cl.gpu.quant_bytes_per_elem *= 100.0;
+    struct moe_layer_kind moe = {.is_moe = true, .is_windowed = false};
+    struct moe_layer_cost base;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &base);
+    struct moe_gemm_eff *ge = &cl.gpu.gemm;
+    for (int i = 0; i < 3; i++) {
+        ge->small_eff[i] = ge->grouped_eff;
+        ge->small_half_dim[i] = ge->grouped_half_dim;
+    }
+    ge->small_mnk = 1e30;
+    struct moe_layer_cost same;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &same);
+    ASSERT_NEAR(same.fwd_expert, base.fwd_expert, 1e-12 * base.fwd_expert);
+    ASSERT_NEAR(same.bwd_expert, base.bwd_expert, 1e-12 * base.bwd_expert);
+    ge->small_eff[0] = ge->grouped_eff / 2.0;
+    struct moe_layer_cost slow;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &slow);
+    double w = slow.fwd_expert - base.fwd_expert; /* the forward GEMMs' math time */
+    assert_true(w > 0.1 * base.fwd_expert);
+    ASSERT_NEAR(slow.bwd_expert, base.bwd_expert, 1e-12 * base.bwd_expert);
+    ge->small_eff[0] = ge->grouped_eff / 3.0;
+    struct moe_layer_cost slower;
+    moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &slower);
+    ASSERT_NEAR(slower.fwd_expert - base.fwd_expert, 2.0 * w, 1e-9 * base.fwd_expert);
+    for (int k = 0; k < 2; k++) {
+        ge->small_mnk = k == 0 ? 1.0 : 0.0; /* below every expert GEMM; off */
+        struct moe_layer_cost off;
+        moe_compute_layer(&cfg, &cl, &lay, &opt, moe, 1.0, 0.0, &off);
+        ASSERT_NEAR(off.fwd_expert, base.fwd_expert, 1e-12 * base.fwd_expert);
+        ASSERT_NEAR(off.bwd_expert, base.bwd_expert, 1e-12 * base.bwd_expert);
+    }
+}
+
 /* The share of local experts that hold rows (moe_active_expert_frac, compare sets it from a run):
  * 0 and 1 both mean all of them; at 0.5 the same rows run as half as many GEMMs, each twice as
  * tall, so the narrow-row term's time (half_dim / rows per expert of the FLOPs time) halves while
@@ -1770,6 +1816,7 @@ int main(void)
         cmocka_unit_test(test_activation_rate),
         cmocka_unit_test(test_activation_bwd_rate),
         cmocka_unit_test(test_grouped_bwd_rates),
+        cmocka_unit_test(test_grouped_small),
         cmocka_unit_test(test_active_experts),
         cmocka_unit_test(test_attention_rect),
         cmocka_unit_test(test_attention_score_work),
