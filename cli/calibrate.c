@@ -364,8 +364,8 @@ static void fit_grouped_dir(const struct grouped_pts *p,
     for (size_t i = 0; i < p->n; i++) {
         if (p->rate[dir][i] > 0.0 && p->mnk[i] > lo && p->mnk[i] <= hi) {
             g[n] = p->rate[dir][i];
-            base[n] = fit->gemm_peak_gflops * curve_shape(p->flops[i], 1.0, fit->gemm_half_flops,
-                                                          0.0); /* the narrow term below */
+            /* The curve without its narrow term (applied per grid step below). */
+            base[n] = fit->gemm_peak_gflops * (1.0 - exp(-p->flops[i] / fit->gemm_half_flops));
             d[n] = p->d[i];
             n++;
         }
@@ -423,12 +423,6 @@ static double fit_grouped_side(const struct grouped_pts *p,
     return ss;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The best split's bound (0: none beats one curve), its RMS in *rms. */
 static double grouped_split(const struct grouped_pts *p,
                             const struct moe_calib_fit *fit,
@@ -437,7 +431,7 @@ static double grouped_split(const struct grouped_pts *p,
 {
     double sizes[MAX_POINTS];
     memcpy(sizes, p->mnk, p->n * sizeof(double));
-    qsort(sizes, p->n, sizeof(double), cmp_double);
+    gsl_sort(sizes, 1, p->n);
     double best = 0.0;
     double best_rms = rms_one;
     for (size_t i = GROUPED_SMALL_MIN_ROWS; i + GROUPED_SMALL_MIN_ROWS <= p->n; i++) {

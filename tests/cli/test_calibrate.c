@@ -354,6 +354,7 @@ static void test_grouped_half_dim(void **state)
     assert_int_equal(moe_calib_fit_bench(bench, &plain, &diag), MOE_OK);
     const double ge = 0.8, hg = 10.0;
     const double bwd_eff[2] = {0.9, 1.3}, bwd_half[2] = {20.0, 2.0};
+    const double effs[3] = {ge, bwd_eff[0], bwd_eff[1]}, halves[3] = {hg, bwd_half[0], bwd_half[1]};
     static const char *const bwd_keys[2] = {"dgrad_gflops", "wgrad_gflops"};
     static const double rows[][4] = {
         {8, 128, 256, 512}, {8, 256, 256, 512},    {8, 512, 256, 256},  {8, 2048, 1024, 512},
@@ -361,16 +362,7 @@ static void test_grouped_half_dim(void **state)
     cJSON_DeleteItemFromObjectCaseSensitive(bench, "grouped_gemm");
     cJSON *arr = cJSON_AddArrayToObject(bench, "grouped_gemm");
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        double f = 2.0 * rows[i][1] * rows[i][2] * rows[i][3];
-        double d = fmin(rows[i][1] / rows[i][0], fmin(rows[i][2], rows[i][3]));
-        double rate =
-            ge * plain.gemm_peak_gflops * (1.0 - exp(-f / plain.gemm_half_flops)) * d / (d + hg);
-        cJSON *r = grouped_row(rows[i][0], rows[i][1], rows[i][2], rows[i][3], rate, false);
-        for (int b = 0; b < 2; b++) {
-            cJSON_AddNumberToObject(
-                r, bwd_keys[b], rate / (ge * d / (d + hg)) * bwd_eff[b] * d / (d + bwd_half[b]));
-        }
-        cJSON_AddItemToArray(arr, r);
+        cJSON_AddItemToArray(arr, drawn_row(&plain, rows[i], effs, halves));
     }
     cJSON_AddItemToArray(arr, grouped_row(8, 512, 256, 256, 1.0, true));
     struct moe_calib_fit fit;
