@@ -441,12 +441,15 @@ static int bench_grouped(moe_comm_t *w,
          * the presets' miniatures' (16-128 rows, 32-64 wide: their engine runs 32-128 rows an
          * expert, by the plan's TP, CP and EP). The fitted narrow-row term is only
          * as good as the rows it saw: with 32 rows the fewest, it priced the 16-row GEMMs of the
-         * validate suite's tp2 and cp2 plans 14-17% slow. */
+         * validate suite's tp2 and cp2 plans 14-17% slow. The last two: the miniatures' second
+         * expert GEMM (32 in, 64 out) at 16 and 32 rows, so the small-matrix regime's fit
+         * (gemm.grouped_small) sees both widths at each end. */
         {8, 512, 1024, 512},   {8, 2048, 1024, 512}, {8, 8192, 1024, 512}, {32, 2048, 1024, 512},
         {32, 8192, 1024, 512}, {64, 8192, 512, 256}, {8, 256, 256, 512},   {8, 256, 256, 256},
         {8, 128, 256, 512},    {8, 128, 256, 256},   {8, 512, 256, 512},   {8, 512, 256, 256},
         {8, 1024, 256, 512},   {8, 1024, 256, 256},  {16, 512, 64, 64},    {16, 1024, 32, 64},
         {16, 256, 64, 64},     {16, 1024, 64, 64},   {16, 2048, 64, 64},   {16, 2048, 32, 64},
+        {16, 256, 32, 64},     {16, 512, 32, 64},
     };
     bool root = moe_comm_rank(w) == 0;
     cJSON *arr = js != NULL ? cJSON_AddArrayToObject(js, "grouped_gemm") : NULL;

@@ -194,7 +194,7 @@ static void test_cli(void **state)
     cJSON *g = cJSON_Parse(out);
     assert_non_null(g);
     const char *tables[] = {"gemm", "grouped_gemm", "quant"};
-    const int rows[] = {22, 40, 7}; /* grouped: 20 cases x (even, skewed) */
+    const int rows[] = {22, 44, 7}; /* grouped: 22 cases x (even, skewed) */
     for (int t = 0; t < 3; t++) {
         const cJSON *arr = cJSON_GetObjectItem(g, tables[t]);
         assert_int_equal(cJSON_GetArraySize(arr), rows[t]);
