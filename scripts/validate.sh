@@ -251,10 +251,15 @@ for i in "${!names[@]}"; do
         hs_file=$out/$name.compare.txt
     fi
     # The plan's fastest run priced as the table prices, for the last summary lines (validate
-    # compared that run until 2026-12-05).
-    "$bin/moefold" compare "$plan" "$out/$name.run$least.json" --cluster "$cluster" \
-        "${cmp_flags[@]}" >"$out/$name.compare-least.txt" 2>&1
-    l_line=$(grep '^summary:' "$out/$name.compare-least.txt")
+    # compared that run until 2026-12-05); where it is the kept run, the table's own errors.
+    l_line=""
+    if [ "$least" != "$kept" ]; then
+        "$bin/moefold" compare "$plan" "$out/$name.run$least.json" --cluster "$cluster" \
+            "${cmp_flags[@]}" >"$out/$name.compare-least.txt" 2>&1
+        l_line=$(grep '^summary:' "$out/$name.compare-least.txt")
+    else
+        rm -f "$out/$name.compare-least.txt"
+    fi
     if [ -n "$l_line" ]; then
         read -r _ _ _ _ _ _ l_err _ <<<"$l_line"
         errs_least+=("$l_err")
@@ -280,6 +285,11 @@ for i in "${!names[@]}"; do
     read -r -a pe <<<"$(grep '^phase_errors:' "$out/$name.compare.txt" | cut -d: -f2)"
     # phase_in_runs: runs N step 0|1 name 0|1 ... (the same phases; only with repeats)
     read -r -a pin <<<"$(grep '^phase_in_runs:' "$out/$name.compare.txt" | cut -d: -f2)"
+    if [ "$least" = "$kept" ]; then
+        read -r _ _ _ _ _ _ l_err _ <<<"$line"
+        errs_least+=("$l_err")
+        for ((k = 0; k + 1 < ${#pe[@]}; k += 2)); do phases_least+=("${pe[k + 1]}"); done
+    fi
     for ((k = 0; k + 1 < ${#pe[@]}; k += 2)); do
         phases+=("${pe[k + 1]}")
         inside="-"
